@@ -1,1 +1,36 @@
-"""placeholder"""
+"""The DLRMv4 HSTU ranking model on TorchRec, configured by typed dataclasses."""
+
+from hstu_model.config import (
+    ConfigError,
+    EmbeddingTable,
+    FeatureNames,
+    HSTUConfig,
+    ModelConfig,
+    OptimizerConfig,
+    TrainConfig,
+    preset,
+)
+from hstu_model.metrics import binary_auc
+from hstu_model.model import HSTURanker, ModelOutput, embedding_tables, time_features
+from hstu_model.training import EvalResult, Trainer, seed_everything
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "EmbeddingTable",
+    "EvalResult",
+    "FeatureNames",
+    "HSTUConfig",
+    "HSTURanker",
+    "ModelConfig",
+    "ModelOutput",
+    "OptimizerConfig",
+    "TrainConfig",
+    "Trainer",
+    "binary_auc",
+    "embedding_tables",
+    "preset",
+    "seed_everything",
+    "time_features",
+]

@@ -1,0 +1,291 @@
+"""Typed, validated configuration of the HSTU ranking model and its training.
+
+Every config is a frozen dataclass whose fields carry a docstring; `__post_init__` rejects
+inconsistent values with a message that names the field. Presets are plain functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value is out of range or inconsistent with another one."""
+
+
+def _require(condition: bool, field_name: str, message: str) -> None:
+    if not condition:
+        raise ConfigError(f"{field_name}: {message}")
+
+
+@dataclass(frozen=True)
+class EmbeddingTable:
+    """One embedding table of the model's EmbeddingCollection."""
+
+    name: str
+    """Table name (also the name of the sharded parameter)."""
+    num_embeddings: int
+    """Rows: the largest id the table can look up, plus one."""
+    feature_names: tuple[str, ...]
+    """KeyedJaggedTensor keys looked up in this table."""
+
+    def __post_init__(self) -> None:
+        _require(bool(self.name), "EmbeddingTable.name", "must not be empty")
+        _require(
+            self.num_embeddings >= 1,
+            f"EmbeddingTable[{self.name}].num_embeddings",
+            f"must be >= 1, got {self.num_embeddings}",
+        )
+        _require(
+            len(self.feature_names) >= 1,
+            f"EmbeddingTable[{self.name}].feature_names",
+            "must name at least one feature",
+        )
+
+
+@dataclass(frozen=True)
+class FeatureNames:
+    """KeyedJaggedTensor keys the model reads; the defaults are yambda-data's batch keys."""
+
+    uid: str = "uid"
+    """Contextual user id (one value per sample)."""
+    item_id: str = "item_id"
+    """History item ids."""
+    artist_id: str = "artist_id"
+    """History artist ids."""
+    album_id: str = "album_id"
+    """History album ids."""
+    action_weight: str = "action_weight"
+    """History action bits (listen_plus, like, skip)."""
+    action_timestamp: str = "action_timestamp"
+    """History event times in seconds."""
+    candidate_item_id: str = "item_candidate_id"
+    """Candidate item ids."""
+    candidate_artist_id: str = "item_candidate_artist_id"
+    """Candidate artist ids."""
+    candidate_album_id: str = "item_candidate_album_id"
+    """Candidate album ids."""
+    query_time: str = "item_query_time"
+    """Time of the request for which the candidates are scored, in seconds."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape and regularisation of the HSTU ranking model."""
+
+    embedding_dim: int = 512
+    """Width D of every embedding table and of the transducer (the STU stack)."""
+    num_layers: int = 3
+    """Number of STU layers."""
+    num_heads: int = 4
+    """Attention heads per STU layer."""
+    attention_dim: int = 128
+    """Per-head width of queries and keys."""
+    linear_dim: int = 128
+    """Per-head width of values and of the gating projection u."""
+    preprocessor_hidden_dim: int = 256
+    """Hidden width of the content encoder MLP."""
+    max_seq_len: int = 4096
+    """Longest token sequence: contextual tokens + history + candidates."""
+    history_length: int = 4086
+    """Longest user history fed to the model."""
+    contextual_seq_len: int = 1
+    """Leading contextual tokens per sequence (here: the user id), attended by every token."""
+    num_candidates: int = 1
+    """Candidate items appended after each history."""
+    input_dropout: float = 0.2
+    """Dropout on the summed input embeddings."""
+    linear_dropout: float = 0.1
+    """Dropout before each STU output projection."""
+    attention_dropout: float = 0.0
+    """Dropout on attention weights (PyTorch kernel only)."""
+    action_weights: tuple[int, ...] = (1, 2, 4)
+    """Bit of each action kind in action_weight: listen_plus, like, skip."""
+    position_buckets: int = 8192
+    """Rows of the position embedding table."""
+    time_buckets: int = 2048
+    """Rows of the time-gap embedding table (sqrt(minutes) buckets)."""
+    num_tasks: int = 1
+    """Binary tasks of the head (listen_plus)."""
+    task_weights: tuple[float, ...] = (1.0,)
+    """Loss weight of each task."""
+    loss_scale: float = 0.2
+    """Factor on the weighted task loss."""
+    kernel: str = "pytorch"
+    """hstu_ops backend for the jagged ops: "pytorch" or "native" (attention: pytorch)."""
+    features: FeatureNames = field(default_factory=FeatureNames)
+    """Names of the input features."""
+
+    def __post_init__(self) -> None:
+        for name in ("embedding_dim", "num_layers", "num_heads", "attention_dim", "linear_dim"):
+            _require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        _require(
+            self.preprocessor_hidden_dim >= 1,
+            "preprocessor_hidden_dim",
+            f"must be >= 1, got {self.preprocessor_hidden_dim}",
+        )
+        _require(self.history_length >= 1, "history_length", "must be >= 1")
+        _require(self.num_candidates >= 1, "num_candidates", "must be >= 1")
+        _require(self.contextual_seq_len >= 0, "contextual_seq_len", "must be >= 0")
+        needed = self.contextual_seq_len + self.history_length + self.num_candidates
+        _require(
+            needed <= self.max_seq_len,
+            "max_seq_len",
+            f"contextual_seq_len + history_length + num_candidates = {needed} must fit "
+            f"max_seq_len = {self.max_seq_len}",
+        )
+        _require(
+            self.position_buckets >= self.max_seq_len,
+            "position_buckets",
+            f"must cover max_seq_len = {self.max_seq_len}, got {self.position_buckets}",
+        )
+        _require(self.time_buckets >= 2, "time_buckets", "must be >= 2")
+        for name in ("input_dropout", "linear_dropout", "attention_dropout"):
+            value = getattr(self, name)
+            _require(0.0 <= value < 1.0, name, f"must be in [0, 1), got {value}")
+        _require(
+            len(self.action_weights) >= 1 and all(w > 0 for w in self.action_weights),
+            "action_weights",
+            f"must be positive bits, got {self.action_weights}",
+        )
+        _require(
+            len(set(self.action_weights)) == len(self.action_weights),
+            "action_weights",
+            f"must be distinct, got {self.action_weights}",
+        )
+        _require(self.num_tasks >= 1, "num_tasks", "must be >= 1")
+        _require(
+            len(self.task_weights) == self.num_tasks,
+            "task_weights",
+            f"needs one weight per task ({self.num_tasks}), got {self.task_weights}",
+        )
+        _require(self.kernel in ("pytorch", "native"), "kernel", f"unknown kernel {self.kernel!r}")
+
+
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """Dense Adam and sparse row-wise Adagrad with a shared linear warmup."""
+
+    dense_lr: float = 1e-6
+    """Peak learning rate of the dense Adam optimizer."""
+    sparse_lr: float = 1e-6
+    """Peak learning rate of the row-wise Adagrad of the embedding tables."""
+    betas: tuple[float, float] = (0.95, 0.999)
+    """Adam betas."""
+    eps: float = 1e-8
+    """Adam epsilon."""
+    weight_decay: float = 0.0
+    """Adam weight decay."""
+    warmup_steps: int = 24_000
+    """Steps of the linear warmup from lr 0 to the peak, shared by both optimizers."""
+    grad_clip_norm: float = 1.0
+    """Global gradient-norm clip of the dense parameters (0 disables it)."""
+
+    def __post_init__(self) -> None:
+        _require(self.dense_lr > 0, "dense_lr", f"must be > 0, got {self.dense_lr}")
+        _require(self.sparse_lr > 0, "sparse_lr", f"must be > 0, got {self.sparse_lr}")
+        _require(
+            len(self.betas) == 2 and all(0.0 <= b < 1.0 for b in self.betas),
+            "betas",
+            f"must be two values in [0, 1), got {self.betas}",
+        )
+        _require(self.eps > 0, "eps", "must be > 0")
+        _require(self.weight_decay >= 0, "weight_decay", "must be >= 0")
+        _require(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
+        _require(self.grad_clip_norm >= 0, "grad_clip_norm", "must be >= 0")
+
+    def lr_factor(self, step: int) -> float:
+        """Multiplier of the peak learning rate at optimizer step `step` (0-based)."""
+        if self.warmup_steps == 0:
+            return 1.0
+        return min(1.0, (step + 1) / self.warmup_steps)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The parts of a run that are neither model nor optimizer."""
+
+    batch_size: int = 1024
+    """Samples per step on one process."""
+    eval_batch_size: int = 1024
+    """Samples per evaluation step on one process."""
+    seed: int = 0
+    """Seed of initialisation, dropout and data order."""
+    autocast_bf16: bool = False
+    """Run the forward pass under bf16 autocast."""
+
+    def __post_init__(self) -> None:
+        _require(self.batch_size >= 1, "batch_size", "must be >= 1")
+        _require(self.eval_batch_size >= 1, "eval_batch_size", "must be >= 1")
+        _require(self.seed >= 0, "seed", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class HSTUConfig:
+    """Everything needed to build and train the model."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **sections: Mapping[str, Any]) -> HSTUConfig:
+        """A copy with fields of named sections replaced: `cfg.replace(model={"num_layers": 2})`."""
+        updates = {}
+        for section, values in sections.items():
+            current = getattr(self, section, None)
+            if current is None or not dataclasses.is_dataclass(current):
+                raise ConfigError(f"unknown config section {section!r}")
+            known = {f.name for f in dataclasses.fields(current)}
+            unknown = sorted(set(values) - known)
+            if unknown:
+                raise ConfigError(f"{section}: unknown field(s) {', '.join(unknown)}")
+            updates[section] = dataclasses.replace(current, **values)
+        return dataclasses.replace(self, **updates)
+
+
+def yambda_5b() -> HSTUConfig:
+    """The MLPerf DLRMv4 reference defaults (8 contextual tokens, 3 layers, batch 1024/rank)."""
+    return HSTUConfig(
+        model=ModelConfig(contextual_seq_len=8, history_length=4086, max_seq_len=4096),
+        optimizer=OptimizerConfig(),
+        train=TrainConfig(batch_size=1024, eval_batch_size=1024, autocast_bf16=True),
+    )
+
+
+def tiny() -> HSTUConfig:
+    """A model that trains to a useful AUC on two CPU cores in about a minute."""
+    return HSTUConfig(
+        model=ModelConfig(
+            embedding_dim=64,
+            num_layers=2,
+            num_heads=2,
+            attention_dim=32,
+            linear_dim=32,
+            preprocessor_hidden_dim=64,
+            max_seq_len=128,
+            history_length=64,
+            position_buckets=128,
+            time_buckets=256,
+            input_dropout=0.1,
+            linear_dropout=0.1,
+        ),
+        optimizer=OptimizerConfig(dense_lr=2e-3, sparse_lr=0.05, warmup_steps=50),
+        train=TrainConfig(batch_size=128, eval_batch_size=512),
+    )
+
+
+PRESETS = {"yambda-5b": yambda_5b, "tiny": tiny}
+
+
+def preset(name: str) -> HSTUConfig:
+    """The named preset, or a ConfigError listing the known names."""
+    try:
+        return PRESETS[name]()
+    except KeyError:
+        raise ConfigError(f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}") from None

@@ -1,0 +1,304 @@
+"""The HSTU ranking model: embeddings, sequence assembly, STU stack, candidate head.
+
+A sequence is built per sample as [contextual tokens][history][candidates] in jagged form
+(values [total_tokens, D] plus offsets) and run through causal HSTU attention in which each
+candidate sees the whole history and itself but not the other candidates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import hstu_ops
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchrec.modules.embedding_configs import EmbeddingConfig
+from torchrec.modules.embedding_modules import EmbeddingCollection
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from hstu_model.config import EmbeddingTable, FeatureNames, ModelConfig
+
+SECONDS_PER_HOUR = 3600
+SECONDS_PER_DAY = 86_400
+
+
+def embedding_tables(
+    features: FeatureNames, vocab_sizes: Mapping[str, int]
+) -> list[EmbeddingTable]:
+    """The tables of the model; `vocab_sizes` maps uid/item_id/artist_id/album_id to rows."""
+    layout = {
+        "item_id": (features.item_id, features.candidate_item_id),
+        "artist_id": (features.artist_id, features.candidate_artist_id),
+        "album_id": (features.album_id, features.candidate_album_id),
+        "uid": (features.uid,),
+    }
+    missing = sorted(set(layout) - set(vocab_sizes))
+    if missing:
+        raise ValueError(f"vocab_sizes: missing table size(s) for {', '.join(missing)}")
+    return [EmbeddingTable(name, int(vocab_sizes[name]), names) for name, names in layout.items()]
+
+
+class SwishLayerNorm(nn.Module):
+    """x * sigmoid(layer_norm(x))."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(self.norm(x))
+
+
+class STULayer(nn.Module):
+    """One sequential transduction unit: gated HSTU attention with a residual connection."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        heads, dqk, dv = config.num_heads, config.attention_dim, config.linear_dim
+        self.input_norm = nn.LayerNorm(config.embedding_dim)
+        self.uvqk = nn.Linear(config.embedding_dim, heads * (2 * dv + 2 * dqk))
+        self.output_norm = nn.LayerNorm(heads * dv)
+        self.output = nn.Linear(heads * dv, config.embedding_dim)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        seq_offsets: torch.Tensor,
+        max_seq_len: int,
+        num_targets: torch.Tensor,
+    ) -> torch.Tensor:
+        cfg = self.config
+        heads, dqk, dv = cfg.num_heads, cfg.attention_dim, cfg.linear_dim
+        uvqk = F.silu(self.uvqk(self.input_norm(x)))
+        u, v, q, k = torch.split(uvqk, [heads * dv, heads * dv, heads * dqk, heads * dqk], dim=-1)
+        attn = hstu_ops.hstu_mha(
+            max_seq_len,
+            1.0 / math.sqrt(dqk),
+            q.reshape(-1, heads, dqk),
+            k.reshape(-1, heads, dqk),
+            v.reshape(-1, heads, dv),
+            seq_offsets,
+            causal=True,
+            dropout_pr=cfg.attention_dropout,
+            training=self.training,
+            num_targets=num_targets,
+            contextual_seq_len=cfg.contextual_seq_len,
+            kernel=hstu_ops.Kernel.PYTORCH,
+        )
+        gated = self.output_norm(attn.reshape(-1, heads * dv)) * u
+        return x + self.output(F.dropout(gated, cfg.linear_dropout, self.training))
+
+
+@dataclass
+class ModelOutput:
+    logits: torch.Tensor
+    """[num_candidates_total, num_tasks] logits, candidates in batch order."""
+
+
+class HSTURanker(nn.Module):
+    """HSTU ranking model over a user-history KJT and a candidate KJT."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        vocab_sizes: Mapping[str, int],
+        device: torch.device | None = None,
+    ) -> None:
+        super().__init__()
+        if config.contextual_seq_len != 1:
+            raise ValueError(
+                "contextual_seq_len: this model has one contextual token (the user id), "
+                f"got {config.contextual_seq_len}"
+            )
+        self.config = config
+        self.features = config.features
+        self.kernel = hstu_ops.Kernel[config.kernel.upper()]
+        d = config.embedding_dim
+        self.tables = embedding_tables(config.features, vocab_sizes)
+        self.embedding_collection = EmbeddingCollection(
+            tables=[
+                EmbeddingConfig(
+                    name=t.name,
+                    num_embeddings=t.num_embeddings,
+                    embedding_dim=d,
+                    feature_names=list(t.feature_names),
+                )
+                for t in self.tables
+            ],
+            device=device or torch.device("cpu"),
+        )
+        self.content_encoder = nn.Sequential(
+            nn.Linear(3 * d, config.preprocessor_hidden_dim),
+            SwishLayerNorm(config.preprocessor_hidden_dim),
+            nn.Linear(config.preprocessor_hidden_dim, d),
+        )
+        self.register_buffer(
+            "action_bits", torch.tensor(config.action_weights, dtype=torch.int64), persistent=False
+        )
+        self.action_embeddings = nn.Parameter(torch.empty(len(config.action_weights), d))
+        self.candidate_action_embedding = nn.Parameter(torch.empty(d))
+        self.contextual_projection = nn.Linear(d, d)
+        self.position_embeddings = nn.Embedding(config.position_buckets, d)
+        self.time_embeddings = nn.Embedding(config.time_buckets, d)
+        self.layers = nn.ModuleList(STULayer(config) for _ in range(config.num_layers))
+        self.postprocessor = nn.Sequential(nn.Linear(d + 4, d), nn.LayerNorm(d))
+        self.head = nn.Sequential(
+            nn.Linear(d, d), SwishLayerNorm(d), nn.Linear(d, config.num_tasks)
+        )
+        self.register_buffer(
+            "task_weights", torch.tensor(config.task_weights, dtype=torch.float32), persistent=False
+        )
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        std = 1.0 / math.sqrt(self.config.embedding_dim)
+        nn.init.normal_(self.action_embeddings, std=std)
+        nn.init.normal_(self.candidate_action_embedding, std=std)
+        nn.init.normal_(self.position_embeddings.weight, std=std)
+        nn.init.normal_(self.time_embeddings.weight, std=std)
+        for table in self.embedding_collection.embeddings.values():
+            nn.init.uniform_(table.weight, -std, std)
+
+    def embedding_parameters(self) -> list[nn.Parameter]:
+        """Parameters of the id tables (the sparse optimizer's share)."""
+        return list(self.embedding_collection.parameters())
+
+    def dense_parameters(self) -> list[nn.Parameter]:
+        """Every other parameter (the dense optimizer's share)."""
+        sparse = {id(p) for p in self.embedding_parameters()}
+        return [p for p in self.parameters() if id(p) not in sparse]
+
+    def _lookup(self, uih: KeyedJaggedTensor, candidates: KeyedJaggedTensor) -> dict:
+        f = self.features
+        id_keys = [f.uid, f.item_id, f.artist_id, f.album_id]
+        cand_keys = [f.candidate_item_id, f.candidate_artist_id, f.candidate_album_id]
+        uih_jts, cand_jts = uih.to_dict(), candidates.to_dict()
+        ids = KeyedJaggedTensor.from_jt_dict(
+            {k: uih_jts[k] for k in id_keys} | {k: cand_jts[k] for k in cand_keys}
+        )
+        embedded = self.embedding_collection(ids)
+        return {key: jt.values() for key, jt in embedded.items()}
+
+    def _time_buckets(self, gap_seconds: torch.Tensor) -> torch.Tensor:
+        minutes = gap_seconds.clamp(min=0).to(torch.float32) / 60.0
+        return torch.sqrt(minutes).floor().to(torch.int64).clamp(max=self.config.time_buckets - 1)
+
+    def forward(self, uih: KeyedJaggedTensor, candidates: KeyedJaggedTensor) -> ModelOutput:
+        f, cfg = self.features, self.config
+        emb = self._lookup(uih, candidates)
+        uih_jts, cand_jts = uih.to_dict(), candidates.to_dict()
+        history_lengths = uih_jts[f.item_id].lengths()
+        candidate_lengths = cand_jts[f.candidate_item_id].lengths()
+        batch_size = history_lengths.numel()
+        num_history = int(history_lengths.sum())
+        if not bool((candidate_lengths == cfg.num_candidates).all()):
+            raise ValueError(
+                f"{f.candidate_item_id}: every sample needs {cfg.num_candidates} candidate(s), "
+                f"got lengths {candidate_lengths.tolist()}"
+            )
+
+        history_content = self.content_encoder(
+            torch.cat([emb[f.item_id], emb[f.artist_id], emb[f.album_id]], dim=-1)
+        )
+        candidate_content = self.content_encoder(
+            torch.cat(
+                [emb[f.candidate_item_id], emb[f.candidate_artist_id], emb[f.candidate_album_id]],
+                dim=-1,
+            )
+        )
+        action_weight = uih_jts[f.action_weight].values().to(torch.int64)
+        action_mask = (
+            (action_weight.unsqueeze(-1) & self.action_bits).ne(0).to(history_content.dtype)
+        )
+        history_tokens = history_content + action_mask @ self.action_embeddings
+        candidate_tokens = candidate_content + self.candidate_action_embedding
+        contextual_tokens = self.contextual_projection(emb[f.uid])
+
+        # One table of tokens, gathered into per-sample [contextual][history][candidates] order
+        # through the merged index of the three jagged streams.
+        tokens = torch.cat([contextual_tokens, history_tokens, candidate_tokens], dim=0)
+        query_time = cand_jts[f.query_time].values().to(torch.int64)
+        token_times = torch.cat(
+            [
+                query_time[:: cfg.num_candidates],
+                uih_jts[f.action_timestamp].values().to(torch.int64),
+                query_time,
+            ]
+        )
+        order, seq_offsets = self._merge_order(batch_size, history_lengths, num_history)
+        x = tokens[order]
+        token_times = token_times[order]
+
+        seq_lengths = seq_offsets[1:] - seq_offsets[:-1]
+        sample_of_token = torch.repeat_interleave(
+            torch.arange(batch_size, device=x.device), seq_lengths
+        )
+        positions = torch.arange(x.shape[0], device=x.device) - seq_offsets[:-1][sample_of_token]
+        sample_query_time = query_time.view(batch_size, cfg.num_candidates)[:, 0]
+        gaps = sample_query_time[sample_of_token] - token_times
+        x = (
+            x * math.sqrt(cfg.embedding_dim)
+            + self.position_embeddings(positions)
+            + self.time_embeddings(self._time_buckets(gaps))
+        )
+        x = F.dropout(x, cfg.input_dropout, self.training)
+
+        max_seq_len = int(seq_lengths.max())
+        num_targets = candidate_lengths.to(torch.int64)
+        for layer in self.layers:
+            x = layer(x, seq_offsets, max_seq_len, num_targets)
+
+        candidate_rows = (
+            seq_offsets[1:].unsqueeze(1)
+            - cfg.num_candidates
+            + torch.arange(cfg.num_candidates, device=x.device)
+        ).reshape(-1)
+        user = self.postprocessor(torch.cat([x[candidate_rows], time_features(query_time)], dim=-1))
+        logits = self.head(user * candidate_content)
+        return ModelOutput(logits=logits)
+
+    def _merge_order(
+        self, batch_size: int, history_lengths: torch.Tensor, num_history: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row of `tokens` for each sequence position, and the sequence offsets."""
+        cfg, kernel = self.config, self.kernel
+        ones = torch.ones(batch_size, dtype=torch.int64)
+        ctx_offsets = hstu_ops.complete_cumsum(ones * cfg.contextual_seq_len, kernel=kernel)
+        hist_offsets = hstu_ops.complete_cumsum(history_lengths.to(torch.int64), kernel=kernel)
+        cand_offsets = hstu_ops.complete_cumsum(ones * cfg.num_candidates, kernel=kernel)
+        num_ctx = batch_size * cfg.contextual_seq_len
+        rows = torch.arange(num_ctx + num_history + batch_size * cfg.num_candidates)
+        merged, offsets = hstu_ops.concat_1d_jagged(
+            rows[:num_ctx],
+            ctx_offsets,
+            rows[num_ctx : num_ctx + num_history],
+            hist_offsets,
+            kernel=kernel,
+        )
+        return hstu_ops.concat_1d_jagged(
+            merged, offsets, rows[num_ctx + num_history :], cand_offsets, kernel=kernel
+        )
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Task-weighted BCE-with-logits; `labels` is [N] or [N, num_tasks]."""
+        labels = labels.reshape(logits.shape).to(logits.dtype)
+        per_task = F.binary_cross_entropy_with_logits(logits, labels, reduction="none").mean(dim=0)
+        weighted = (per_task * self.task_weights).sum() / self.task_weights.sum().clamp(min=1.0)
+        return weighted * self.config.loss_scale
+
+
+def time_features(timestamps: torch.Tensor) -> torch.Tensor:
+    """Hour-of-day and day-of-week as sin/cos pairs: [N] seconds -> [N, 4]."""
+    seconds = timestamps.to(torch.float64)
+    hour = torch.remainder(seconds, SECONDS_PER_DAY) / SECONDS_PER_HOUR
+    day = torch.remainder(seconds, 7 * SECONDS_PER_DAY) / SECONDS_PER_DAY
+    hour_angle = hour * (2 * math.pi / 24)
+    day_angle = day * (2 * math.pi / 7)
+    features = torch.stack(
+        [hour_angle.sin(), hour_angle.cos(), day_angle.sin(), day_angle.cos()], dim=-1
+    )
+    return features.to(torch.float32)

@@ -1,0 +1,73 @@
+import pytest
+from hstu_model import ConfigError, ModelConfig, OptimizerConfig, TrainConfig, preset
+
+
+def test_sequence_budget_error_names_max_seq_len():
+    with pytest.raises(ConfigError, match=r"max_seq_len: .*= 4088 must fit max_seq_len = 4086"):
+        ModelConfig(
+            history_length=4086, contextual_seq_len=1, max_seq_len=4086, position_buckets=8192
+        )
+
+
+@pytest.mark.parametrize(
+    ("cls", "kwargs", "field"),
+    [
+        (ModelConfig, {"num_heads": 0}, "num_heads"),
+        (ModelConfig, {"input_dropout": 1.0}, "input_dropout"),
+        (ModelConfig, {"action_weights": (1, 1)}, "action_weights"),
+        (ModelConfig, {"task_weights": (1.0, 2.0)}, "task_weights"),
+        (ModelConfig, {"kernel": "cuda"}, "kernel"),
+        (OptimizerConfig, {"dense_lr": 0.0}, "dense_lr"),
+        (OptimizerConfig, {"betas": (0.9, 1.0)}, "betas"),
+        (TrainConfig, {"batch_size": 0}, "batch_size"),
+    ],
+)
+def test_invalid_field_is_named(cls, kwargs, field):
+    with pytest.raises(ConfigError, match=rf"^{field}: "):
+        cls(**kwargs)
+
+
+def test_yambda_5b_preset_matches_reference_defaults():
+    cfg = preset("yambda-5b")
+    m, o, t = cfg.model, cfg.optimizer, cfg.train
+    assert (m.embedding_dim, m.num_layers, m.num_heads, m.attention_dim, m.linear_dim) == (
+        512,
+        3,
+        4,
+        128,
+        128,
+    )
+    assert (m.preprocessor_hidden_dim, m.max_seq_len, m.history_length) == (256, 4096, 4086)
+    assert m.contextual_seq_len + m.history_length + m.num_candidates <= m.max_seq_len
+    assert (m.input_dropout, m.linear_dropout) == (0.2, 0.1)
+    assert m.action_weights == (1, 2, 4)
+    assert (m.position_buckets, m.time_buckets) == (8192, 2048)
+    assert (o.dense_lr, o.sparse_lr, o.betas, o.eps, o.weight_decay) == (
+        1e-6,
+        1e-6,
+        (0.95, 0.999),
+        1e-8,
+        0.0,
+    )
+    assert (o.warmup_steps, o.grad_clip_norm) == (24_000, 1.0)
+    assert t.batch_size == 1024 and t.autocast_bf16
+
+
+def test_unknown_preset_lists_known_ones():
+    with pytest.raises(ConfigError, match="known: tiny, yambda-5b"):
+        preset("huge")
+
+
+def test_replace_rejects_unknown_field_and_revalidates():
+    cfg = preset("tiny")
+    with pytest.raises(ConfigError, match="model: unknown field"):
+        cfg.replace(model={"layers": 3})
+    with pytest.raises(ConfigError, match="num_layers"):
+        cfg.replace(model={"num_layers": 0})
+    assert cfg.replace(train={"seed": 7}).train.seed == 7
+
+
+def test_warmup_is_linear_from_zero():
+    opt = OptimizerConfig(warmup_steps=4)
+    assert [opt.lr_factor(s) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    assert OptimizerConfig(warmup_steps=0).lr_factor(0) == 1.0

@@ -1,0 +1,124 @@
+import pytest
+import torch
+from hstu_model import HSTURanker, Trainer, time_features
+
+
+def test_logits_shape_and_empty_history(tiny_config, make_batch, build):
+    model = build(tiny_config).eval()
+    batch = make_batch([0, 3, 12, 1])
+    out = model(batch.uih, batch.candidates)
+    assert out.logits.shape == (4, 1)
+    assert torch.isfinite(out.logits).all()
+
+
+def test_every_parameter_gets_a_gradient(tiny_config, make_batch, build):
+    model = build(tiny_config).train()
+    batch = make_batch([5, 7, 2], seed=1)
+    logits = model(batch.uih, batch.candidates).logits
+    model.loss(logits, batch.labels).backward()
+    for name, param in model.named_parameters():
+        assert param.grad is not None, name
+        assert param.grad.abs().sum() > 0, name
+
+
+def test_same_seed_same_model_and_outputs(tiny_config, make_batch, build):
+    batch = make_batch([4, 9])
+    a = build(tiny_config, seed=3).eval()(batch.uih, batch.candidates).logits
+    b = build(tiny_config, seed=3).eval()(batch.uih, batch.candidates).logits
+    c = build(tiny_config, seed=4).eval()(batch.uih, batch.candidates).logits
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+def test_samples_do_not_see_each_other(tiny_config, make_batch, build):
+    """A sample's score depends on its own history only, wherever it sits in the batch."""
+    model = build(tiny_config).eval()
+    batch = make_batch([3, 6, 2], seed=2)
+    other = make_batch([5, 6, 4], seed=9)
+    lone = model(batch.uih, batch.candidates).logits
+    # Swap in other histories for samples 0 and 2 only: sample 1 keeps its exact inputs.
+    mixed_uih = {k: v for k, v in batch.uih.to_dict().items()}
+    for key, jt in other.uih.to_dict().items():
+        per_sample = list(jt.values().split(jt.lengths().tolist()))
+        mine = list(mixed_uih[key].values().split(mixed_uih[key].lengths().tolist()))
+        mine[0], mine[2] = per_sample[0], per_sample[2]
+        mixed_uih[key] = (torch.cat(mine), torch.tensor([len(x) for x in mine]))
+    from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor
+
+    uih = KeyedJaggedTensor.from_jt_dict(
+        {k: JaggedTensor(values=v, lengths=n) for k, (v, n) in mixed_uih.items()}
+    )
+    mixed = model(uih, batch.candidates).logits
+    assert torch.allclose(mixed[1], lone[1], atol=1e-6)
+    assert not torch.allclose(mixed[0], lone[0])
+
+
+def test_history_changes_the_score(tiny_config, make_batch, build):
+    model = build(tiny_config).eval()
+    a, b = make_batch([6], seed=5), make_batch([6], seed=6)
+    la = model(a.uih, a.candidates).logits
+    lb = model(b.uih, a.candidates).logits
+    assert not torch.allclose(la, lb)
+
+
+def test_missing_candidate_is_rejected(tiny_config, make_batch, build):
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    model = build(tiny_config)
+    batch = make_batch([2, 2])
+    jts = batch.candidates.to_dict()
+    bad = KeyedJaggedTensor.from_lengths_sync(
+        keys=list(jts),
+        values=torch.cat([jt.values()[:1] for jt in jts.values()]),
+        lengths=torch.tensor([1, 0] * len(jts)),
+    )
+    with pytest.raises(ValueError, match="item_candidate_id: every sample needs 1 candidate"):
+        model(batch.uih, bad)
+
+
+def test_vocab_must_cover_every_table(tiny_config, vocab):
+    del vocab["album_id"]
+    with pytest.raises(ValueError, match=r"missing table size.*album_id"):
+        HSTURanker(tiny_config.model, vocab)
+
+
+def test_time_features_are_periodic():
+    t = torch.tensor([0, 3600 * 6, 86_400, 7 * 86_400])
+    f = time_features(t)
+    assert torch.allclose(f[0], torch.tensor([0.0, 1.0, 0.0, 1.0]), atol=1e-6)
+    assert torch.allclose(f[1, :2], torch.tensor([1.0, 0.0]), atol=1e-6)  # 06:00
+    assert torch.allclose(f[2, :2], f[0, :2], atol=1e-6)  # next day, same hour
+    assert torch.allclose(f[3], f[0], atol=1e-6)  # next week
+
+
+def test_native_and_pytorch_kernels_agree(tiny_config, make_batch, build):
+    batch = make_batch([0, 4, 11, 3], seed=4)
+    outputs = []
+    for kernel in ("pytorch", "native"):
+        cfg = tiny_config.replace(model={"kernel": kernel})
+        outputs.append(build(cfg).eval()(batch.uih, batch.candidates).logits)
+    assert torch.equal(outputs[0], outputs[1])
+
+
+def test_trainer_fits_a_fixed_batch(tiny_config, make_batch, build):
+    cfg = tiny_config.replace(
+        model={"input_dropout": 0.0, "linear_dropout": 0.0},
+        optimizer={"dense_lr": 1e-2, "sparse_lr": 0.1, "warmup_steps": 0},
+    )
+    model = build(cfg)
+    trainer = Trainer(model, cfg)
+    batch = make_batch([3, 8, 5, 12, 1, 6, 9, 2], seed=7)
+    first = trainer.train_step(batch)
+    for _ in range(40):
+        last = trainer.train_step(batch)
+    assert last < 0.3 * first
+    result = trainer.evaluate([batch])
+    assert result.auc == 1.0 and result.num_samples == 8
+
+
+def test_warmup_sets_both_learning_rates(tiny_config, make_batch, build):
+    cfg = tiny_config.replace(optimizer={"warmup_steps": 10, "dense_lr": 1e-3, "sparse_lr": 0.5})
+    trainer = Trainer(build(cfg), cfg)
+    trainer.train_step(make_batch([2, 3]))
+    assert trainer.dense_optimizer.param_groups[0]["lr"] == pytest.approx(1e-4)
+    assert trainer.sparse_optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
