@@ -1,0 +1,126 @@
+"""Closed/open override rules and the verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from storage_workloads import (
+    CLOSED_PARAMETERS,
+    OPEN_PARAMETERS,
+    Issue,
+    UnknownWorkloadError,
+    check_overrides,
+    verdict,
+)
+
+CLOSED_VALUES = {
+    "dataset.num_files_train": 28_000,
+    "dataset.num_subfolders_train": 3,
+    "dataset.data_folder": "/mnt/storage/unet3d",
+    "reader.read_threads": 16,
+    "reader.computation_threads": 2,
+    "reader.transfer_size": 262_144,
+    "reader.odirect": True,
+    "reader.prefetch_size": 4,
+    "checkpoint.checkpoint_folder": Path("checkpoints/unet3d"),
+    "storage.storage_type": "local_fs",
+    "storage.storage_root": "/mnt/storage",
+}
+OPEN_VALUES = {
+    "framework": "tensorflow",
+    "dataset.format": "hdf5",
+    "dataset.num_samples_per_file": 4,
+    "reader.data_loader": "dali",
+}
+
+
+def test_parameter_sets() -> None:
+    assert set(CLOSED_VALUES) == CLOSED_PARAMETERS
+    assert set(OPEN_VALUES) == OPEN_PARAMETERS
+    assert not CLOSED_PARAMETERS & OPEN_PARAMETERS
+
+
+@pytest.mark.parametrize("division", ["closed", "open"])
+def test_every_closed_parameter_is_closed(division: str) -> None:
+    issues = check_overrides("unet3d", CLOSED_VALUES, division=division)
+    assert issues == []
+    assert verdict(issues) == "CLOSED"
+
+
+def test_open_parameters_make_the_run_open() -> None:
+    issues = check_overrides("resnet50", OPEN_VALUES, division="closed")
+    assert [(i.parameter, i.level) for i in issues] == [(p, "OPEN") for p in OPEN_VALUES]
+    assert all("cannot be closed" in i.message for i in issues)
+    assert verdict(issues) == "OPEN"
+    issues = check_overrides("resnet50", OPEN_VALUES, division="open")
+    assert {i.level for i in issues} == {"OPEN"}
+    assert verdict(issues) == "OPEN"
+
+
+@pytest.mark.parametrize("model", ["resnet50", "cosmoflow", "dlrm", "retinanet", "flux"])
+def test_odirect_only_for_unet3d(model: str) -> None:
+    (issue,) = check_overrides(model, {"reader.odirect": True}, division="open")
+    assert issue.parameter == "reader.odirect" and issue.level == "INVALID"
+    assert "unet3d" in issue.message
+    assert check_overrides("unet3d", {"reader.odirect": False}) == []
+
+
+def test_anything_else_is_invalid() -> None:
+    issues = check_overrides(
+        "cosmoflow",
+        {"reader.batch_size": 2, "train.computation_time": 0.001, "reader.read_threads": 8},
+        division="open",
+    )
+    assert [(i.parameter, i.level) for i in issues] == [
+        ("reader.batch_size", "INVALID"),
+        ("train.computation_time", "INVALID"),
+    ]
+    assert verdict(issues) == "INVALID"
+    mixed = [*issues, *check_overrides("cosmoflow", {"framework": "pytorch"})]
+    assert verdict(mixed) == "INVALID"
+
+
+def test_nested_overrides_are_flattened() -> None:
+    nested = {"reader": {"read_threads": 8, "data_loader": "pytorch"}, "dataset": {"x": 1}}
+    issues = check_overrides("dlrm", nested)
+    assert [(i.parameter, i.level) for i in issues] == [
+        ("reader.data_loader", "OPEN"),
+        ("dataset.x", "INVALID"),
+    ]
+    with pytest.raises(ValueError, match="more than once"):
+        check_overrides("dlrm", {"reader": {"read_threads": 8}, "reader.read_threads": 8})
+
+
+@pytest.mark.parametrize(
+    ("parameter", "value"),
+    [
+        ("dataset.num_files_train", 0),
+        ("dataset.num_files_train", 1.5),
+        ("dataset.num_subfolders_train", -1),
+        ("dataset.data_folder", ""),
+        ("reader.read_threads", True),
+        ("reader.odirect", "yes"),
+        ("framework", "jax"),
+        ("dataset.format", "zip"),
+    ],
+)
+def test_wrong_values_are_invalid(parameter: str, value: object) -> None:
+    issues = check_overrides("unet3d", {parameter: value}, division="open")
+    last = issues[-1]
+    assert (last.parameter, last.level) == (parameter, "INVALID")
+    assert last.message.startswith(f"{parameter} must be")
+    assert verdict(issues) == "INVALID"
+
+
+def test_unknown_model_and_division() -> None:
+    with pytest.raises(UnknownWorkloadError, match="known models: unet3d"):
+        check_overrides("bert", {})
+    with pytest.raises(ValueError, match="division"):
+        check_overrides("unet3d", {}, division="preview")
+
+
+def test_verdict_of_nothing_is_closed() -> None:
+    assert verdict([]) == "CLOSED"
+    with pytest.raises(ValueError, match="levels"):
+        verdict([Issue("x", "WARN", "?")])  # type: ignore[arg-type]
