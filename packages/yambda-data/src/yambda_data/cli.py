@@ -1,0 +1,92 @@
+"""Command line: ``yambda-data synth`` and ``yambda-data validate``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+from .schema import (
+    SchemaError,
+    mapping_path,
+    multi_event_path,
+    validate_mapping,
+    validate_multi_event,
+)
+from .synth import SynthConfig, synthesize
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="yambda-data", description="Yambda dataset tools (schema, synthetic data)."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    synth = sub.add_parser("synth", help="write a synthetic dataset in the public Yambda layout")
+    synth.add_argument("--users", type=int, required=True, help="number of users")
+    synth.add_argument("--out", required=True, help="dataset root to write")
+    synth.add_argument("--seed", type=int, required=True, help="random seed")
+    synth.add_argument("--size", default="50m", help="size label of flat/<size>/ (default 50m)")
+    synth.add_argument(
+        "--median-events",
+        type=int,
+        default=None,
+        help=f"median listens per user (default {SynthConfig.median_events_per_user})",
+    )
+    synth.add_argument(
+        "--items", type=int, default=None, help=f"catalogue size (default {SynthConfig.items})"
+    )
+
+    validate = sub.add_parser("validate", help="check a dataset against the public schema")
+    validate.add_argument("--root", required=True, help="dataset root")
+    validate.add_argument("--size", required=True, help="size label, e.g. 50m")
+    return parser
+
+
+def _synth(args: argparse.Namespace) -> None:
+    overrides = {"users": args.users, "seed": args.seed, "size": args.size}
+    if args.median_events is not None:
+        overrides["median_events_per_user"] = args.median_events
+    if args.items is not None:
+        overrides["items"] = args.items
+    config = SynthConfig(**overrides)
+    start = time.perf_counter()
+    paths = synthesize(args.out, config)
+    elapsed = time.perf_counter() - start
+    print(f"wrote {paths.multi_event}")
+    print(f"wrote {paths.artist_item_mapping}")
+    print(f"wrote {paths.album_item_mapping}")
+    print(f"in {elapsed:.1f} s")
+
+
+def _validate(args: argparse.Namespace) -> None:
+    summary = validate_multi_event(multi_event_path(args.root, args.size))
+    counts = ", ".join(f"{k} {v:,}" for k, v in summary.event_counts.items())
+    print(f"{summary.source}: ok: {summary.num_events:,} events, {summary.num_users:,} users")
+    print(f"  timestamps {summary.t_min}..{summary.t_max}; {counts}")
+    for kind in ("artist", "album"):
+        path = mapping_path(args.root, kind)
+        rows = validate_mapping(path, kind)
+        print(f"{path}: ok: {rows:,} rows")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (2 on any error, with a message on stderr)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "synth":
+            _synth(args)
+        else:
+            _validate(args)
+    except (SchemaError, FileNotFoundError, ValueError, OSError) as exc:
+        print(f"yambda-data {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The global temporal split of the DLRMv4 reference preprocessing.
+
+With ``t_max`` the largest timestamp of the input (all event types):
+
+* test  = events with ``t_max - 86,400 <= timestamp < t_max`` (events at exactly ``t_max`` are
+  dropped), kept only for the uids that have at least one train event;
+* gap   = the 1,800 s before the test window; its events belong to neither part;
+* train = events with ``timestamp < t_max - 86,400 - 1,800``.
+
+Both parts keep the input's row order (the (uid, timestamp) order of multi_event).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import polars as pl
+
+__all__ = [
+    "GAP_SECONDS",
+    "TEST_SECONDS",
+    "SplitMeta",
+    "SplitResult",
+    "temporal_split",
+]
+
+TEST_SECONDS = 86_400
+"""Length of the test window (one day)."""
+GAP_SECONDS = 1_800
+"""Gap between the end of train and the start of the test window."""
+
+
+@dataclass(frozen=True)
+class SplitMeta:
+    """The split_meta.json fields of the reference that the split itself determines.
+
+    Times are seconds on the dataset's axis; ``*_end`` bounds are exclusive. ``t_min`` and
+    ``t_max`` are over the whole input, ``train_start`` is the first train timestamp,
+    ``train_end`` = ``test_start - gap``, ``test_end`` = ``t_max``. ``num_users`` counts the
+    uids with train events (the test users are a subset of them). ``train_days`` is
+    ``(train_end - train_start) / 86,400``.
+    """
+
+    size: str | None
+    t_min: int
+    t_max: int
+    train_start: int
+    train_end: int
+    test_start: int
+    test_end: int
+    train_days: float
+    gap_minutes: float
+    test_days: float
+    num_train_events: int
+    num_test_events: int
+    num_users: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self, path: str | Path) -> Path:
+        """Write the fields as JSON, atomically (temporary file, then rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(self.to_dict(), f, indent=2, sort_keys=False)
+                f.write("\n")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> SplitMeta:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class SplitResult:
+    train: pl.DataFrame
+    test: pl.DataFrame
+    meta: SplitMeta
+
+
+def temporal_split(
+    events: pl.LazyFrame | pl.DataFrame,
+    *,
+    size: str | None = None,
+    test_seconds: int = TEST_SECONDS,
+    gap_seconds: int = GAP_SECONDS,
+) -> SplitResult:
+    """Split multi_event rows into train and test by time (see the module docstring).
+
+    ``events`` needs at least ``uid`` and ``timestamp``; other columns pass through. ``size``
+    is only recorded in the meta. Raises ValueError on an empty input or when no event falls
+    before the train end.
+    """
+    if test_seconds <= 0 or gap_seconds < 0:
+        raise ValueError("test_seconds must be positive and gap_seconds non-negative")
+    lazy = events.lazy()
+    bounds = lazy.select(
+        pl.col("timestamp").min().cast(pl.Int64).alias("t_min"),
+        pl.col("timestamp").max().cast(pl.Int64).alias("t_max"),
+    ).collect()
+    t_min, t_max = bounds.row(0)
+    if t_max is None:
+        raise ValueError("temporal_split: no events")
+    test_start = t_max - test_seconds
+    train_end = test_start - gap_seconds
+    ts = pl.col("timestamp").cast(pl.Int64)
+
+    train = lazy.filter(ts < train_end).collect()
+    if train.height == 0:
+        raise ValueError(f"temporal_split: no event before train_end={train_end} (t_max={t_max})")
+    train_users = train.select(pl.col("uid").unique())
+    test = (
+        lazy.filter((ts >= test_start) & (ts < t_max))
+        .join(train_users.lazy(), on="uid", how="semi", maintain_order="left")
+        .collect()
+    )
+    train_start = int(train["timestamp"].min())
+    meta = SplitMeta(
+        size=size,
+        t_min=int(t_min),
+        t_max=int(t_max),
+        train_start=train_start,
+        train_end=int(train_end),
+        test_start=int(test_start),
+        test_end=int(t_max),
+        train_days=(train_end - train_start) / 86_400,
+        gap_minutes=gap_seconds / 60,
+        test_days=test_seconds / 86_400,
+        num_train_events=train.height,
+        num_test_events=test.height,
+        num_users=train_users.height,
+    )
+    return SplitResult(train=train, test=test, meta=meta)

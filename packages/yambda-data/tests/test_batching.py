@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchrec")
+
+from yambda_data.batching import (  # noqa: E402
+    CANDIDATE_KEYS,
+    UIH_KEYS,
+    BatchIterator,
+    HSTUBatch,
+    make_batch,
+)
+from yambda_data.samples import Samples  # noqa: E402
+
+
+def tiny_samples() -> Samples:
+    # Three samples with histories of lengths 2, 0, 3.
+    return Samples(
+        uid=np.array([7, 7, 9], dtype=np.uint32),
+        anchor_timestamp=np.array([100, 105, 300], dtype=np.uint32),
+        item_id=np.array([11, 12, 13], dtype=np.uint32),
+        artist_id=np.array([1, 0, 2], dtype=np.uint32),
+        album_id=np.array([3, 4, 0], dtype=np.uint32),
+        label=np.array([1, 0, 1], dtype=np.uint8),
+        history_offsets=np.array([0, 2, 2, 5], dtype=np.int64),
+        history_item_id=np.array([21, 22, 31, 32, 33], dtype=np.uint32),
+        history_artist_id=np.array([1, 2, 3, 4, 5], dtype=np.uint32),
+        history_album_id=np.array([6, 7, 8, 9, 10], dtype=np.uint32),
+        history_action_weight=np.array([1, 4, 2, 1, 4], dtype=np.uint8),
+        history_timestamp=np.array([90, 95, 200, 250, 295], dtype=np.uint32),
+    )
+
+
+def test_key_constants():
+    assert UIH_KEYS == (
+        "uid",
+        "item_id",
+        "artist_id",
+        "album_id",
+        "action_weight",
+        "action_timestamp",
+    )
+    assert CANDIDATE_KEYS == (
+        "item_candidate_id",
+        "item_candidate_artist_id",
+        "item_candidate_album_id",
+        "item_query_time",
+    )
+
+
+def test_make_batch_tiny():
+    batch = make_batch(tiny_samples(), np.array([2, 0, 1]))
+    assert isinstance(batch, HSTUBatch) and batch.batch_size == 3
+    uih = batch.uih
+    assert uih.keys() == list(UIH_KEYS)
+    assert uih.stride() == 3
+    assert uih.values().dtype == torch.int64
+    d = uih.to_dict()
+    assert d["uid"].lengths().tolist() == [1, 1, 1]
+    assert d["uid"].values().tolist() == [9, 7, 7]
+    for key in UIH_KEYS[1:]:
+        assert d[key].lengths().tolist() == [3, 2, 0]
+    assert d["item_id"].values().tolist() == [31, 32, 33, 21, 22]
+    assert d["artist_id"].values().tolist() == [3, 4, 5, 1, 2]
+    assert d["album_id"].values().tolist() == [8, 9, 10, 6, 7]
+    assert d["action_weight"].values().tolist() == [2, 1, 4, 1, 4]
+    assert d["action_timestamp"].values().tolist() == [200, 250, 295, 90, 95]
+
+    cand = batch.candidates
+    assert cand.keys() == list(CANDIDATE_KEYS)
+    c = cand.to_dict()
+    for key in CANDIDATE_KEYS:
+        assert c[key].lengths().tolist() == [1, 1, 1]
+    assert c["item_candidate_id"].values().tolist() == [13, 11, 12]
+    assert c["item_candidate_artist_id"].values().tolist() == [2, 1, 0]
+    assert c["item_candidate_album_id"].values().tolist() == [0, 3, 4]
+    assert c["item_query_time"].values().tolist() == [300, 100, 105]
+    assert batch.labels.dtype == torch.float32
+    assert batch.labels.tolist() == [1.0, 1.0, 0.0]
+
+    moved = batch.to("cpu")
+    assert moved.labels.tolist() == batch.labels.tolist()
+
+
+def test_empty_histories():
+    s = tiny_samples()
+    batch = make_batch(s, np.array([1]))
+    assert batch.uih.to_dict()["item_id"].lengths().tolist() == [0]
+    assert batch.uih.to_dict()["uid"].values().tolist() == [7]
+
+
+def _many(n: int) -> Samples:
+    s = tiny_samples()
+    return s.take(np.arange(n) % len(s))
+
+
+def _uids(batches) -> list[list[int]]:
+    return [b.candidates.to_dict()["item_query_time"].values().tolist() for b in batches]
+
+
+def flat(batches: list[list[int]]) -> list[int]:
+    return [x for b in batches for x in b]
+
+
+def test_iterator_determinism_and_epochs():
+    s = _many(10)
+    s = Samples(**{**s.__dict__, "anchor_timestamp": np.arange(10, dtype=np.uint32)})
+    it = BatchIterator(s, 4, shuffle=True, seed=3)
+    assert len(it) == 3
+    first = _uids(it)
+    assert _uids(it) == first  # same epoch, same order
+    assert [len(b) for b in first] == [4, 4, 2]
+    assert sorted(flat(first)) == list(range(10))
+    assert _uids(BatchIterator(s, 4, shuffle=True, seed=3)) == first
+    it.set_epoch(1)
+    second = _uids(it)
+    assert second != first and sorted(flat(second)) == list(range(10))
+    assert _uids(BatchIterator(s, 4, shuffle=True, seed=4)) != first
+    assert np.array_equal(it.order(0), np.array(flat(first)))
+
+    plain = BatchIterator(s, 4, shuffle=False, drop_last=True)
+    assert len(plain) == 2
+    assert _uids(plain) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+    with pytest.raises(ValueError, match="batch_size"):
+        BatchIterator(s, 0)
+    with pytest.raises(ValueError, match="epoch"):
+        it.set_epoch(-1)

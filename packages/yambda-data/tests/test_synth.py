@@ -1,0 +1,194 @@
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from yambda_data.schema import (
+    ALBUM_ITEM_MAPPING_SCHEMA,
+    ARTIST_ITEM_MAPPING_SCHEMA,
+    MULTI_EVENT_SCHEMA,
+    validate_mapping,
+    validate_multi_event,
+)
+from yambda_data.split import temporal_split
+from yambda_data.synth import SynthConfig, SynthData, generate, roc_auc, synthesize
+
+
+def _files(paths) -> dict[str, bytes]:
+    return {
+        name: Path(getattr(paths, name)).read_bytes()
+        for name in ("multi_event", "artist_item_mapping", "album_item_mapping")
+    }
+
+
+def test_layout_and_determinism(tmp_path: Path, tiny_config: SynthConfig):
+    a = synthesize(tmp_path / "a", tiny_config)
+    b = synthesize(tmp_path / "b", tiny_config)
+    c = synthesize(tmp_path / "c", dataclasses.replace(tiny_config, seed=tiny_config.seed + 1))
+    assert a.multi_event == tmp_path / "a" / "flat" / "50m" / "multi_event.parquet"
+    assert a.artist_item_mapping == tmp_path / "a" / "artist_item_mapping.parquet"
+    assert a.album_item_mapping == tmp_path / "a" / "album_item_mapping.parquet"
+    assert _files(a) == _files(b)
+    files_a, files_c = _files(a), _files(c)
+    assert all(files_a[k] != files_c[k] for k in files_a)
+    # No temporary files left behind.
+    leftovers = [p for p in (tmp_path / "a").rglob("*") if p.is_file() and ".tmp" in p.name]
+    assert leftovers == []
+    validate_multi_event(a.multi_event)
+    assert validate_mapping(a.artist_item_mapping, "artist") > 0
+    assert validate_mapping(a.album_item_mapping, "album") > 0
+
+
+def test_size_label(tmp_path: Path, tiny_config: SynthConfig):
+    paths = synthesize(tmp_path, dataclasses.replace(tiny_config, users=3, size="500m"))
+    assert paths.multi_event == tmp_path / "flat" / "500m" / "multi_event.parquet"
+
+
+def test_schema_and_invariants(tiny_data: SynthData):
+    ev = tiny_data.events
+    assert ev.schema == MULTI_EVENT_SCHEMA
+    assert tiny_data.artist_item_mapping.schema == ARTIST_ITEM_MAPPING_SCHEMA
+    assert tiny_data.album_item_mapping.schema == ALBUM_ITEM_MAPPING_SCHEMA
+    summary = validate_multi_event(ev)
+    assert summary.num_users == tiny_data.config.users
+    assert sorted(ev["uid"].unique().to_list()) == list(range(tiny_data.config.users))
+    assert tiny_data.listen_plus_prob.shape == (ev.height,)
+    listen = (ev["event_type"] == "listen").to_numpy()
+    assert np.isnan(tiny_data.listen_plus_prob[~listen]).all()
+    assert (
+        (tiny_data.listen_plus_prob[listen] > 0) & (tiny_data.listen_plus_prob[listen] < 1)
+    ).all()
+
+
+def test_marginals(default_data: SynthData):
+    ev = default_data.events
+    n = ev.height
+    share = {k: v / n for k, v in ev["event_type"].value_counts().iter_rows()}
+    assert 0.96 <= share["listen"] <= 0.98
+    assert 0.014 <= share["like"] <= 0.025
+    assert 0.001 <= share["dislike"] <= 0.004
+    assert 0.0005 <= share["unlike"] + share["undislike"] <= 0.01
+    assert share["undislike"] > 0
+
+    listens = ev.filter(pl.col("event_type") == "listen")
+    ratio = listens["played_ratio_pct"].to_numpy()
+    assert ratio.min() == 0 and ratio.max() <= 159 and ratio.max() > 140
+    assert 0.06 <= (ratio == 0).mean() <= 0.09
+    assert 0.002 <= (ratio > 100).mean() <= 0.008
+    assert 0.55 <= (ratio >= 50).mean() <= 0.68
+    length = listens["track_length_seconds"].to_numpy()
+    assert (length % 5 == 0).all() and length.min() >= 30 and length.max() <= 900
+
+    ts = ev["timestamp"].to_numpy().astype(np.int64)
+    uid = ev["uid"].to_numpy()
+    assert (ts % 5 == 0).all() and ts.min() >= 0 and ts.max() < 26_000_000
+    same_user = uid[1:] == uid[:-1]
+    ties = ((ts[1:] == ts[:-1]) & same_user).sum() / same_user.sum()
+    assert 0.09 <= ties <= 0.15
+
+    organic = ev["is_organic"].to_numpy()
+    assert set(np.unique(organic)) == {0, 1}
+
+    # Heavy-tailed users: median near the configured one, long right tail.
+    per_user = np.bincount(uid)
+    assert 800 <= np.median(per_user) <= 1_300
+    assert np.percentile(per_user, 95) > 3 * np.median(per_user)
+
+
+def test_sessions_cover_the_time_axis(default_data: SynthData):
+    ev = default_data.events
+    per_user = ev.group_by("uid").agg(
+        pl.col("timestamp").min().alias("first"),
+        pl.col("timestamp").max().alias("last"),
+        (pl.col("timestamp").cast(pl.Int64).diff() > 1_800).sum().alias("gaps"),
+    )
+    assert per_user["first"].max() < 2 * 86_400
+    assert per_user["last"].min() >= 26_000_000 - 86_400
+    # Sessions: more than one per user, separated by gaps over 30 minutes.
+    assert per_user["gaps"].min() >= 5
+    split = temporal_split(ev)
+    test_listens = split.test.filter(pl.col("event_type") == "listen")
+    assert test_listens.height >= 3_000
+    assert test_listens["uid"].n_unique() == default_data.config.users
+
+
+def test_popularity_and_ids(default_data: SynthData):
+    cfg = default_data.config
+    ev = default_data.events
+    counts = np.sort(ev["item_id"].value_counts()["count"].to_numpy())[::-1]
+    top = counts[: max(1, counts.size // 100)].sum() / counts.sum()
+    assert top > 0.2  # the top 1% of items take a large share
+    ids = np.sort(ev["item_id"].unique().to_numpy().astype(np.int64))
+    assert ids.max() < cfg.items * cfg.id_sparsity
+    assert (np.diff(ids) > 1).mean() > 0.5  # sparse, not contiguous
+
+
+def test_mappings_many_to_many(default_data: SynthData):
+    cfg = default_data.config
+    artist = default_data.artist_item_mapping
+    album = default_data.album_item_mapping
+    assert artist.is_duplicated().sum() == 0 and album.is_duplicated().sum() == 0
+    per_item = artist.group_by("item_id").len()["len"]
+    assert (per_item == 1).mean() > 0.8
+    assert per_item.max() >= 2
+    assert artist["artist_id"].n_unique() > 0.9 * cfg.artists
+    assert artist.group_by("artist_id").len()["len"].max() > 1
+    assert album.group_by("item_id").len()["len"].max() >= 2
+    # A few items have no mapping at all.
+    assert 0.005 < 1 - artist["item_id"].n_unique() / cfg.items < 0.05
+    assert 0.005 < 1 - album["item_id"].n_unique() / cfg.items < 0.05
+
+
+def test_planted_signal_bayes_auc(default_data: SynthData):
+    """Bayes-optimal AUC of listen_plus from the generator's own probabilities."""
+    auc = default_data.planted_auc()
+    assert 0.75 <= auc <= 0.82
+    t_max = int(default_data.events["timestamp"].max())
+    assert 0.74 <= default_data.planted_auc(t_from=t_max - 86_400, t_to=t_max) <= 0.83
+
+
+def test_no_signal(tiny_config: SynthConfig):
+    data = generate(dataclasses.replace(tiny_config, users=60, signal_scale=0.0))
+    probs = data.listen_plus_prob[~np.isnan(data.listen_plus_prob)]
+    assert np.allclose(probs, probs[0])
+    assert data.planted_auc() == 0.5
+
+
+def test_roc_auc():
+    assert roc_auc(np.array([0.1, 0.4, 0.35, 0.8]), np.array([0, 0, 1, 1])) == 0.75
+    assert roc_auc(np.array([1.0, 1.0]), np.array([0, 1])) == 0.5
+    assert np.isnan(roc_auc(np.array([1.0, 2.0]), np.array([1, 1])))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("users", 0),
+        ("users", 2.5),
+        ("seed", -1),
+        ("size", ""),
+        ("size", "../x"),
+        ("median_events_per_user", 10),
+        ("min_events_per_user", 4),
+        ("max_events_per_user", 200_000),
+        ("events_sigma", -0.1),
+        ("items", 10),
+        ("albums", 10),
+        ("artists", 4),
+        ("genres", 0),
+        ("item_zipf", float("nan")),
+        ("id_sparsity", 0.5),
+        ("mean_session_listens", 0),
+        ("last_day_sessions", 0),
+        ("time_span", 100),
+        ("signal_scale", -1.0),
+        ("time_span", 10 * 86_400),
+        ("users", True),
+    ],
+)
+def test_config_validation_names_the_field(field: str, value):
+    with pytest.raises(ValueError, match=rf"SynthConfig\.{field}"):
+        SynthConfig(**{field: value})
