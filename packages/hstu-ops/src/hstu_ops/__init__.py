@@ -1,1 +1,34 @@
-"""HSTU kernels."""
+"""HSTU kernels: PyTorch references and native (C++/CUDA/HIP) ops.
+
+Every op takes ``kernel=`` (a :class:`Kernel`, or None for the process default set with
+:func:`set_default_kernel`). The PYTORCH kernels in :mod:`hstu_ops.pytorch` are the
+specification; the NATIVE kernels come from the compiled extension and are also reachable as
+``torch.ops.hstu_ops.*`` once this package is imported.
+"""
+
+from hstu_ops import pytorch
+from hstu_ops._kernel import Kernel, get_default_kernel, set_default_kernel
+from hstu_ops._native import (
+    NativeExtensionError,
+    native_available,
+    native_build_info,
+)
+from hstu_ops.hstu_attention import hstu_mha
+from hstu_ops.jagged import complete_cumsum, concat_1d_jagged, split_1d_jagged
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Kernel",
+    "NativeExtensionError",
+    "__version__",
+    "complete_cumsum",
+    "concat_1d_jagged",
+    "get_default_kernel",
+    "hstu_mha",
+    "native_available",
+    "native_build_info",
+    "pytorch",
+    "set_default_kernel",
+    "split_1d_jagged",
+]

@@ -1,0 +1,69 @@
+"""Jagged HSTU multi-head attention, dispatched by kernel.
+
+Only the PYTORCH reference exists so far; see :mod:`hstu_ops.pytorch.pt_hstu_attention` for
+the semantics and the exact mask.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hstu_ops._kernel import Kernel, resolve_kernel
+from hstu_ops.pytorch.pt_hstu_attention import pytorch_hstu_mha
+
+__all__ = ["hstu_mha"]
+
+_KERNELS = (Kernel.PYTORCH,)
+
+
+def hstu_mha(
+    max_seq_len: int,
+    alpha: float,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    seq_offsets: torch.Tensor,
+    causal: bool = True,
+    dropout_pr: float = 0.0,
+    training: bool = True,
+    num_targets: torch.Tensor | None = None,
+    max_attn_len: int = 0,
+    contextual_seq_len: int = 0,
+    kernel: Kernel | str | None = None,
+) -> torch.Tensor:
+    """HSTU attention over a jagged batch.
+
+    out = (silu(alpha * q k^T) / max_seq_len, masked) @ v, per sequence and head.
+
+    Args:
+        max_seq_len: divisor of the attention weights; every sequence must be at most this long.
+        alpha: scale of q k^T before the SiLU (the DLRMv4 reference uses 1/sqrt(attn_dim)).
+        q, k: [total, heads, attn_dim]. v: [total, heads, hidden_dim].
+        seq_offsets: int32/int64 [B + 1], offsets of the B sequences in the first dimension.
+        causal: token i sees tokens of lower rank (see the mask); otherwise any other rank.
+        dropout_pr: dropout probability on the attention weights, applied while ``training``.
+        num_targets: optional int [B]; the last num_targets[b] tokens of sequence b are
+            candidates that see the history and themselves but not each other.
+        max_attn_len: if > 0, the largest rank distance a token looks across.
+        contextual_seq_len: number of leading contextual tokens, which see all non-target
+            tokens and are seen by all tokens.
+        kernel: ``Kernel.PYTORCH`` (the only one so far) or None for the process default.
+
+    Returns:
+        [total, heads, hidden_dim].
+    """
+    resolve_kernel("hstu_mha", kernel, _KERNELS)
+    return pytorch_hstu_mha(
+        max_seq_len,
+        alpha,
+        q,
+        k,
+        v,
+        seq_offsets,
+        causal=causal,
+        dropout_pr=dropout_pr,
+        training=training,
+        num_targets=num_targets,
+        max_attn_len=max_attn_len,
+        contextual_seq_len=contextual_seq_len,
+    )

@@ -1,0 +1,60 @@
+import pytest
+import torch
+
+import hstu_ops
+from hstu_ops import Kernel
+from hstu_ops.pytorch import pt_jagged
+
+
+def _tiny_attention_inputs():
+    q = torch.randn(3, 1, 2)
+    return q, q.clone(), q.clone(), torch.tensor([0, 3])
+
+
+def test_default_is_pytorch():
+    assert hstu_ops.get_default_kernel() is Kernel.PYTORCH
+
+
+def test_set_default_accepts_enum_and_names():
+    hstu_ops.set_default_kernel(Kernel.NATIVE)
+    assert hstu_ops.get_default_kernel() is Kernel.NATIVE
+    hstu_ops.set_default_kernel("pytorch")
+    assert hstu_ops.get_default_kernel() is Kernel.PYTORCH
+    hstu_ops.set_default_kernel("NATIVE")
+    assert hstu_ops.get_default_kernel() is Kernel.NATIVE
+
+
+def test_unknown_kernel_name_is_rejected():
+    with pytest.raises(ValueError, match=r"unknown kernel 'cuda'"):
+        hstu_ops.set_default_kernel("cuda")
+    with pytest.raises(ValueError, match=r"complete_cumsum: unknown kernel"):
+        hstu_ops.complete_cumsum(torch.tensor([1]), kernel="fast")
+
+
+def test_hstu_mha_rejects_native_naming_op_and_kernels():
+    q, k, v, offsets = _tiny_attention_inputs()
+    with pytest.raises(ValueError, match=r"hstu_mha has no NATIVE kernel.*hstu_mha: PYTORCH"):
+        hstu_ops.hstu_mha(4, 1.0, q, k, v, offsets, kernel=Kernel.NATIVE)
+
+
+def test_default_native_falls_back_to_pytorch_for_hstu_mha():
+    q, k, v, offsets = _tiny_attention_inputs()
+    expected = hstu_ops.hstu_mha(4, 1.0, q, k, v, offsets)
+    hstu_ops.set_default_kernel(Kernel.NATIVE)
+    torch.testing.assert_close(hstu_ops.hstu_mha(4, 1.0, q, k, v, offsets), expected)
+
+
+def test_default_kernel_is_used_when_kernel_is_none(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the PYTORCH kernel ran although the default is NATIVE")
+
+    monkeypatch.setattr(pt_jagged, "pytorch_concat_1d_jagged", refuse)
+    monkeypatch.setattr(pt_jagged, "pytorch_complete_cumsum", refuse)
+    hstu_ops.set_default_kernel(Kernel.NATIVE)
+    assert hstu_ops.complete_cumsum(torch.tensor([2, 1])).tolist() == [0, 2, 3]
+    offsets = torch.tensor([0, 1])
+    values, _ = hstu_ops.concat_1d_jagged(torch.ones(1), offsets, torch.zeros(1), offsets)
+    assert values.tolist() == [1.0, 0.0]
+    # An explicit kernel wins over the default.
+    with pytest.raises(AssertionError, match="PYTORCH kernel ran"):
+        hstu_ops.complete_cumsum(torch.tensor([1]), kernel=Kernel.PYTORCH)
