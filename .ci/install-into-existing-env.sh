@@ -23,16 +23,39 @@ fi
 # Pinning the installed torch makes pip fail rather than replace it.
 pins=$(mktemp)
 trap 'rm -f "$pins"' EXIT
-"$python" -c 'import torch; print(f"torch=={torch.__version__}")' >"$pins"
+"$python" -c 'from importlib.metadata import version; print("torch==" + version("torch"))' >"$pins"
 
-"$python" -m pip install --quiet --constraint "$pins" "scikit-build-core>=0.10" "pybind11>=2.13" ninja cmake
-"$python" -m pip install --no-build-isolation --constraint "$pins" \
-  "$root/packages/hstu-ops" \
-  "$root/packages/hstu-model" \
-  "$root/packages/yambda-data[torch]" \
-  "$root/packages/mlperf-compliance" \
-  "$root/packages/storage-workloads" \
-  "pytest>=8" "hypothesis>=6"
+"$python" -m pip install --quiet --constraint "$pins" "scikit-build-core>=0.10" "hatchling>=1.25" ninja cmake
+packages=(hstu-ops hstu-model yambda-data mlperf-compliance storage-workloads)
+# The environment's framework stack (torch, torchrec, fbgemm, triton) is left alone: pip would
+# otherwise pull torchrec's declared CUDA fbgemm-gpu into a CPU or ROCm environment. Every other
+# requirement of the packages (and of their `torch` extra and dev group) is installed normally.
+requirements=$("$python" - "$root" "${packages[@]}" <<'PY'
+import re, sys, tomllib
+from pathlib import Path
+
+root, names = Path(sys.argv[1]), sys.argv[2:]
+framework = {"torch", "torchrec", "triton", "fbgemm-gpu", "fbgemm-gpu-cpu"}
+ours = set()
+found = []
+for name in names:
+    project = tomllib.loads((root / "packages" / name / "pyproject.toml").read_text())
+    ours.add(project["project"]["name"])
+    found += project["project"].get("dependencies", [])
+    for extra in project["project"].get("optional-dependencies", {}).values():
+        found += extra
+    found += project.get("dependency-groups", {}).get("dev", [])
+for requirement in dict.fromkeys(found):
+    base = re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+    if base not in framework and base not in ours:
+        print(requirement)
+PY
+)
+# shellcheck disable=SC2086
+"$python" -m pip install --constraint "$pins" $requirements
+for name in "${packages[@]}"; do
+  "$python" -m pip install --no-build-isolation --no-deps "$root/packages/$name"
+done
 
 torch_after=$("$python" -c 'import torch; print(torch.__version__, torch.__file__)')
 if [ "$torch_before" != "$torch_after" ]; then

@@ -4,8 +4,9 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from hstu_model import FeatureNames, HSTURanker, preset, seed_everything
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from hstu_model import FeatureNames, HSTURanker, preset, seed_everything
 
 VOCAB = {"uid": 11, "item_id": 50, "artist_id": 13, "album_id": 17}
 

@@ -1,4 +1,5 @@
 import pytest
+
 from hstu_model import ConfigError, ModelConfig, OptimizerConfig, TrainConfig, preset
 
 

@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
-from hstu_model import binary_auc
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from hstu_model import binary_auc
 
 
 def pairwise_auc(scores, labels):

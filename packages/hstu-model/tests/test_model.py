@@ -1,5 +1,6 @@
 import pytest
 import torch
+
 from hstu_model import HSTURanker, Trainer, time_features
 
 

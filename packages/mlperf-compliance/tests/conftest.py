@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
+
 from mlperf_compliance import (
     MLPerfLogger,
     dlrmv4_run_start_keys,

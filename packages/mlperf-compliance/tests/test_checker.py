@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from mlperf_compliance import check_log
 from mlperf_compliance.cli import main
 

@@ -10,6 +10,7 @@ from typing import Any
 import mlperf_logging.compliance_checker as checker_pkg
 import pytest
 import yaml
+
 from mlperf_compliance import (
     DLRMV4_EVAL_SAMPLES,
     DLRMV4_TRAIN_SAMPLES,

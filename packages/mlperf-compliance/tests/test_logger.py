@@ -8,6 +8,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+
 from mlperf_compliance import MLPerfLogger, read_log
 
 # One call per line: the record must name exactly this file and the line of the lambda.

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from storage_workloads import (
     RECORD_LENGTH_KEYS,
     required_num_files,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from storage_workloads import (
     CLOSED_PARAMETERS,
     OPEN_PARAMETERS,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from storage_workloads import required_num_files, suggested_subfolders, workload
 
 GiB = 2**30

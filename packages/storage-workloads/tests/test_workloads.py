@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
 from storage_workloads import (
     ACCELERATORS,
     MODELS,

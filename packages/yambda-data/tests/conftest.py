@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from yambda_data.synth import SynthConfig, SynthData, generate
 
 TINY = SynthConfig(

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+
 from yambda_data.cli import main
 from yambda_data.schema import multi_event_path
 

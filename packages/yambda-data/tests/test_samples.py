@@ -5,6 +5,7 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from yambda_data.samples import (
     ItemFeatures,
     SampleConfig,

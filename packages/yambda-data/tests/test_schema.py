@@ -4,6 +4,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
 from yambda_data.schema import (
     ALBUM_ITEM_MAPPING_SCHEMA,
     ARTIST_ITEM_MAPPING_SCHEMA,

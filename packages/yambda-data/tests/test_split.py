@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from yambda_data.schema import MULTI_EVENT_SCHEMA
 from yambda_data.split import GAP_SECONDS, TEST_SECONDS, SplitMeta, temporal_split
 

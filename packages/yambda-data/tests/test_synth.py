@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+
 from yambda_data.schema import (
     ALBUM_ITEM_MAPPING_SCHEMA,
     ARTIST_ITEM_MAPPING_SCHEMA,

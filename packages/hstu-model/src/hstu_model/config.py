@@ -268,15 +268,15 @@ def tiny() -> HSTUConfig:
             attention_dim=32,
             linear_dim=32,
             preprocessor_hidden_dim=64,
-            max_seq_len=128,
-            history_length=64,
-            position_buckets=128,
+            max_seq_len=64,
+            history_length=32,
+            position_buckets=64,
             time_buckets=256,
             input_dropout=0.1,
             linear_dropout=0.1,
         ),
         optimizer=OptimizerConfig(dense_lr=2e-3, sparse_lr=0.05, warmup_steps=50),
-        train=TrainConfig(batch_size=128, eval_batch_size=512),
+        train=TrainConfig(batch_size=256, eval_batch_size=1024),
     )
 
 

@@ -11,7 +11,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import hstu_ops
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -19,6 +18,7 @@ from torchrec.modules.embedding_configs import EmbeddingConfig
 from torchrec.modules.embedding_modules import EmbeddingCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+import hstu_ops
 from hstu_model.config import EmbeddingTable, FeatureNames, ModelConfig
 
 SECONDS_PER_HOUR = 3600

@@ -4,6 +4,7 @@ in-memory samples and (in :mod:`yambda_data.batching`, which needs torch) TorchR
 Importing this package does not import torch.
 """
 
+from .dataset import DLRMv4Samples, load_dlrmv4_samples
 from .samples import (
     ItemFeatures,
     SampleConfig,
@@ -34,6 +35,7 @@ __all__ = [
     "EVENT_TYPE_CODES",
     "EVENT_TYPE_DTYPE",
     "MULTI_EVENT_SCHEMA",
+    "DLRMv4Samples",
     "ItemFeatures",
     "MultiEventSummary",
     "SampleConfig",
@@ -49,6 +51,7 @@ __all__ = [
     "build_samples",
     "compute_vocab_sizes",
     "generate",
+    "load_dlrmv4_samples",
     "read_mapping",
     "read_multi_event",
     "synthesize",

@@ -1,0 +1,150 @@
+"""Train the HSTU ranking model end to end; print progress to stderr and one JSON line to stdout.
+
+With no arguments it synthesizes a small dataset in the exact Yambda schema (with a planted,
+learnable signal), trains the `tiny` preset on it, evaluates AUC on the held-out last day and
+writes an MLPerf log. `--data ROOT --size SIZE` trains on a Yambda download instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import hstu_model
+import yambda_data
+from mlperf_compliance import DLRMv4RunConfig, MLPerfLogger, dlrmv4_run_start_keys
+from yambda_data.batching import BatchIterator
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--preset", default="tiny", choices=sorted(hstu_model.config.PRESETS))
+    p.add_argument("--data", type=Path, help="Yambda root (default: synthesize one under --out)")
+    p.add_argument("--size", default="50m", help="dataset size folder under flat/ (default 50m)")
+    p.add_argument("--users", type=int, default=400, help="users of the synthetic dataset")
+    p.add_argument("--seed", type=int, default=0, help="seed of data, init and order")
+    p.add_argument("--steps", type=int, default=1200, help="training steps")
+    p.add_argument("--evals", type=int, default=4, help="evaluations, evenly spaced")
+    p.add_argument("--kernel", choices=("pytorch", "native"), default="native")
+    p.add_argument("--target-auc", type=float, default=0.70, help="AUC that counts as success")
+    p.add_argument("--out", type=Path, default=Path("runs/train"), help="run folder")
+    return p.parse_args(argv)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def endless(batches: BatchIterator):
+    """(epoch, batch) pairs, one epoch after another, each in its own seeded order."""
+    epoch = 0
+    while True:
+        batches.set_epoch(epoch)
+        for batch in batches:
+            yield epoch, batch
+        epoch += 1
+
+
+def write_json_atomic(path: Path, payload: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    mllog = MLPerfLogger(args.out / "mlperf.log")
+    mllog.init_start()
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    cfg = hstu_model.preset(args.preset)
+    cfg = cfg.replace(model={"kernel": args.kernel}, train={"seed": args.seed})
+    root = args.data
+    if root is None:
+        root = args.out / "data"
+        synth = yambda_data.SynthConfig(users=args.users, seed=args.seed, size=args.size)
+        yambda_data.synthesize(root, synth)
+    sample_cfg = yambda_data.SampleConfig(history_length=cfg.model.history_length)
+    data = yambda_data.load_dlrmv4_samples(root, args.size, sample_cfg)
+    log(f"data: {len(data.train)} train / {len(data.eval)} eval samples, vocab {data.vocab}")
+
+    hstu_model.seed_everything(args.seed)
+    model = hstu_model.HSTURanker(cfg.model, data.vocab.as_dict())
+    trainer = hstu_model.Trainer(model, cfg)
+    batch_size = cfg.train.batch_size
+    train_batches = BatchIterator(
+        data.train, batch_size, shuffle=True, seed=args.seed, drop_last=True
+    )
+    eval_batches = BatchIterator(data.eval, cfg.train.eval_batch_size, shuffle=False)
+    write_json_atomic(
+        args.out / "config.json", cfg.to_dict() | {"run": vars(args) | {"data": str(root)}}
+    )
+
+    run = DLRMv4RunConfig(
+        global_batch_size=batch_size,
+        learning_rate=cfg.optimizer.dense_lr,
+        sparse_learning_rate=cfg.optimizer.sparse_lr,
+        micro_batch_size=batch_size,
+        config_filename=str(args.out / "config.json"),
+        precision_linear="bf16" if cfg.train.autocast_bf16 else "fp32",
+        precision_attn="bf16" if cfg.train.autocast_bf16 else "fp32",
+        precision_comm="fp32",
+        train_samples=args.steps * batch_size,
+        eval_samples=len(data.eval),
+        max_sequence_length=cfg.model.max_seq_len,
+        eval_every_data_pct=1.0 / args.evals,
+        warmup_steps=cfg.optimizer.warmup_steps,
+        seed=args.seed,
+    )
+    mllog.submission_info(org="reference", platform=f"{os.cpu_count()}xCPU", division="open")
+    mllog.cache_clear()
+    mllog.hyperparameters(dlrmv4_run_start_keys(run))
+    mllog.init_stop()
+    mllog.run_start()
+
+    eval_steps = sorted({round(args.steps * (i + 1) / args.evals) for i in range(args.evals)})
+    stream = endless(train_batches)
+    status, auc, step, epoch, trained_seconds = "aborted", float("nan"), 0, 0, 0.0
+    try:
+        for eval_step in eval_steps:
+            mllog.block_start(step * batch_size, first_epoch_num=epoch)
+            started = time.perf_counter()
+            while step < eval_step:
+                epoch, batch = next(stream)
+                loss = trainer.train_step(batch)
+                step += 1
+                if step % 100 == 0:
+                    log(f"step {step}/{args.steps} epoch {epoch} loss {loss:.4f}")
+            trained_seconds += time.perf_counter() - started
+            mllog.block_stop(step * batch_size, first_epoch_num=epoch)
+            mllog.eval_start(step * batch_size, epoch_num=epoch)
+            result = trainer.evaluate(eval_batches)
+            auc = result.auc
+            mllog.eval_accuracy(auc, step * batch_size, epoch_num=epoch)
+            mllog.eval_stop(step * batch_size, epoch_num=epoch)
+            log(
+                f"eval at step {step}: auc {auc:.4f} loss {result.loss:.4f} ({result.num_samples} samples)"
+            )
+        status = "success" if auc >= args.target_auc else "aborted"
+    finally:
+        mllog.run_stop(status, step * batch_size)
+        mllog.close()
+    summary = {
+        "eval_auc": round(auc, 6),
+        "train_samples": step * batch_size,
+        "samples_per_s": round(step * batch_size / trained_seconds, 1),
+        "status": status,
+        "mlperf_log": str(args.out / "mlperf.log"),
+    }
+    print(json.dumps(summary), flush=True)
+    return summary
+
+
+if __name__ == "__main__":
+    main()
