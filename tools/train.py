@@ -29,10 +29,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size", default="50m", help="dataset size folder under flat/ (default 50m)")
     p.add_argument("--users", type=int, default=400, help="users of the synthetic dataset")
     p.add_argument("--seed", type=int, default=0, help="seed of data, init and order")
-    p.add_argument("--steps", type=int, default=1200, help="training steps")
-    p.add_argument("--evals", type=int, default=4, help="evaluations, evenly spaced")
+    p.add_argument("--steps", type=int, default=600, help="training steps")
+    p.add_argument("--evals", type=int, default=3, help="evaluations, evenly spaced")
     p.add_argument("--kernel", choices=("pytorch", "native"), default="native")
-    p.add_argument("--target-auc", type=float, default=0.70, help="AUC that counts as success")
+    p.add_argument(
+        "--target-auc",
+        type=float,
+        help="AUC that counts as success (default: 0.75, the MLPerf target, on --data; "
+        "0.65 on the synthetic data)",
+    )
     p.add_argument("--out", type=Path, default=Path("runs/train"), help="run folder")
     return p.parse_args(argv)
 
@@ -59,6 +64,8 @@ def write_json_atomic(path: Path, payload: dict) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    if args.target_auc is None:
+        args.target_auc = 0.65 if args.data is None else 0.75
     args.out.mkdir(parents=True, exist_ok=True)
     mllog = MLPerfLogger(args.out / "mlperf.log")
     mllog.init_start()
