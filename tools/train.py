@@ -14,8 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 import hstu_model
 import yambda_data
 from mlperf_compliance import DLRMv4RunConfig, MLPerfLogger, dlrmv4_run_start_keys
@@ -46,16 +44,6 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def endless(batches: BatchIterator):
-    """(epoch, batch) pairs, one epoch after another, each in its own seeded order."""
-    epoch = 0
-    while True:
-        batches.set_epoch(epoch)
-        for batch in batches:
-            yield epoch, batch
-        epoch += 1
-
-
 def write_json_atomic(path: Path, payload: dict) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
@@ -69,7 +57,6 @@ def main(argv: list[str] | None = None) -> dict:
     args.out.mkdir(parents=True, exist_ok=True)
     mllog = MLPerfLogger(args.out / "mlperf.log")
     mllog.init_start()
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
     cfg = hstu_model.preset(args.preset)
     cfg = cfg.replace(model={"kernel": args.kernel}, train={"seed": args.seed})
     root = args.data
@@ -116,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
     mllog.run_start()
 
     eval_steps = sorted({round(args.steps * (i + 1) / args.evals) for i in range(args.evals)})
-    stream = endless(train_batches)
+    stream = train_batches.epochs()
     status, auc, step, epoch, trained_seconds = "aborted", float("nan"), 0, 0, 0.0
     try:
         for eval_step in eval_steps:
@@ -127,7 +114,10 @@ def main(argv: list[str] | None = None) -> dict:
                 loss = trainer.train_step(batch)
                 step += 1
                 if step % 100 == 0:
-                    log(f"step {step}/{args.steps} epoch {epoch} loss {loss:.4f}")
+                    rate = (step * batch_size) / (trained_seconds + time.perf_counter() - started)
+                    log(
+                        f"step {step}/{args.steps} epoch {epoch} loss {loss:.4f} {rate:.0f} samples/s"
+                    )
             trained_seconds += time.perf_counter() - started
             mllog.block_stop(step * batch_size, first_epoch_num=epoch)
             mllog.eval_start(step * batch_size, epoch_num=epoch)
@@ -135,9 +125,7 @@ def main(argv: list[str] | None = None) -> dict:
             auc = result.auc
             mllog.eval_accuracy(auc, step * batch_size, epoch_num=epoch)
             mllog.eval_stop(step * batch_size, epoch_num=epoch)
-            log(
-                f"eval at step {step}: auc {auc:.4f} loss {result.loss:.4f} ({result.num_samples} samples)"
-            )
+            log(f"eval at step {step}: auc {auc:.4f} over {result.num_samples} samples")
         status = "success" if auc >= args.target_auc else "aborted"
     finally:
         mllog.run_stop(status, step * batch_size)

@@ -129,3 +129,17 @@ def test_iterator_determinism_and_epochs():
         BatchIterator(s, 0)
     with pytest.raises(ValueError, match="epoch"):
         it.set_epoch(-1)
+
+
+def test_epochs_run_on_across_epoch_boundaries():
+    s = _many(10)
+    s = Samples(**{**s.__dict__, "anchor_timestamp": np.arange(10, dtype=np.uint32)})
+    it = BatchIterator(s, 4, shuffle=True, seed=3, drop_last=True)
+    stream = it.epochs()
+    pairs = [next(stream) for _ in range(5)]
+    assert [epoch for epoch, _ in pairs] == [0, 0, 1, 1, 2]
+    got = _uids(b for _, b in pairs)
+    assert got[:2] == [list(o) for o in it.order(0)[:8].reshape(2, 4)]
+    assert got[2:4] == [list(o) for o in it.order(1)[:8].reshape(2, 4)]
+    with pytest.raises(ValueError, match="no batch of 11 in 10 samples"):
+        next(BatchIterator(s, 11, drop_last=True).epochs())

@@ -183,3 +183,17 @@ class BatchIterator:
         order = self.order()
         for i in range(len(self)):
             yield make_batch(self.samples, order[i * self.batch_size : (i + 1) * self.batch_size])
+
+    def epochs(self, start_epoch: int = 0) -> Iterator[tuple[int, HSTUBatch]]:
+        """(epoch, batch) pairs without end: epoch ``start_epoch``, then the next, and so on."""
+        if len(self) == 0:
+            raise ValueError(
+                f"no batch of {self.batch_size} in {len(self.samples)} samples "
+                f"(drop_last={self.drop_last})"
+            )
+        epoch = start_epoch
+        while True:
+            self.set_epoch(epoch)
+            for batch in self:
+                yield epoch, batch
+            epoch += 1
