@@ -25,7 +25,7 @@ pins=$(mktemp)
 trap 'rm -f "$pins"' EXIT
 "$python" -c 'from importlib.metadata import version; print("torch==" + version("torch"))' >"$pins"
 
-"$python" -m pip install --quiet --constraint "$pins" "scikit-build-core>=0.10" "hatchling>=1.25" ninja cmake
+"$python" -m pip install --quiet --constraint "$pins" "scikit-build-core>=0.10" "pybind11>=2.13" "hatchling>=1.25" ninja cmake
 packages=(hstu-ops hstu-model yambda-data mlperf-compliance storage-workloads)
 # The environment's framework stack (torch, torchrec, fbgemm, triton) is left alone: pip would
 # otherwise pull torchrec's declared CUDA fbgemm-gpu into a CPU or ROCm environment. Every other

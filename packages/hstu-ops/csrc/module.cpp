@@ -1,10 +1,8 @@
-// The `hstu_ops._C` Python extension module.
+// The `hstu_ops._C` Python extension module (pybind11).
 //
 // Importing it runs the static TORCH_LIBRARY registrations of the other translation units
-// (torch.ops.hstu_ops.*). The module itself only reports how it was built, so it uses the
-// plain Python C API and needs no binding library.
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+// (torch.ops.hstu_ops.*); the module's own attributes say how it was built.
+#include <pybind11/pybind11.h>
 #include <torch/version.h>
 
 #define HSTU_STR_(x) #x
@@ -33,36 +31,13 @@ constexpr const char* kTorchVersion =
     HSTU_STR(TORCH_VERSION_MAJOR) "." HSTU_STR(TORCH_VERSION_MINOR) "." HSTU_STR(
         TORCH_VERSION_PATCH);
 
-int add_bool(PyObject* m, const char* name, bool value) {
-  return PyModule_AddObjectRef(m, name, value ? Py_True : Py_False);
-}
-
-int exec_module(PyObject* m) {
-  if (add_bool(m, "with_cpu", true) < 0 || add_bool(m, "with_cuda", kWithCuda) < 0 ||
-      add_bool(m, "with_hip", kWithHip) < 0 || add_bool(m, "with_openmp", kWithOpenMP) < 0 ||
-      PyModule_AddStringConstant(m, "torch_version", kTorchVersion) < 0) {
-    return -1;
-  }
-  return 0;
-}
-
-PyModuleDef_Slot module_slots[] = {
-    {Py_mod_exec, reinterpret_cast<void*>(exec_module)},
-    {0, nullptr},
-};
-
-PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT,
-    "_C",
-    "hstu_ops native kernels (the operators live under torch.ops.hstu_ops)",
-    0,
-    nullptr,
-    module_slots,
-    nullptr,
-    nullptr,
-    nullptr,
-};
-
 }  // namespace
 
-PyMODINIT_FUNC PyInit__C() { return PyModuleDef_Init(&module_def); }
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "hstu_ops native kernels (the operators live under torch.ops.hstu_ops)";
+  m.attr("with_cpu") = true;
+  m.attr("with_cuda") = kWithCuda;
+  m.attr("with_hip") = kWithHip;
+  m.attr("with_openmp") = kWithOpenMP;
+  m.attr("torch_version") = kTorchVersion;
+}
