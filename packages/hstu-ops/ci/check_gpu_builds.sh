@@ -50,6 +50,11 @@ torch_field() {
   "$PYTHON" -c "import torch; print($1)" 2>/dev/null
 }
 
+# pybind11's CMake package, from the pybind11 installed for $PYTHON (the workspace's dev group).
+pybind11_cmake_dir() {
+  "$PYTHON" -m pybind11 --cmakedir 2>/dev/null || echo "pybind11-not-installed-for-$PYTHON"
+}
+
 cmake_generator_args() {
   if command -v ninja >/dev/null 2>&1; then echo "-G Ninja"; fi
 }
@@ -111,6 +116,7 @@ PY
   if ! cmake $(cmake_generator_args) -S "$PKG_DIR" -B "$build" \
       -DCMAKE_BUILD_TYPE=Release \
       -DPython_EXECUTABLE="$(command -v "$PYTHON")" \
+      -Dpybind11_DIR="$(pybind11_cmake_dir)" \
       -DHSTU_OPS_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHS" \
       -DHSTU_OPS_EXTRA_GPU_INCLUDE_DIRS="$extra_includes" >"$log" 2>&1; then
@@ -221,7 +227,8 @@ check_hip() {
   local archs="${HIP_ARCHS// /;}"
   # shellcheck disable=SC2046
   if cmake $(cmake_generator_args) -S "$PKG_DIR" -B "$build" -DCMAKE_BUILD_TYPE=Release \
-      -DPython_EXECUTABLE="$(command -v "$PYTHON")" -DHSTU_OPS_HIP=ON \
+      -DPython_EXECUTABLE="$(command -v "$PYTHON")" -Dpybind11_DIR="$(pybind11_cmake_dir)" \
+      -DHSTU_OPS_HIP=ON \
       -DCMAKE_HIP_ARCHITECTURES="$archs" >"$log" 2>&1 &&
     cmake --build "$build" -j "$JOBS" >>"$log" 2>&1; then
     pass "hip extension build (torch HIP $torch_hip)"
