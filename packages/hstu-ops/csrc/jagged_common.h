@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <sstream>
@@ -199,15 +200,29 @@ std::int64_t check_split_offsets(const Index* offsets, const Index* offsets_a, s
 template <typename Index>
 std::int64_t check_lengths_data(const Index* lengths, std::int64_t n) {
   constexpr const char* op = "complete_cumsum";
+  // Branch-free pass (it vectorizes); the index of a bad entry is looked for only on failure.
+  Index smallest = 0;
   std::int64_t total = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    TORCH_CHECK_VALUE(lengths[i] >= 0, op, ": lengths[", i, "] = ", lengths[i],
-                      " is negative");
-    total += lengths[i];
-    TORCH_CHECK_VALUE(total <= static_cast<std::int64_t>(std::numeric_limits<Index>::max()), op,
-                      ": the running sum of lengths overflows ",
-                      index_dtype_name<Index>(), " at lengths[", i, "] (sum ",
-                      total, "); use int64 lengths");
+    smallest = std::min(smallest, lengths[i]);
+    total += static_cast<std::int64_t>(lengths[i]);
+  }
+  if (smallest < 0) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      TORCH_CHECK_VALUE(lengths[i] >= 0, op, ": lengths[", i, "] = ", lengths[i],
+                        " is negative");
+    }
+  }
+  // With no negative length the running sum only grows: it overflows iff the total does.
+  constexpr auto limit = static_cast<std::int64_t>(std::numeric_limits<Index>::max());
+  if (total > limit) {
+    std::int64_t running = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      running += lengths[i];
+      TORCH_CHECK_VALUE(running <= limit, op, ": the running sum of lengths overflows ",
+                        index_dtype_name<Index>(), " at lengths[", i, "] (sum ", running,
+                        "); use int64 lengths");
+    }
   }
   return total;
 }
