@@ -39,6 +39,13 @@ def test_command_line_surface_is_frozen():
     }
 
 
+@pytest.mark.parametrize("argv", [["--steps", "0"], ["--steps", "2", "--evals", "3"]])
+def test_bad_schedule_is_refused(argv, capsys):
+    with pytest.raises(SystemExit):
+        train.parse_args(argv)
+    assert "--evals <= --steps" in capsys.readouterr().err
+
+
 def short_run(out: Path, seed: int = 0, kernel: str = "native") -> dict:
     args = ["--users", "40", "--steps", "12", "--evals", "2", "--seed", str(seed)]
     return train.main([*args, "--kernel", kernel, "--out", str(out)])

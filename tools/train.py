@@ -37,7 +37,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "0.65 on the synthetic data)",
     )
     p.add_argument("--out", type=Path, default=Path("runs/train"), help="run folder")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.steps < 1 or not 1 <= args.evals <= args.steps:
+        p.error(f"need --steps >= 1 and 1 <= --evals <= --steps, got {args.steps} and {args.evals}")
+    return args
 
 
 def log(message: str) -> None:
