@@ -67,6 +67,7 @@ def test_short_run_reports_and_logs(first_run, capsys):
     for key in ("init_start", "init_stop", "run_start", "eval_accuracy", "run_stop"):
         assert key in keys
     assert keys.count("run_start") == 1 and keys.count("run_stop") == 1
+    assert {r["metadata"]["file"] for r in records} == {"tools/train.py"}
     assert keys.index("global_batch_size") < keys.index("opt_base_learning_rate")
     accuracies = [r for r in records if r["key"] == "eval_accuracy"]
     assert [r["metadata"]["samples_count"] for r in accuracies] == [6 * 256, 12 * 256]

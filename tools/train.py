@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.target_auc is None:
         args.target_auc = 0.65 if args.data is None else 0.75
     args.out.mkdir(parents=True, exist_ok=True)
-    mllog = MLPerfLogger(args.out / "mlperf.log")
+    # Records name their source file relative to the repository, not this machine's path.
+    mllog = MLPerfLogger(args.out / "mlperf.log", root_dir=str(Path(__file__).resolve().parents[1]))
     mllog.init_start()
     cfg = hstu_model.preset(args.preset)
     cfg = cfg.replace(model={"kernel": args.kernel}, train={"seed": args.seed})
