@@ -89,4 +89,15 @@ def test_kernels_give_the_same_run(first_run, tmp_path):
 
 def test_missing_dataset_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"multi_event\.parquet"):
-        train.main(["--data", str(tmp_path), "--steps", "1", "--out", str(tmp_path / "run")])
+        train.main(
+            [
+                "--data",
+                str(tmp_path),
+                "--steps",
+                "1",
+                "--evals",
+                "1",
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
