@@ -20,6 +20,11 @@ if ! torch_before=$("$python" -c 'import torch; print(torch.__version__, torch._
   echo "torch is not importable by $python: install your platform's torch first" >&2
   exit 2
 fi
+if ! "$python" -c 'import torchrec' >/dev/null 2>&1; then
+  echo "torchrec (with a loadable fbgemm) is not importable by $python: install your platform's" \
+    "fbgemm-gpu and torchrec builds first (a CPU machine: fbgemm-gpu-cpu and torchrec)" >&2
+  exit 2
+fi
 # Pinning the installed torch makes pip fail rather than replace it.
 pins=$(mktemp)
 trap 'rm -f "$pins"' EXIT

@@ -70,5 +70,5 @@ def test_replace_rejects_unknown_field_and_revalidates():
 
 def test_warmup_is_linear_from_zero():
     opt = OptimizerConfig(warmup_steps=4)
-    assert [opt.lr_factor(s) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    assert [opt.lr_factor(s) for s in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
     assert OptimizerConfig(warmup_steps=0).lr_factor(0) == 1.0

@@ -77,6 +77,13 @@ def test_missing_candidate_is_rejected(tiny_config, make_batch, build):
         model(batch.uih, bad)
 
 
+def test_history_longer_than_configured_is_rejected(tiny_config, make_batch, build):
+    model = build(tiny_config)
+    batch = make_batch([3, tiny_config.model.history_length + 1])
+    with pytest.raises(ValueError, match=r"item_id: a history of 13 events .* history_length = 12"):
+        model(batch.uih, batch.candidates)
+
+
 def test_vocab_must_cover_every_table(tiny_config, vocab):
     del vocab["album_id"]
     with pytest.raises(ValueError, match=r"missing table size.*album_id"):
@@ -120,6 +127,8 @@ def test_trainer_fits_a_fixed_batch(tiny_config, make_batch, build):
 def test_warmup_sets_both_learning_rates(tiny_config, make_batch, build):
     cfg = tiny_config.replace(optimizer={"warmup_steps": 10, "dense_lr": 1e-3, "sparse_lr": 0.5})
     trainer = Trainer(build(cfg), cfg)
+    trainer.train_step(make_batch([2, 3]))
+    assert trainer.dense_optimizer.param_groups[0]["lr"] == 0.0  # warmup starts from lr 0
     trainer.train_step(make_batch([2, 3]))
     assert trainer.dense_optimizer.param_groups[0]["lr"] == pytest.approx(1e-4)
     assert trainer.sparse_optimizer.param_groups[0]["lr"] == pytest.approx(0.05)

@@ -206,7 +206,7 @@ check_hip() {
       continue
     fi
     local start=$SECONDS
-    if hipcc -x hip -std=c++17 --offload-arch="$arch" -Wall -Werror \
+    if hipcc -x hip -std=c++20 --offload-arch="$arch" -Wall -Werror \
         -I"$PKG_DIR/csrc/kernels" -c "$PKG_DIR/csrc/kernels/jagged_kernels.cu" \
         -o "$WORK/jagged_kernels-$arch.o" >>"$log" 2>&1; then
       pass "$name in $((SECONDS - start)) s"

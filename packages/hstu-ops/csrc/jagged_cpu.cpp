@@ -29,12 +29,14 @@ void cumsum_cpu(const Index* lengths, Index* offsets, std::int64_t n) {
 #ifdef _OPENMP
   const int threads = omp_get_max_threads();
   if (n >= kParallelScan && threads > 1) {
-    // Two passes: per-chunk totals, then each chunk scans from its exclusive prefix.
+    // Two passes: per-chunk totals, then each chunk scans from its exclusive prefix. The
+    // chunks follow the team that actually runs (OpenMP may start fewer threads than asked).
     std::vector<Index> chunk_start(threads + 1, 0);
-    const std::int64_t chunk = (n + threads - 1) / threads;
 #pragma omp parallel num_threads(threads)
     {
+      const int team = omp_get_num_threads();
       const int t = omp_get_thread_num();
+      const std::int64_t chunk = (n + team - 1) / team;
       const std::int64_t lo = std::min<std::int64_t>(n, t * chunk);
       const std::int64_t hi = std::min<std::int64_t>(n, lo + chunk);
       Index s = 0;
@@ -44,7 +46,7 @@ void cumsum_cpu(const Index* lengths, Index* offsets, std::int64_t n) {
       chunk_start[t + 1] = s;
 #pragma omp barrier
 #pragma omp single
-      for (int c = 0; c < threads; ++c) {
+      for (int c = 0; c < team; ++c) {
         chunk_start[c + 1] += chunk_start[c];
       }
       Index run = chunk_start[t];

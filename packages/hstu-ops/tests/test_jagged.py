@@ -1,6 +1,9 @@
 """Jagged primitives: NATIVE against PYTORCH against a plain per-sequence loop."""
 
 import itertools
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -263,3 +266,18 @@ def test_native_ops_pass_torch_library_opcheck_schema_and_aot_dispatch():
     # Schema checks and tracing by AOTAutograd with dynamic shapes (torch.compile's path).
     for op, args in _opcheck_cases():
         torch.library.opcheck(op, args, test_utils=("test_schema", "test_aot_dispatch_dynamic"))
+
+
+def test_native_cumsum_with_fewer_threads_than_asked():
+    """OpenMP may run a smaller team than torch's thread count; every chunk must still be done."""
+    script = (
+        "import torch, hstu_ops\n"
+        "torch.set_num_threads(4)\n"
+        "lengths = torch.randint(0, 5, (200_000,), generator=torch.Generator().manual_seed(0))\n"
+        "out = hstu_ops.complete_cumsum(lengths, kernel='native')\n"
+        "expected = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])\n"
+        "assert torch.equal(out, expected), (out[-3:], expected[-3:])\n"
+    )
+    env = {**os.environ, "OMP_THREAD_LIMIT": "2", "OMP_DYNAMIC": "true"}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]

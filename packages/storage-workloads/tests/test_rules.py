@@ -125,3 +125,24 @@ def test_verdict_of_nothing_is_closed() -> None:
     assert verdict([]) == "CLOSED"
     with pytest.raises(ValueError, match="levels"):
         verdict([Issue("x", "WARN", "?")])  # type: ignore[arg-type]
+
+
+def test_a_parameter_given_twice_is_refused_in_either_order():
+    import pytest
+
+    from storage_workloads import check_overrides
+
+    for overrides in (
+        {"reader.read_threads": 8, "reader": {"read_threads": 4}},
+        {"reader": {"read_threads": 4}, "reader.read_threads": 8},
+    ):
+        with pytest.raises(ValueError, match=r"'reader\.read_threads' is given more than once"):
+            check_overrides("unet3d", overrides)
+
+
+def test_unknown_data_loader_is_invalid():
+    from storage_workloads import check_overrides, verdict
+
+    issues = check_overrides("unet3d", {"reader.data_loader": "bogus"}, division="open")
+    assert verdict(issues) == "INVALID"
+    assert any("reader.data_loader" in issue.parameter for issue in issues)

@@ -35,3 +35,11 @@ def test_validate_errors(tmp_path: Path, capsys):
 def test_synth_bad_config(tmp_path: Path, capsys):
     assert main(["synth", "--users", "0", "--out", str(tmp_path), "--seed", "1"]) == 2
     assert "SynthConfig.users" in capsys.readouterr().err
+
+
+def test_validate_reports_an_unreadable_file(tmp_path, capsys):
+    path = multi_event_path(tmp_path, "50m")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not a parquet file")
+    assert main(["validate", "--root", str(tmp_path), "--size", "50m"]) == 2
+    assert "yambda-data validate: error:" in capsys.readouterr().err

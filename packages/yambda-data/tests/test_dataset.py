@@ -44,3 +44,31 @@ def test_invalid_table_is_rejected_with_its_path(root, tiny_config, tmp_path):
         (broken / name).write_bytes((root / name).read_bytes())
     with pytest.raises(SchemaError, match=r"multi_event\.parquet.*timestamp"):
         load_dlrmv4_samples(broken, tiny_config.size, SampleConfig(history_length=8))
+
+
+def test_unknown_event_type_names_the_file(root, tiny_config, tmp_path):
+    import polars as pl
+
+    broken = tmp_path / "broken"
+    path = multi_event_path(broken, tiny_config.size)
+    path.parent.mkdir(parents=True)
+    events = pl.read_parquet(multi_event_path(root, tiny_config.size))
+    events = events.with_columns(pl.col("event_type").cast(pl.String))
+    events.with_columns(
+        pl.when(pl.int_range(pl.len()) == 3)
+        .then(pl.lit("skip"))
+        .otherwise(pl.col("event_type"))
+        .alias("event_type")
+    ).write_parquet(path)
+    with pytest.raises(SchemaError, match=r"multi_event\.parquet.*event_type"):
+        load_dlrmv4_samples(broken, tiny_config.size, SampleConfig(history_length=8))
+
+
+def test_written_files_are_readable_by_others(root, tiny_config):
+    import os
+    import stat
+
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = stat.S_IMODE(multi_event_path(root, tiny_config.size).stat().st_mode)
+    assert mode == 0o666 & ~umask

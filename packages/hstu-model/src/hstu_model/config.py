@@ -198,10 +198,11 @@ class OptimizerConfig:
         _require(self.grad_clip_norm >= 0, "grad_clip_norm", "must be >= 0")
 
     def lr_factor(self, step: int) -> float:
-        """Multiplier of the peak learning rate at optimizer step `step` (0-based)."""
+        """Multiplier of the peak learning rate at optimizer step `step` (0-based): linear
+        from 0 at step 0 to 1 at `warmup_steps`."""
         if self.warmup_steps == 0:
             return 1.0
-        return min(1.0, (step + 1) / self.warmup_steps)
+        return min(1.0, step / self.warmup_steps)
 
 
 @dataclass(frozen=True)

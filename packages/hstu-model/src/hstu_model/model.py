@@ -153,6 +153,8 @@ class HSTURanker(nn.Module):
             "task_weights", torch.tensor(config.task_weights, dtype=torch.float32), persistent=False
         )
         self.reset_parameters()
+        if device is not None:
+            self.to(device)
 
     def reset_parameters(self) -> None:
         std = 1.0 / math.sqrt(self.config.embedding_dim)
@@ -172,11 +174,10 @@ class HSTURanker(nn.Module):
         sparse = {id(p) for p in self.embedding_parameters()}
         return [p for p in self.parameters() if id(p) not in sparse]
 
-    def _lookup(self, uih: KeyedJaggedTensor, candidates: KeyedJaggedTensor) -> dict:
+    def _lookup(self, uih_jts: dict, cand_jts: dict) -> dict:
         f = self.features
         id_keys = [f.uid, f.item_id, f.artist_id, f.album_id]
         cand_keys = [f.candidate_item_id, f.candidate_artist_id, f.candidate_album_id]
-        uih_jts, cand_jts = uih.to_dict(), candidates.to_dict()
         ids = KeyedJaggedTensor.from_jt_dict(
             {k: uih_jts[k] for k in id_keys} | {k: cand_jts[k] for k in cand_keys}
         )
@@ -189,8 +190,8 @@ class HSTURanker(nn.Module):
 
     def forward(self, uih: KeyedJaggedTensor, candidates: KeyedJaggedTensor) -> ModelOutput:
         f, cfg = self.features, self.config
-        emb = self._lookup(uih, candidates)
         uih_jts, cand_jts = uih.to_dict(), candidates.to_dict()
+        emb = self._lookup(uih_jts, cand_jts)
         history_lengths = uih_jts[f.item_id].lengths()
         candidate_lengths = cand_jts[f.candidate_item_id].lengths()
         batch_size = history_lengths.numel()
@@ -199,6 +200,11 @@ class HSTURanker(nn.Module):
             raise ValueError(
                 f"{f.candidate_item_id}: every sample needs {cfg.num_candidates} candidate(s), "
                 f"got lengths {candidate_lengths.tolist()}"
+            )
+        if batch_size and int(history_lengths.max()) > cfg.history_length:
+            raise ValueError(
+                f"{f.item_id}: a history of {int(history_lengths.max())} events is longer than "
+                f"history_length = {cfg.history_length}"
             )
 
         history_content = self.content_encoder(
@@ -266,12 +272,13 @@ class HSTURanker(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Row of `tokens` for each sequence position, and the sequence offsets."""
         cfg, kernel = self.config, self.kernel
-        ones = torch.ones(batch_size, dtype=torch.int64)
+        device = history_lengths.device
+        ones = torch.ones(batch_size, dtype=torch.int64, device=device)
         ctx_offsets = hstu_ops.complete_cumsum(ones * cfg.contextual_seq_len, kernel=kernel)
         hist_offsets = hstu_ops.complete_cumsum(history_lengths.to(torch.int64), kernel=kernel)
         cand_offsets = hstu_ops.complete_cumsum(ones * cfg.num_candidates, kernel=kernel)
         num_ctx = batch_size * cfg.contextual_seq_len
-        rows = torch.arange(num_ctx + num_history + batch_size * cfg.num_candidates)
+        rows = torch.arange(num_ctx + num_history + batch_size * cfg.num_candidates, device=device)
         merged, offsets = hstu_ops.concat_1d_jagged(
             rows[:num_ctx],
             ctx_offsets,

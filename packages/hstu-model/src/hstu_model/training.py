@@ -47,8 +47,9 @@ class Trainer:
         self.model = model
         self.config = config
         opt = config.optimizer
+        self._dense_parameters = model.dense_parameters()
         self.dense_optimizer = torch.optim.Adam(
-            model.dense_parameters(),
+            self._dense_parameters,
             lr=opt.dense_lr,
             betas=opt.betas,
             eps=opt.eps,
@@ -83,7 +84,7 @@ class Trainer:
         loss.backward()
         clip = self.config.optimizer.grad_clip_norm
         if clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.dense_parameters(), clip)
+            torch.nn.utils.clip_grad_norm_(self._dense_parameters, clip)
         self.dense_optimizer.step()
         self.sparse_optimizer.step()
         self.step += 1

@@ -8,7 +8,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from storage_workloads.workloads import FORMATS, FRAMEWORKS, MODELS, UnknownWorkloadError
+from storage_workloads.workloads import (
+    DATA_LOADERS,
+    FORMATS,
+    FRAMEWORKS,
+    MODELS,
+    UnknownWorkloadError,
+)
 
 __all__ = [
     "CLOSED_PARAMETERS",
@@ -94,7 +100,7 @@ _VALUE_RULES: Final[dict[str, tuple[Callable[[object], bool], str]]] = {
     "framework": (lambda v: v in FRAMEWORKS, f"one of {sorted(FRAMEWORKS)}"),
     "dataset.format": (lambda v: v in FORMATS, f"one of {sorted(FORMATS)}"),
     "dataset.num_samples_per_file": (lambda v: _is_int(v, 1), "an integer >= 1"),
-    "reader.data_loader": (_is_text, "a non-empty string"),
+    "reader.data_loader": (lambda v: v in DATA_LOADERS, f"one of {sorted(DATA_LOADERS)}"),
 }
 
 
@@ -105,12 +111,11 @@ def _flatten(overrides: Mapping[str, object], prefix: str = "") -> dict[str, obj
         if not isinstance(key, str) or not key:
             raise TypeError(f"override keys must be non-empty strings, got {key!r}")
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{name}."))
-        elif name in flat:
-            raise ValueError(f"override {name!r} is given more than once")
-        else:
-            flat[name] = value
+        nested = _flatten(value, f"{name}.") if isinstance(value, Mapping) else {name: value}
+        for nested_name, nested_value in nested.items():
+            if nested_name in flat:
+                raise ValueError(f"override {nested_name!r} is given more than once")
+            flat[nested_name] = nested_value
     return flat
 
 

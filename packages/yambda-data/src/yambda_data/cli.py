@@ -7,6 +7,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+import polars as pl
+
 from .schema import (
     SchemaError,
     mapping_path,
@@ -84,6 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             _validate(args)
     except (SchemaError, FileNotFoundError, ValueError, OSError) as exc:
         print(f"yambda-data {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except pl.exceptions.PolarsError as exc:
+        # A file polars cannot read at all (truncated, not parquet): name what was read.
+        where = getattr(args, "root", None) or getattr(args, "out", "")
+        print(f"yambda-data {args.command}: error: reading {where}: {exc}", file=sys.stderr)
         return 2
     return 0
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import polars as pl
+
 from .samples import (
     ItemFeatures,
     SampleConfig,
@@ -13,7 +15,7 @@ from .samples import (
     build_samples,
     compute_vocab_sizes,
 )
-from .schema import multi_event_path, read_multi_event, validate_multi_event
+from .schema import multi_event_path, normalize_multi_event, validate_multi_event
 from .split import SplitMeta, temporal_split
 
 
@@ -33,8 +35,13 @@ def load_dlrmv4_samples(root: str | Path, size: str, config: SampleConfig) -> DL
     Eval anchors see the user's train events and earlier test events as history. The whole
     table is held in memory: this is the path for synthetic and subsampled data.
     """
-    events = read_multi_event(root, size).collect()
-    validate_multi_event(events, source=str(multi_event_path(root, size)))
+    path = multi_event_path(root, size)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    # Validate the file as stored (event_type may be Utf8 or Categorical), then normalize.
+    raw = pl.read_parquet(path)
+    validate_multi_event(raw, source=str(path))
+    events = normalize_multi_event(raw.lazy()).collect()
     split = temporal_split(events, size=size)
     items = ItemFeatures.from_root(root)
     return DLRMv4Samples(

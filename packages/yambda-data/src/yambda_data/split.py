@@ -13,12 +13,12 @@ Both parts keep the input's row order (the (uid, timestamp) order of multi_event
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import polars as pl
+
+from ._atomic import atomic_path
 
 __all__ = [
     "GAP_SECONDS",
@@ -65,16 +65,8 @@ class SplitMeta:
     def to_json(self, path: str | Path) -> Path:
         """Write the fields as JSON, atomically (temporary file, then rename)."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.to_dict(), f, indent=2, sort_keys=False)
-                f.write("\n")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
         return path
 
     @classmethod

@@ -44,14 +44,13 @@ config gives byte-identical files.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
+from ._atomic import atomic_path
 from .schema import (
     ALBUM_ITEM_MAPPING_SCHEMA,
     ARTIST_ITEM_MAPPING_SCHEMA,
@@ -675,16 +674,9 @@ def generate(config: SynthConfig | None = None) -> SynthData:
 
 
 def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> None:
-    """Write ``frame`` to a temporary file next to ``path``, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    """Write ``frame`` as zstd parquet to ``path``, atomically."""
+    with atomic_path(path) as tmp:
         frame.write_parquet(tmp, compression="zstd", statistics=True)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def synthesize(out_dir: str | Path, config: SynthConfig | None = None) -> SynthPaths:
