@@ -148,3 +148,17 @@ def test_split_invariants(rows):
     assert meta.num_train_events == train.height and meta.num_test_events == test.height
     # Row order is the input's (sorted by uid, timestamp).
     assert train.sort(["uid", "timestamp"], maintain_order=True).equals(train)
+
+
+def test_split_meta_from_json_names_the_file_and_field(tmp_path):
+    import json
+
+    from yambda_data.split import SplitMeta
+
+    path = tmp_path / "split_meta.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match=r"split_meta\.json: not valid JSON"):
+        SplitMeta.from_json(path)
+    path.write_text(json.dumps({"size": "50m", "t_min": 0}))
+    with pytest.raises(ValueError, match=r"split_meta\.json: missing field\(s\) \[.*'t_max'"):
+        SplitMeta.from_json(path)

@@ -13,7 +13,7 @@ Both parts keep the input's row order (the (uid, timestamp) order of multi_event
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import polars as pl
@@ -71,7 +71,16 @@ class SplitMeta:
 
     @classmethod
     def from_json(cls, path: str | Path) -> SplitMeta:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        """Read a split_meta.json; a malformed file raises ValueError naming it and the field."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON: {exc}") from None
+        expected = {f.name for f in fields(cls)}
+        if not isinstance(data, dict) or set(data) != expected:
+            got = set(data) if isinstance(data, dict) else set()
+            missing, unknown = sorted(expected - got), sorted(got - expected)
+            raise ValueError(f"{path}: missing field(s) {missing}, unknown field(s) {unknown}")
         return cls(**data)
 
 
