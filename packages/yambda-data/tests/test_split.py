@@ -102,8 +102,10 @@ def test_meta_json_round_trip(tmp_path: Path):
         "train_days",
         "gap_minutes",
         "test_days",
+        "session_gap_seconds",
         "num_train_events",
         "num_test_events",
+        "num_sessions",
         "num_users",
     }
     assert SplitMeta.from_json(path) == meta

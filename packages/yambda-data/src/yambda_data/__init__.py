@@ -1,5 +1,7 @@
 """Yambda data for DLRMv4: the public schema, a synthetic generator, the temporal split,
-in-memory samples and (in :mod:`yambda_data.batching`, which needs torch) TorchRec batches.
+out-of-core preprocessing (:mod:`yambda_data.preprocess`; its function is not re-exported
+here, so the submodule stays importable by name), in-memory samples and (in
+:mod:`yambda_data.batching`, which needs torch) TorchRec batches.
 
 Importing this package does not import torch.
 """

@@ -1,4 +1,4 @@
-"""Command line: ``yambda-data synth`` and ``yambda-data validate``."""
+"""Command line: ``yambda-data synth``, ``validate`` and ``preprocess``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from .preprocess import preprocess
 from .schema import (
     SchemaError,
     mapping_path,
@@ -45,6 +46,20 @@ def _parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="check a dataset against the public schema")
     validate.add_argument("--root", required=True, help="dataset root")
     validate.add_argument("--size", required=True, help="size label, e.g. 50m")
+
+    prep = sub.add_parser(
+        "preprocess",
+        help="split by time, sessionize and write the DLRMv4 preprocessing outputs",
+    )
+    prep.add_argument("--raw", required=True, help="dataset root holding flat/<size>/")
+    prep.add_argument("--size", required=True, help="size label, e.g. 50m")
+    prep.add_argument("--out", required=True, help="output directory (replaced atomically)")
+    prep.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="uid-range partitions processed one at a time (default: one per 5M rows)",
+    )
     return parser
 
 
@@ -75,6 +90,21 @@ def _validate(args: argparse.Namespace) -> None:
         print(f"{path}: ok: {rows:,} rows")
 
 
+def _preprocess(args: argparse.Namespace) -> None:
+    start = time.perf_counter()
+    meta = preprocess(args.raw, args.size, args.out, partitions=args.partitions)
+    elapsed = time.perf_counter() - start
+    print(f"wrote {args.out}")
+    print(
+        f"  train {meta.num_train_events:,} events in {meta.num_sessions:,} sessions of "
+        f"{meta.num_users:,} users; test {meta.num_test_events:,} events"
+    )
+    print(
+        f"  train [{meta.train_start}, {meta.train_end}), test [{meta.test_start}, {meta.test_end})"
+    )
+    print(f"in {elapsed:.1f} s")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 on any error, with a message on stderr)."""
     parser = _parser()
@@ -82,6 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "synth":
             _synth(args)
+        elif args.command == "preprocess":
+            _preprocess(args)
         else:
             _validate(args)
     except (SchemaError, FileNotFoundError, ValueError, OSError) as exc:
@@ -89,7 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except pl.exceptions.PolarsError as exc:
         # A file polars cannot read at all (truncated, not parquet): name what was read.
-        where = getattr(args, "root", None) or getattr(args, "out", "")
+        where = (
+            getattr(args, "root", None) or getattr(args, "raw", None) or getattr(args, "out", "")
+        )
         print(f"yambda-data {args.command}: error: reading {where}: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -8,6 +8,10 @@ With ``t_max`` the largest timestamp of the input (all event types):
 * train = events with ``timestamp < t_max - 86,400 - 1,800``.
 
 Both parts keep the input's row order (the (uid, timestamp) order of multi_event).
+
+Sessions (computed on train events): per uid, a new session starts at the uid's first event and
+wherever the gap to the uid's previous event exceeds 1,800 s (a gap of exactly 1,800 s stays in
+the session). :func:`session_ids` numbers them per uid from 0.
 """
 
 from __future__ import annotations
@@ -22,9 +26,13 @@ from ._atomic import atomic_path
 
 __all__ = [
     "GAP_SECONDS",
+    "SESSION_GAP_SECONDS",
     "TEST_SECONDS",
     "SplitMeta",
     "SplitResult",
+    "session_ids",
+    "session_starts",
+    "split_at",
     "temporal_split",
 ]
 
@@ -32,6 +40,8 @@ TEST_SECONDS = 86_400
 """Length of the test window (one day)."""
 GAP_SECONDS = 1_800
 """Gap between the end of train and the start of the test window."""
+SESSION_GAP_SECONDS = 1_800
+"""A gap to the previous event of the same uid larger than this starts a new session."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +52,8 @@ class SplitMeta:
     ``t_max`` are over the whole input, ``train_start`` is the first train timestamp,
     ``train_end`` = ``test_start - gap``, ``test_end`` = ``t_max``. ``num_users`` counts the
     uids with train events (the test users are a subset of them). ``train_days`` is
-    ``(train_end - train_start) / 86,400``.
+    ``(train_end - train_start) / 86,400``. ``num_sessions`` counts the train sessions (see
+    :func:`session_ids`) split at gaps above ``session_gap_seconds``.
     """
 
     size: str | None
@@ -55,8 +66,10 @@ class SplitMeta:
     train_days: float
     gap_minutes: float
     test_days: float
+    session_gap_seconds: int
     num_train_events: int
     num_test_events: int
+    num_sessions: int
     num_users: int
 
     def to_dict(self) -> dict:
@@ -82,6 +95,50 @@ class SplitMeta:
             missing, unknown = sorted(expected - got), sorted(got - expected)
             raise ValueError(f"{path}: missing field(s) {missing}, unknown field(s) {unknown}")
         return cls(**data)
+
+
+def session_starts(*, session_gap_seconds: int = SESSION_GAP_SECONDS) -> pl.Expr:
+    """True where a row of a (uid, timestamp)-sorted frame starts a session: the uid's first
+    row, or a timestamp more than ``session_gap_seconds`` after the previous row's."""
+    uid, ts = pl.col("uid"), pl.col("timestamp").cast(pl.Int64)
+    new_uid = (uid != uid.shift(1)).fill_null(True)
+    return new_uid | ((ts - ts.shift(1)) > session_gap_seconds).fill_null(True)
+
+
+def session_ids(*, session_gap_seconds: int = SESSION_GAP_SECONDS) -> pl.Expr:
+    """Per-uid session ordinal (UInt32, from 0, named ``session_id``) of a frame sorted by
+    (uid, timestamp), split as :func:`session_starts` says.
+
+    Evaluate it on all of each uid's rows (a uid must not be split across frames).
+    """
+    starts = session_starts(session_gap_seconds=session_gap_seconds).cast(pl.UInt32)
+    return (starts.cum_sum() - 1).over("uid").cast(pl.UInt32).alias("session_id")
+
+
+def split_at(
+    events: pl.LazyFrame | pl.DataFrame,
+    t_max: int,
+    *,
+    test_seconds: int = TEST_SECONDS,
+    gap_seconds: int = GAP_SECONDS,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Train and test rows of ``events`` for a given global ``t_max`` (input order kept).
+
+    This is the rule of :func:`temporal_split` without computing ``t_max``: it can run on any
+    subset of whole uids (a uid-range partition) with the ``t_max`` of the full table.
+    """
+    lazy = events.lazy()
+    test_start = t_max - test_seconds
+    train_end = test_start - gap_seconds
+    ts = pl.col("timestamp").cast(pl.Int64)
+    train = lazy.filter(ts < train_end).collect()
+    train_users = train.select(pl.col("uid").unique())
+    test = (
+        lazy.filter((ts >= test_start) & (ts < t_max))
+        .join(train_users.lazy(), on="uid", how="semi", maintain_order="left")
+        .collect()
+    )
+    return train, test
 
 
 @dataclass(frozen=True)
@@ -116,17 +173,10 @@ def temporal_split(
         raise ValueError("temporal_split: no events")
     test_start = t_max - test_seconds
     train_end = test_start - gap_seconds
-    ts = pl.col("timestamp").cast(pl.Int64)
-
-    train = lazy.filter(ts < train_end).collect()
+    train, test = split_at(lazy, t_max, test_seconds=test_seconds, gap_seconds=gap_seconds)
     if train.height == 0:
         raise ValueError(f"temporal_split: no event before train_end={train_end} (t_max={t_max})")
-    train_users = train.select(pl.col("uid").unique())
-    test = (
-        lazy.filter((ts >= test_start) & (ts < t_max))
-        .join(train_users.lazy(), on="uid", how="semi", maintain_order="left")
-        .collect()
-    )
+    num_sessions = int(train.select(session_starts().sum()).item())
     train_start = int(train["timestamp"].min())
     meta = SplitMeta(
         size=size,
@@ -139,8 +189,10 @@ def temporal_split(
         train_days=(train_end - train_start) / 86_400,
         gap_minutes=gap_seconds / 60,
         test_days=test_seconds / 86_400,
+        session_gap_seconds=SESSION_GAP_SECONDS,
         num_train_events=train.height,
         num_test_events=test.height,
-        num_users=train_users.height,
+        num_sessions=num_sessions,
+        num_users=train["uid"].n_unique(),
     )
     return SplitResult(train=train, test=test, meta=meta)

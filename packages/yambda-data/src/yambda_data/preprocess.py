@@ -1,0 +1,286 @@
+"""Out-of-core preprocessing of a Yambda ``multi_event`` file (the DLRMv4 reference's outputs).
+
+``preprocess(raw_root, size, out_dir)`` reads ``<raw_root>/flat/<size>/multi_event.parquet`` and
+writes, under ``out_dir``::
+
+    split_meta.json                  SplitMeta (facts: size, t_min, ..., num_users)
+    train_sessions/part-NNNNN.parquet   train events + session_id (UInt32)
+    test_events/part-NNNNN.parquet      test events
+    session_index/part-NNNNN.parquet    one row per train uid (see below)
+    item_popularity.npy              int64 train event count per item_id
+
+The split and the sessions are those of :mod:`yambda_data.split` (global ``t_max`` over the
+whole table, test ``[t_max - 86,400, t_max)``, 1,800 s gap, test rows only for uids with train
+events; a new session where the gap to the uid's previous train event exceeds 1,800 s).
+
+How it stays bounded in memory: the file is validated (one lazy query that also yields
+``t_min``/``t_max``), then the uid axis ``[uid_min, uid_max]`` is cut into ``partitions``
+equal-width ranges and each range is read on its own with a lazy scan filtered on ``uid``
+(polars pushes the filter down to the parquet row groups, which are sorted by uid), split,
+sessionized and written before the next one is read. Peak memory is that of one partition plus
+the item-popularity array. Partition ``k`` writes ``part-k`` in all three directories, also when
+it is empty, so the files line up.
+
+Determinism: rows keep the input order (the file is sorted by (uid, timestamp) and ties keep
+their file order; nothing is re-sorted), partitions are fixed uid ranges and every file is
+written from one contiguous chunk with fixed parquet settings, so two runs give byte-identical
+files.
+
+Atomicity: everything is written into a temporary sibling directory ``.<out>.tmp-*`` that is
+renamed onto ``out_dir`` at the end (an existing output is first moved aside and deleted after
+the rename). An exception removes the temporary directory and leaves a previous output as it
+was. ``out_dir``, when it exists, must be empty or a previous preprocess output (it has a
+``split_meta.json``); anything else is refused rather than replaced.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from .schema import SchemaError, multi_event_path, normalize_multi_event, validate_multi_event
+from .split import (
+    GAP_SECONDS,
+    SESSION_GAP_SECONDS,
+    TEST_SECONDS,
+    SplitMeta,
+    session_ids,
+    split_at,
+)
+
+__all__ = [
+    "ITEM_POPULARITY_FILE",
+    "ROWS_PER_PARTITION",
+    "SESSION_INDEX_DIR",
+    "SPLIT_META_FILE",
+    "TEST_EVENTS_DIR",
+    "TRAIN_SESSIONS_DIR",
+    "default_partitions",
+    "part_name",
+    "preprocess",
+]
+
+ROWS_PER_PARTITION = 5_000_000
+"""Default partition count: ceil(rows of the file / this)."""
+SPLIT_META_FILE = "split_meta.json"
+TRAIN_SESSIONS_DIR = "train_sessions"
+TEST_EVENTS_DIR = "test_events"
+SESSION_INDEX_DIR = "session_index"
+ITEM_POPULARITY_FILE = "item_popularity.npy"
+
+_ROW_GROUP_SIZE = 1_000_000
+_PARQUET_OPTIONS = {"compression": "zstd", "statistics": True, "row_group_size": _ROW_GROUP_SIZE}
+
+SESSION_INDEX_SCHEMA = pl.Schema(
+    [
+        ("uid", pl.UInt32),
+        ("row_start", pl.Int64),
+        ("num_events", pl.Int64),
+        ("session_id", pl.List(pl.UInt32)),
+        ("session_offset", pl.List(pl.Int64)),
+        ("session_length", pl.List(pl.Int64)),
+    ]
+)
+"""One row per train uid, in uid order: ``row_start`` is the row of the uid's first event in
+the same-numbered train_sessions part, ``num_events`` its train events; the lists hold its
+sessions in order, with each session's offset into the uid's events and its length."""
+
+
+def part_name(index: int) -> str:
+    return f"part-{index:05d}.parquet"
+
+
+def default_partitions(num_rows: int) -> int:
+    """``ceil(num_rows / ROWS_PER_PARTITION)``, at least 1."""
+    return max(1, math.ceil(num_rows / ROWS_PER_PARTITION))
+
+
+@dataclass(frozen=True)
+class _Bounds:
+    num_rows: int
+    t_min: int
+    t_max: int
+    uid_min: int
+    uid_max: int
+    item_max: int
+
+
+def _uid_edges(uid_min: int, uid_max: int, partitions: int) -> list[int]:
+    span = uid_max - uid_min + 1
+    return [uid_min + (span * k) // partitions for k in range(partitions + 1)]
+
+
+def _session_index(train: pl.DataFrame) -> pl.DataFrame:
+    row = pl.int_range(pl.len(), dtype=pl.Int64)
+    sessions = (
+        train.select("uid", "session_id")
+        .with_columns(row.alias("row"))
+        .group_by("uid", "session_id", maintain_order=True)
+        .agg(pl.col("row").first(), pl.len().cast(pl.Int64).alias("session_length"))
+    )
+    per_uid = sessions.group_by("uid", maintain_order=True).agg(
+        pl.col("row").first().alias("row_start"),
+        pl.col("session_length").sum().alias("num_events"),
+        pl.col("session_id"),
+        (pl.col("row") - pl.col("row").first()).alias("session_offset"),
+        pl.col("session_length"),
+    )
+    return per_uid.select(list(SESSION_INDEX_SCHEMA)).cast(dict(SESSION_INDEX_SCHEMA))
+
+
+def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
+    frame.rechunk().write_parquet(path, **_PARQUET_OPTIONS)
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            with open(os.path.join(dirpath, name), "rb") as f:
+                os.fsync(f.fileno())
+        fd = os.open(dirpath, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _check_out_dir(out: Path) -> None:
+    if out.exists():
+        if not out.is_dir():
+            raise ValueError(f"{out}: exists and is not a directory")
+        if any(out.iterdir()) and not (out / SPLIT_META_FILE).is_file():
+            raise ValueError(
+                f"{out}: not empty and not a preprocess output (no {SPLIT_META_FILE}); "
+                "refusing to replace it"
+            )
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    """Rename the finished ``tmp`` onto ``out``, moving an existing ``out`` aside first."""
+    if not out.exists():
+        os.rename(tmp, out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    old.rmdir()
+    os.rename(out, old)
+    try:
+        os.rename(tmp, out)
+    except BaseException:
+        os.rename(old, out)
+        raise
+    shutil.rmtree(old)
+
+
+def _bounds(lazy: pl.LazyFrame, summary_rows: int, t_min: int, t_max: int) -> _Bounds:
+    row = lazy.select(
+        pl.col("uid").min().cast(pl.Int64).alias("uid_min"),
+        pl.col("uid").max().cast(pl.Int64).alias("uid_max"),
+        pl.col("item_id").max().cast(pl.Int64).alias("item_max"),
+    ).collect(engine="streaming")
+    uid_min, uid_max, item_max = row.row(0)
+    return _Bounds(summary_rows, t_min, t_max, uid_min, uid_max, item_max)
+
+
+def preprocess(
+    raw_root: str | Path,
+    size: str,
+    out_dir: str | Path,
+    *,
+    partitions: int | None = None,
+) -> SplitMeta:
+    """Validate, split, sessionize and write the reference outputs (see the module docstring).
+
+    ``partitions`` (default :func:`default_partitions` of the file's row count) is the number of
+    uid ranges processed one at a time. Raises FileNotFoundError for a missing raw file,
+    :class:`SchemaError` (naming the file and column) for an invalid one, and ValueError for an
+    unusable ``partitions``, an input with no train event, or an ``out_dir`` that is neither
+    empty nor a previous output.
+    """
+    path = multi_event_path(raw_root, size)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    if partitions is not None and (isinstance(partitions, bool) or partitions < 1):
+        raise ValueError(f"partitions must be a positive integer, got {partitions!r}")
+    out = Path(out_dir)
+    _check_out_dir(out)
+
+    summary = validate_multi_event(path)
+    if summary.num_events == 0 or summary.t_max is None or summary.t_min is None:
+        raise SchemaError(str(path), None, "no events")
+    lazy = normalize_multi_event(pl.scan_parquet(path))
+    bounds = _bounds(lazy, summary.num_events, summary.t_min, summary.t_max)
+    n_parts = partitions if partitions is not None else default_partitions(bounds.num_rows)
+    edges = _uid_edges(bounds.uid_min, bounds.uid_max, n_parts)
+    t_max = bounds.t_max
+    test_start = t_max - TEST_SECONDS
+    train_end = test_start - GAP_SECONDS
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; give it a plain directory's mode
+        for sub in (TRAIN_SESSIONS_DIR, TEST_EVENTS_DIR, SESSION_INDEX_DIR):
+            (tmp / sub).mkdir()
+        popularity = np.zeros(bounds.item_max + 1, dtype=np.int64)
+        num_train = num_test = num_sessions = num_users = 0
+        train_start: int | None = None
+        for k in range(n_parts):
+            lo, hi = edges[k], edges[k + 1]
+            uid = pl.col("uid").cast(pl.Int64)
+            part = lazy.filter((uid >= lo) & (uid < hi))
+            train, test = split_at(part, t_max)
+            train = train.with_columns(session_ids())
+            index = _session_index(train)
+            _write_parquet(train, tmp / TRAIN_SESSIONS_DIR / part_name(k))
+            _write_parquet(test, tmp / TEST_EVENTS_DIR / part_name(k))
+            _write_parquet(index, tmp / SESSION_INDEX_DIR / part_name(k))
+            counts = train.group_by("item_id").len()
+            # group_by gives each item once, so plain fancy-index addition is exact.
+            popularity[counts["item_id"].to_numpy().astype(np.int64)] += counts["len"].to_numpy()
+            num_train += train.height
+            num_test += test.height
+            num_users += index.height
+            num_sessions += int(index["session_id"].list.len().sum() or 0)
+            if train.height:
+                first = int(train["timestamp"].min())
+                train_start = first if train_start is None else min(train_start, first)
+            del train, test, index, counts
+        if train_start is None:
+            raise ValueError(
+                f"{path}: no event before train_end={train_end} (t_max={t_max}); nothing to train"
+            )
+        with open(tmp / ITEM_POPULARITY_FILE, "wb") as f:
+            np.save(f, popularity, allow_pickle=False)
+        meta = SplitMeta(
+            size=size,
+            t_min=bounds.t_min,
+            t_max=t_max,
+            train_start=train_start,
+            train_end=train_end,
+            test_start=test_start,
+            test_end=t_max,
+            train_days=(train_end - train_start) / 86_400,
+            gap_minutes=GAP_SECONDS / 60,
+            test_days=TEST_SECONDS / 86_400,
+            session_gap_seconds=SESSION_GAP_SECONDS,
+            num_train_events=num_train,
+            num_test_events=num_test,
+            num_sessions=num_sessions,
+            num_users=num_users,
+        )
+        meta.to_json(tmp / SPLIT_META_FILE)
+        _fsync_tree(tmp)
+        _replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return meta

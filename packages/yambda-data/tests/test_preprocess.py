@@ -1,0 +1,250 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+import yambda_data.preprocess as prep
+from yambda_data.cli import main
+from yambda_data.preprocess import (
+    ITEM_POPULARITY_FILE,
+    SESSION_INDEX_DIR,
+    SPLIT_META_FILE,
+    TEST_EVENTS_DIR,
+    TRAIN_SESSIONS_DIR,
+    default_partitions,
+    preprocess,
+)
+from yambda_data.schema import MULTI_EVENT_SCHEMA, SchemaError, multi_event_path
+from yambda_data.split import SplitMeta, temporal_split
+
+T_MAX = 1_000_000
+TEST_START = T_MAX - 86_400
+TRAIN_END = TEST_START - 1_800
+
+
+def write_raw(root: Path, events: pl.DataFrame, size: str = "50m") -> Path:
+    path = multi_event_path(root, size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    events.write_parquet(path)
+    return root
+
+
+def listens(rows: list[tuple[int, int]]) -> pl.DataFrame:
+    """Listen events from (uid, timestamp) pairs, sorted; item_id = row number."""
+    rows = sorted(rows)
+    n = len(rows)
+    return pl.DataFrame(
+        {
+            "uid": [r[0] for r in rows],
+            "timestamp": [r[1] for r in rows],
+            "item_id": [i % 7 for i in range(n)],
+            "is_organic": [0] * n,
+            "played_ratio_pct": [100] * n,
+            "track_length_seconds": [200] * n,
+            "event_type": ["listen"] * n,
+        },
+        schema=MULTI_EVENT_SCHEMA,
+    )
+
+
+def read_dir(out: Path, sub: str) -> pl.DataFrame:
+    files = sorted((out / sub).glob("part-*.parquet"))
+    return pl.concat([pl.read_parquet(f) for f in files])
+
+
+def file_bytes(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def tiny_raw(tiny_data, tmp_path_factory) -> Path:
+    return write_raw(tmp_path_factory.mktemp("raw"), tiny_data.events)
+
+
+@pytest.fixture(scope="module")
+def tiny_out(tiny_raw, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("prep") / "out"
+    preprocess(tiny_raw, "50m", out, partitions=3)
+    return out
+
+
+def test_layout_and_agreement_with_temporal_split(tiny_data, tiny_out):
+    out = tiny_out
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [
+            ITEM_POPULARITY_FILE,
+            SPLIT_META_FILE,
+            TRAIN_SESSIONS_DIR,
+            TEST_EVENTS_DIR,
+            SESSION_INDEX_DIR,
+        ]
+    )
+    for sub in (TRAIN_SESSIONS_DIR, TEST_EVENTS_DIR, SESSION_INDEX_DIR):
+        assert [p.name for p in sorted((out / sub).iterdir())] == [
+            f"part-{k:05d}.parquet" for k in range(3)
+        ]
+    expected = temporal_split(tiny_data.events, size="50m")
+    train = read_dir(out, TRAIN_SESSIONS_DIR)
+    assert train.drop("session_id").equals(expected.train)
+    assert read_dir(out, TEST_EVENTS_DIR).equals(expected.test)
+    meta = SplitMeta.from_json(out / SPLIT_META_FILE)
+    assert meta == expected.meta
+    assert meta.num_sessions == train.select(pl.struct("uid", "session_id").n_unique()).item()
+    assert meta.session_gap_seconds == 1_800
+
+
+def test_split_boundaries_and_session_gaps(tmp_path):
+    rows = [
+        (1, 0),
+        (1, 1_800),  # gap == 1,800: same session
+        (1, 3_605),  # gap 1,805: new session
+        (1, 3_605),  # tie: same session
+        (1, TRAIN_END - 1_805),  # new session
+        (1, TRAIN_END - 5),  # gap 1,800: same session, last train second
+        (1, TRAIN_END),  # = test_start - 1,800: in the gap, dropped
+        (1, TEST_START - 5),  # gap, dropped
+        (1, TEST_START),  # first test second
+        (1, T_MAX - 5),  # last test second
+        (1, T_MAX),  # exactly t_max: dropped
+        (2, 10),  # train-only user
+        (3, TEST_START + 50),  # no train events: test dropped
+    ]
+    raw = write_raw(tmp_path / "raw", listens(rows))
+    meta = preprocess(raw, "50m", tmp_path / "out", partitions=2)
+    train = read_dir(tmp_path / "out", TRAIN_SESSIONS_DIR)
+    test = read_dir(tmp_path / "out", TEST_EVENTS_DIR)
+    assert train["uid"].to_list() == [1, 1, 1, 1, 1, 1, 2]
+    assert train["timestamp"].to_list() == [
+        0,
+        1_800,
+        3_605,
+        3_605,
+        TRAIN_END - 1_805,
+        TRAIN_END - 5,
+        10,
+    ]
+    assert train["session_id"].to_list() == [0, 0, 1, 1, 2, 2, 0]
+    assert test["uid"].to_list() == [1, 1]
+    assert test["timestamp"].to_list() == [TEST_START, T_MAX - 5]
+    assert (meta.train_end, meta.test_start, meta.test_end) == (TRAIN_END, TEST_START, T_MAX)
+    assert (meta.num_train_events, meta.num_test_events) == (7, 2)
+    assert (meta.num_sessions, meta.num_users) == (4, 2)
+    index = read_dir(tmp_path / "out", SESSION_INDEX_DIR).sort("uid")
+    assert index.row(0) == (1, 0, 6, [0, 1, 2], [0, 2, 4], [2, 2, 2])
+
+
+def test_session_index_matches_train_sessions(tiny_out):
+    for k in range(3):
+        train = pl.read_parquet(tiny_out / TRAIN_SESSIONS_DIR / f"part-{k:05d}.parquet")
+        index = pl.read_parquet(tiny_out / SESSION_INDEX_DIR / f"part-{k:05d}.parquet")
+        assert index["num_events"].sum() == train.height
+        uid = train["uid"].to_numpy()
+        sid = train["session_id"].to_numpy()
+        row = 0
+        for u, start, n, ids, offsets, lengths in index.iter_rows():
+            assert start == row
+            assert ids == list(range(len(ids)))
+            assert offsets == list(np.cumsum([0, *lengths[:-1]]))
+            assert sum(lengths) == n
+            for s, off, length in zip(ids, offsets, lengths, strict=True):
+                lo, hi = start + off, start + off + length
+                assert (uid[lo:hi] == u).all() and (sid[lo:hi] == s).all()
+            row += n
+        assert row == train.height
+
+
+def test_item_popularity(tiny_data, tiny_out):
+    popularity = np.load(tiny_out / ITEM_POPULARITY_FILE)
+    assert popularity.dtype == np.int64
+    assert popularity.size == int(tiny_data.events["item_id"].max()) + 1
+    train = read_dir(tiny_out, TRAIN_SESSIONS_DIR)
+    counts = train["item_id"].value_counts()
+    expected = np.zeros_like(popularity)
+    expected[counts["item_id"].to_numpy()] = counts["count"].to_numpy()
+    assert np.array_equal(popularity, expected)
+
+
+def test_partition_count_does_not_change_content(tiny_raw, tiny_out, tmp_path):
+    one = tmp_path / "one"
+    assert preprocess(tiny_raw, "50m", one, partitions=1) == SplitMeta.from_json(
+        tiny_out / SPLIT_META_FILE
+    )
+    for sub in (TRAIN_SESSIONS_DIR, TEST_EVENTS_DIR):
+        assert read_dir(one, sub).equals(read_dir(tiny_out, sub))
+    # row_start is relative to the part file; the rest of the index is partition-free.
+    a = read_dir(one, SESSION_INDEX_DIR).drop("row_start")
+    b = read_dir(tiny_out, SESSION_INDEX_DIR).drop("row_start")
+    assert a.equals(b)
+    assert (one / ITEM_POPULARITY_FILE).read_bytes() == (
+        tiny_out / ITEM_POPULARITY_FILE
+    ).read_bytes()
+
+
+def test_byte_identical_and_idempotent(tiny_raw, tiny_out, tmp_path):
+    out = tmp_path / "out"
+    preprocess(tiny_raw, "50m", out, partitions=3)
+    first = file_bytes(out)
+    assert first == file_bytes(tiny_out)
+    preprocess(tiny_raw, "50m", out, partitions=3)  # re-run onto the existing output
+    assert file_bytes(out) == first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_interrupted_run_keeps_previous_output(tiny_raw, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    preprocess(tiny_raw, "50m", out, partitions=2)
+    before = file_bytes(out)
+    real = prep._write_parquet
+    calls = []
+
+    def flaky(frame, path):
+        calls.append(path)
+        if len(calls) == 4:
+            raise OSError("disk full (simulated)")
+        real(frame, path)
+
+    monkeypatch.setattr(prep, "_write_parquet", flaky)
+    with pytest.raises(OSError, match="simulated"):
+        preprocess(tiny_raw, "50m", out, partitions=3)
+    assert len(calls) == 4
+    assert file_bytes(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_errors(tiny_raw, tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"multi_event\.parquet"):
+        preprocess(tmp_path / "nothing", "50m", tmp_path / "out")
+    with pytest.raises(ValueError, match="partitions"):
+        preprocess(tiny_raw, "50m", tmp_path / "out", partitions=0)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "precious.txt").write_text("keep")
+    with pytest.raises(ValueError, match="refusing"):
+        preprocess(tiny_raw, "50m", busy)
+    assert (busy / "precious.txt").read_text() == "keep"
+    bad = listens([(1, 0), (1, T_MAX)]).with_columns(pl.col("item_id").cast(pl.Int64))
+    raw = write_raw(tmp_path / "bad", bad)
+    with pytest.raises(SchemaError, match=r"multi_event\.parquet: column 'item_id'"):
+        preprocess(raw, "50m", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_default_partitions():
+    assert default_partitions(0) == 1
+    assert default_partitions(5_000_000) == 1
+    assert default_partitions(5_000_001) == 2
+
+
+def test_cli(tiny_raw, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["preprocess", "--raw", str(tiny_raw), "--size", "50m", "--out", str(out)]
+    assert main([*argv, "--partitions", "2"]) == 0
+    assert "sessions" in capsys.readouterr().out
+    assert (out / SPLIT_META_FILE).is_file()
+    missing = ["preprocess", "--raw", str(tmp_path / "none"), "--size", "50m", "--out", str(out)]
+    assert main(missing) == 2
+    err = capsys.readouterr().err
+    assert "yambda-data preprocess: error" in err and "no such file" in err
