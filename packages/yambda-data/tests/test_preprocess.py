@@ -232,6 +232,83 @@ def test_errors(tiny_raw, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def six_users() -> pl.DataFrame:
+    """Listens of uids 1..6, four train events each plus one test event, sorted."""
+    return listens([(u, t) for u in range(1, 7) for t in (0, 10, 20, 30, TEST_START)])
+
+
+@pytest.mark.parametrize("partitions", [None, 2, 3])
+@pytest.mark.parametrize("layout", ["split_uid", "late_block"])
+def test_globally_unsorted_file_is_rejected(tmp_path, partitions, layout):
+    events = six_users()
+    blocks = {u: events.filter(pl.col("uid") == u) for u in range(1, 7)}
+    if layout == "split_uid":
+        # uid 2's rows are split around uid 4's: every uid range is sorted on its own
+        order = [blocks[1], blocks[2][:2], blocks[4], blocks[2][2:], blocks[3], blocks[5]]
+    else:
+        # uid 4 comes first: the rows of the low uids start late in the file
+        order = [blocks[4], blocks[1], blocks[2], blocks[3], blocks[5]]
+    bad = pl.concat([*order, blocks[6]])
+    assert bad.height == events.height
+    raw = write_raw(tmp_path / "raw", bad)
+    with pytest.raises(
+        SchemaError, match=r"multi_event\.parquet: column '(uid|timestamp)'.*sorted"
+    ):
+        preprocess(raw, "50m", tmp_path / "out", partitions=partitions)
+    assert not (tmp_path / "out").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]
+
+
+def test_unsorted_split_uid_names_the_first_foreign_row(tmp_path):
+    events = six_users()
+    blocks = {u: events.filter(pl.col("uid") == u) for u in range(1, 7)}
+    order = [blocks[1], blocks[2][:2], blocks[4], blocks[2][2:], blocks[3], blocks[5], blocks[6]]
+    raw = write_raw(tmp_path / "raw", pl.concat(order))
+    # partitions [1, 4) and [4, 7): uid 4's rows 7..11 sit among those of uid 2
+    with pytest.raises(SchemaError, match="first at row 7") as info:
+        preprocess(raw, "50m", tmp_path / "out", partitions=2)
+    assert info.value.column == "uid" and info.value.source.endswith("multi_event.parquet")
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "problem"),
+    [
+        ("timestamp", 12, "not a multiple of 5"),
+        ("played_ratio_pct", None, "null in a listen event"),
+        ("timestamp", 5, "not sorted"),
+    ],
+)
+def test_bad_row_in_last_partition_reports_file_row(tmp_path, column, value, problem):
+    events = six_users()
+    row = 27  # uid 6's third row (timestamp 20): in the last of three partitions
+    assert events["uid"][row] == 6 and events["timestamp"][row] == 20
+    values = events[column].to_list()
+    values[row] = value
+    bad = events.with_columns(pl.Series(column, values, dtype=MULTI_EVENT_SCHEMA[column]))
+    raw = write_raw(tmp_path / "raw", bad)
+    with pytest.raises(SchemaError) as info:
+        preprocess(raw, "50m", tmp_path / "out", partitions=3)
+    err = info.value
+    assert err.source.endswith("multi_event.parquet") and err.column == column
+    assert problem in str(err) and f"(first at row {row})" in str(err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_null_uid_reports_file_row(tmp_path):
+    events = six_users()
+    uids = events["uid"].to_list()
+    uids[13] = None
+    raw = write_raw(tmp_path / "raw", events.with_columns(pl.Series("uid", uids, pl.UInt32)))
+    with pytest.raises(SchemaError, match=r"column 'uid': null value \(first at row 13\)"):
+        preprocess(raw, "50m", tmp_path / "out", partitions=2)
+
+
+def test_empty_file_is_rejected(tmp_path):
+    raw = write_raw(tmp_path / "raw", listens([]))
+    with pytest.raises(SchemaError, match="no events"):
+        preprocess(raw, "50m", tmp_path / "out")
+
+
 def test_default_partitions():
     assert default_partitions(0) == 1
     assert default_partitions(5_000_000) == 1

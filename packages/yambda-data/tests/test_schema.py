@@ -12,6 +12,7 @@ from yambda_data.schema import (
     EVENT_TYPE_DTYPE,
     MULTI_EVENT_SCHEMA,
     SchemaError,
+    check_multi_event_rows,
     mapping_path,
     multi_event_path,
     read_mapping,
@@ -210,6 +211,18 @@ def test_frame_source_label():
         validate_multi_event(frame, source="my-frame")
     with pytest.raises(SchemaError, match="<LazyFrame>"):
         validate_multi_event(frame.lazy())
+
+
+def test_row_checks_report_a_row_index_column():
+    frame = _set(valid_frame(), "timestamp", 3, 12).with_columns(
+        pl.int_range(100, 107, dtype=pl.UInt32).alias("file_row")
+    )
+    with pytest.raises(SchemaError, match=r"part: column 'timestamp'.*first at row 103"):
+        check_multi_event_rows(frame, "part", row_index="file_row")
+    with pytest.raises(SchemaError, match=r"first at row 3\)"):
+        check_multi_event_rows(frame.drop("file_row"), "part")
+    summary = check_multi_event_rows(valid_frame().lazy(), "ok")
+    assert summary == validate_multi_event(valid_frame(), source="ok")
 
 
 def test_mappings(tmp_path: Path):

@@ -13,13 +13,25 @@ The split and the sessions are those of :mod:`yambda_data.split` (global ``t_max
 whole table, test ``[t_max - 86,400, t_max)``, 1,800 s gap, test rows only for uids with train
 events; a new session where the gap to the uid's previous train event exceeds 1,800 s).
 
-How it stays bounded in memory: the file is validated (one lazy query that also yields
-``t_min``/``t_max``), then the uid axis ``[uid_min, uid_max]`` is cut into ``partitions``
-equal-width ranges and each range is read on its own with a lazy scan filtered on ``uid``
-(polars pushes the filter down to the parquet row groups, which are sorted by uid), split,
-sessionized and written before the next one is read. Peak memory is that of one partition plus
-the item-popularity array. Partition ``k`` writes ``part-k`` in all three directories, also when
-it is empty, so the files line up.
+How it stays bounded in memory: nothing reads the whole file at once. The column names and
+dtypes and the row count come from the parquet metadata, and one streaming min/max pass yields
+``t_min``/``t_max``, the uid and item_id bounds and the null count of ``uid``. Then the uid axis
+``[uid_min, uid_max]`` is cut into ``partitions`` equal-width ranges and each range is read on
+its own with a lazy scan filtered on ``uid`` (polars pushes the filter down to the parquet row
+groups, which are sorted by uid), validated, split, sessionized and written before the next one
+is read. Peak memory is that of one partition (read once, then its train and test rows) plus
+the item-popularity array.
+
+Validation, per partition: the row checks of :func:`~yambda_data.schema.check_multi_event_rows`
+(nulls, listen-only nullability, the 5-second grid, known event types, (uid, timestamp) order)
+run on each partition's rows, which carry their row index in the file, so an error names the
+file, the column and the file row. Global order is proved from those indices: each partition's
+rows must be one contiguous block of file rows starting where the previous partition's block
+ended, and the blocks must add up to the file's row count; since the uid ranges increase, the
+file is then sorted by (uid, timestamp) as a whole. A uid split around another range's rows, or
+a range that starts late in the file, is rejected even when every partition is sorted on its
+own. A null uid (which falls in no range) is reported by the min/max pass. Errors raised part
+way leave no output (see Atomicity).
 
 Determinism: rows keep the input order (the file is sorted by (uid, timestamp) and ties keep
 their file order; nothing is re-sorted), partitions are fixed uid ranges and every file is
@@ -45,7 +57,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from .schema import SchemaError, multi_event_path, normalize_multi_event, validate_multi_event
+from .schema import (
+    SchemaError,
+    check_multi_event_columns,
+    check_multi_event_rows,
+    multi_event_path,
+    normalize_multi_event,
+)
 from .split import (
     GAP_SECONDS,
     SESSION_GAP_SECONDS,
@@ -178,14 +196,67 @@ def _replace_dir(tmp: Path, out: Path) -> None:
     shutil.rmtree(old)
 
 
-def _bounds(lazy: pl.LazyFrame, summary_rows: int, t_min: int, t_max: int) -> _Bounds:
-    row = lazy.select(
+_ROW = "__file_row"
+"""Name of the file-row-index column added to each partition while it is checked."""
+
+
+def _bounds(scan: pl.LazyFrame, src: str) -> _Bounds:
+    """Row count (metadata), then one streaming min/max pass; nulls in uid are reported here
+    because a null uid falls in no uid range (the other columns are checked per partition)."""
+    num_rows = int(scan.select(pl.len()).collect().item())
+    if num_rows == 0:
+        raise SchemaError(src, None, "no events")
+    if num_rows > 2**32 - 1 and pl.get_index_type() != pl.UInt64:
+        raise ValueError(
+            f"{src}: {num_rows} rows do not fit polars' 32-bit row index; install the 64-bit "
+            "index build of polars (polars[rt64]) to preprocess this file"
+        )
+    row = scan.select(
+        pl.col("uid").null_count().alias("uid_nulls"),
+        pl.col("timestamp").min().cast(pl.Int64).alias("t_min"),
+        pl.col("timestamp").max().cast(pl.Int64).alias("t_max"),
         pl.col("uid").min().cast(pl.Int64).alias("uid_min"),
         pl.col("uid").max().cast(pl.Int64).alias("uid_max"),
         pl.col("item_id").max().cast(pl.Int64).alias("item_max"),
     ).collect(engine="streaming")
-    uid_min, uid_max, item_max = row.row(0)
-    return _Bounds(summary_rows, t_min, t_max, uid_min, uid_max, item_max)
+    uid_nulls, t_min, t_max, uid_min, uid_max, item_max = row.row(0)
+    if uid_nulls:
+        first = (
+            scan.with_row_index(_ROW)
+            .filter(pl.col("uid").is_null())
+            .select(pl.col(_ROW).first())
+            .collect(engine="streaming")
+            .item()
+        )
+        raise SchemaError(src, "uid", f"null value (first at row {first})")
+    if t_min is None or t_max is None or item_max is None:
+        # every timestamp (or item_id) is null: let the row checks name the first such row
+        t_min = t_max = item_max = 0
+    return _Bounds(num_rows, t_min, t_max, uid_min, uid_max, item_max)
+
+
+def _check_block(rows: pl.Series, next_row: int, lo: int, hi: int, src: str) -> None:
+    """``rows`` (the file row indices of the uids in ``[lo, hi)``, increasing) must be the block
+    ``next_row, next_row + 1, ...``: otherwise rows of other uid ranges sit before or among them
+    and the file is not sorted by uid."""
+    first = int(rows[0])
+    if first != next_row:
+        raise SchemaError(
+            src,
+            "uid",
+            f"rows not sorted by uid (first at row {next_row}: a uid >= {hi} before row "
+            f"{first}, whose uid is in [{lo}, {hi}))",
+        )
+    gaps = (rows.diff() != 1).arg_true()
+    if len(gaps):
+        i = int(gaps[0])
+        raise SchemaError(
+            src,
+            "uid",
+            f"rows not sorted by uid (first at row {int(rows[i - 1]) + 1}: a uid outside "
+            f"[{lo}, {hi}) between rows {int(rows[i - 1])} and {int(rows[i])}, whose uids are "
+            "inside it)",
+        )
 
 
 def preprocess(
@@ -211,11 +282,10 @@ def preprocess(
     out = Path(out_dir)
     _check_out_dir(out)
 
-    summary = validate_multi_event(path)
-    if summary.num_events == 0 or summary.t_max is None or summary.t_min is None:
-        raise SchemaError(str(path), None, "no events")
-    lazy = normalize_multi_event(pl.scan_parquet(path))
-    bounds = _bounds(lazy, summary.num_events, summary.t_min, summary.t_max)
+    src = str(path)
+    scan = pl.scan_parquet(path)
+    check_multi_event_columns(scan.collect_schema(), src)
+    bounds = _bounds(scan, src)
     n_parts = partitions if partitions is not None else default_partitions(bounds.num_rows)
     edges = _uid_edges(bounds.uid_min, bounds.uid_max, n_parts)
     t_max = bounds.t_max
@@ -233,11 +303,17 @@ def preprocess(
         popularity = np.zeros(bounds.item_max + 1, dtype=np.int64)
         num_train = num_test = num_sessions = num_users = 0
         train_start: int | None = None
+        next_row = 0  # file rows [0, next_row) belong to the partitions done so far
         for k in range(n_parts):
             lo, hi = edges[k], edges[k + 1]
             uid = pl.col("uid").cast(pl.Int64)
-            part = lazy.filter((uid >= lo) & (uid < hi))
-            train, test = split_at(part, t_max)
+            part = scan.with_row_index(_ROW).filter((uid >= lo) & (uid < hi)).collect()
+            check_multi_event_rows(part, src, row_index=_ROW)
+            if part.height:
+                _check_block(part[_ROW], next_row, lo, hi, src)
+                next_row += part.height
+            train, test = split_at(normalize_multi_event(part.lazy()), t_max)
+            del part
             train = train.with_columns(session_ids())
             index = _session_index(train)
             _write_parquet(train, tmp / TRAIN_SESSIONS_DIR / part_name(k))
@@ -254,6 +330,8 @@ def preprocess(
                 first = int(train["timestamp"].min())
                 train_start = first if train_start is None else min(train_start, first)
             del train, test, index, counts
+        if next_row != bounds.num_rows:  # unreachable with a non-null uid; kept as the proof
+            raise SchemaError(src, "uid", f"partitions cover {next_row} of {bounds.num_rows} rows")
         if train_start is None:
             raise ValueError(
                 f"{path}: no event before train_end={train_end} (t_max={t_max}); nothing to train"

@@ -45,6 +45,8 @@ __all__ = [
     "MappingKind",
     "MultiEventSummary",
     "SchemaError",
+    "check_multi_event_columns",
+    "check_multi_event_rows",
     "mapping_path",
     "multi_event_path",
     "normalize_multi_event",
@@ -192,16 +194,36 @@ def validate_multi_event(frame: FrameLike, *, source: str | None = None) -> Mult
 
     ``frame`` is a parquet path, a DataFrame or a LazyFrame; ``source`` names it in errors
     (default: the path, or ``<DataFrame>``). Checks, in order: every column present, no extra
-    columns, dtypes (event_type may be Utf8, Categorical or Enum), event_type values known,
-    no nulls in uid/timestamp/item_id/is_organic/event_type, played_ratio_pct and
-    track_length_seconds null exactly for non-listens, timestamps multiples of 5, rows sorted
-    by (uid, timestamp). Raises :class:`SchemaError` naming the source and the column, and
-    the first offending row where there is one. The data checks run as one lazy query.
+    columns, dtypes (event_type may be Utf8, Categorical or Enum), then the row checks of
+    :func:`check_multi_event_rows`. Raises :class:`SchemaError` naming the source and the
+    column, and the first offending row where there is one. The data checks run as one lazy
+    query over the whole table (memory grows with it; ``preprocess`` checks a file one
+    partition at a time instead).
     """
     lazy, src = _to_lazy(frame, source)
-    schema = lazy.collect_schema()
-    _check_columns(schema, MULTI_EVENT_SCHEMA, src)
+    check_multi_event_columns(lazy.collect_schema(), src)
+    return check_multi_event_rows(lazy, src)
 
+
+def check_multi_event_columns(schema: pl.Schema, source: str) -> None:
+    """Check multi_event column names and dtypes (e.g. a parquet file's metadata schema)."""
+    _check_columns(schema, MULTI_EVENT_SCHEMA, source)
+
+
+def check_multi_event_rows(
+    frame: pl.DataFrame | pl.LazyFrame, source: str, *, row_index: str | None = None
+) -> MultiEventSummary:
+    """The row checks of a multi_event frame whose columns and dtypes are already valid.
+
+    Checks, in order: event_type values known; no nulls in uid/timestamp/item_id/is_organic/
+    event_type; played_ratio_pct and track_length_seconds null exactly for non-listens;
+    timestamps multiples of 5; rows sorted by (uid, timestamp). Raises :class:`SchemaError`
+    naming ``source``, the column and the first offending row. Rows are numbered by their
+    position in ``frame``, or, with ``row_index``, by that column's value (e.g. the row's index
+    in the file when ``frame`` is one partition of it); that column is otherwise ignored. The
+    checks and the summary run as one lazy query.
+    """
+    lazy = frame.lazy()
     etype = pl.col("event_type").cast(pl.String)
     known = etype.is_in(list(EVENT_TYPES))
     is_listen = etype == "listen"
@@ -224,7 +246,10 @@ def validate_multi_event(frame: FrameLike, *, source: str | None = None) -> Mult
     )
     checks.append(("timestamp", "rows not sorted by (uid, timestamp)", unsorted.fill_null(False)))
 
-    index = pl.int_range(pl.len(), dtype=pl.Int64)
+    if row_index is None:
+        index = pl.int_range(pl.len(), dtype=pl.Int64)
+    else:
+        index = pl.col(row_index).cast(pl.Int64)
     aggs = [
         index.filter(expr.fill_null(False)).first().alias(f"c{i}")
         for i, (_, _, expr) in enumerate(checks)
@@ -241,9 +266,9 @@ def validate_multi_event(frame: FrameLike, *, source: str | None = None) -> Mult
     for i, (column, problem, _) in enumerate(checks):
         bad = row[f"c{i}"]
         if bad is not None:
-            raise SchemaError(src, column, f"{problem} (first at row {bad})")
+            raise SchemaError(source, column, f"{problem} (first at row {bad})")
     return MultiEventSummary(
-        source=src,
+        source=source,
         num_events=int(row["n"]),
         num_users=int(row["users"]),
         t_min=row["t_min"],
