@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from .download import PINNED_REVISION, SIZES, DownloadError, download
 from .preprocess import preprocess
 from .schema import (
     SchemaError,
@@ -24,7 +25,8 @@ __all__ = ["main"]
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="yambda-data", description="Yambda dataset tools (schema, synthetic data)."
+        prog="yambda-data",
+        description="Yambda dataset tools: download, synthetic data, validation, preprocessing.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -42,6 +44,17 @@ def _parser() -> argparse.ArgumentParser:
     synth.add_argument(
         "--items", type=int, default=None, help=f"catalogue size (default {SynthConfig.items})"
     )
+
+    down = sub.add_parser(
+        "download", help="fetch a Yambda size from the Hugging Face Hub (or a local mirror)"
+    )
+    down.add_argument("--size", required=True, choices=SIZES, help="dataset size")
+    down.add_argument("--dest", required=True, help="dataset root to write")
+    down.add_argument(
+        "--revision", default=PINNED_REVISION, help="dataset revision (default: the reference's)"
+    )
+    down.add_argument("--embeddings", action="store_true", help="also fetch embeddings.parquet")
+    down.add_argument("--source", help="copy from this local directory instead of the Hub")
 
     validate = sub.add_parser("validate", help="check a dataset against the public schema")
     validate.add_argument("--root", required=True, help="dataset root")
@@ -79,6 +92,14 @@ def _synth(args: argparse.Namespace) -> None:
     print(f"in {elapsed:.1f} s")
 
 
+def _download(args: argparse.Namespace) -> None:
+    paths = download(
+        args.size, args.dest, revision=args.revision, embeddings=args.embeddings, source=args.source
+    )
+    for path in paths:
+        print(f"{path}: {path.stat().st_size:,} bytes")
+
+
 def _validate(args: argparse.Namespace) -> None:
     summary = validate_multi_event(multi_event_path(args.root, args.size))
     counts = ", ".join(f"{k} {v:,}" for k, v in summary.event_counts.items())
@@ -114,9 +135,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             _synth(args)
         elif args.command == "preprocess":
             _preprocess(args)
+        elif args.command == "download":
+            _download(args)
         else:
             _validate(args)
-    except (SchemaError, FileNotFoundError, ValueError, OSError) as exc:
+    except (SchemaError, DownloadError, FileNotFoundError, ValueError, OSError) as exc:
         print(f"yambda-data {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except pl.exceptions.PolarsError as exc:

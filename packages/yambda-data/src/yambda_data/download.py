@@ -1,0 +1,126 @@
+"""Download the public Yambda dataset (or copy a local mirror of it) into the reference layout.
+
+Files come from the Hugging Face dataset repository ``yandex/yambda`` at a pinned revision (the
+one the MLPerf reference uses), through ``huggingface_hub`` (resumable, with progress bars), into
+``dest`` with the repository's own paths::
+
+    dest/flat/<size>/multi_event.parquet
+    dest/artist_item_mapping.parquet
+    dest/album_item_mapping.parquet
+    dest/embeddings.parquet            (only with embeddings=True; ~13.8 GB)
+
+``source=DIR`` copies the same files from a local directory in that layout instead (an offline
+mirror, and what the tests use). A file already present with the source's size is kept, so an
+interrupted copy resumes where it stopped; every copy is atomic. Downloads fail fast with a
+:class:`DownloadError` when the Hub cannot be reached.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from ._atomic import atomic_path
+from .schema import mapping_path, multi_event_path, read_mapping, read_multi_event
+
+__all__ = [
+    "DATASET_REPO",
+    "PINNED_REVISION",
+    "SIZES",
+    "DownloadError",
+    "dataset_files",
+    "download",
+]
+
+DATASET_REPO = "yandex/yambda"
+PINNED_REVISION = "dd6f3a19eef5866e346c3270e098baa641a44948"
+"""The dataset revision the MLPerf DLRMv4 reference pins."""
+SIZES = ("50m", "500m", "5b")
+
+
+class DownloadError(RuntimeError):
+    """The dataset could not be fetched; the message says from where and why."""
+
+
+def dataset_files(size: str, *, embeddings: bool = False) -> list[str]:
+    """Repository paths of the files the DLRMv4 pipeline reads for ``size``."""
+    if size not in SIZES:
+        raise ValueError(f"size: unknown Yambda size {size!r}; known: {', '.join(SIZES)}")
+    files = [
+        multi_event_path(".", size).as_posix(),
+        mapping_path(".", "artist").as_posix(),
+        mapping_path(".", "album").as_posix(),
+    ]
+    if embeddings:
+        files.append("embeddings.parquet")
+    return [f.removeprefix("./") for f in files]
+
+
+def _copy_from(source: Path) -> Callable[[str, Path], None]:
+    def fetch(name: str, dest: Path) -> None:
+        origin, target = source / name, dest / name
+        if not origin.is_file():
+            raise DownloadError(f"{origin}: no such file in the local source {source}")
+        if target.is_file() and target.stat().st_size == origin.stat().st_size:
+            return
+        with atomic_path(target) as tmp:
+            shutil.copyfile(origin, tmp)
+
+    return fetch
+
+
+def _from_hub(revision: str, endpoint: str | None) -> Callable[[str, Path], None]:
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise DownloadError(
+            "downloading needs huggingface_hub: install yambda-data[download]"
+        ) from None
+
+    def fetch(name: str, dest: Path) -> None:
+        try:
+            huggingface_hub.hf_hub_download(
+                DATASET_REPO,
+                name,
+                repo_type="dataset",
+                revision=revision,
+                local_dir=dest,
+                endpoint=endpoint,
+                etag_timeout=10,
+            )
+        except Exception as exc:  # network, HTTP, revision or disk errors alike
+            where = endpoint or "the Hugging Face Hub"
+            raise DownloadError(
+                f"{DATASET_REPO}@{revision}: {name} could not be downloaded from {where}: "
+                f"{type(exc).__name__}: {exc}. Without network access, copy a mirror of the "
+                "dataset and pass it as --source DIR."
+            ) from exc
+
+    return fetch
+
+
+def download(
+    size: str,
+    dest: str | Path,
+    *,
+    revision: str = PINNED_REVISION,
+    embeddings: bool = False,
+    source: str | Path | None = None,
+    endpoint: str | None = None,
+) -> list[Path]:
+    """Fetch the files of ``size`` into ``dest`` and check their schema; returns their paths.
+
+    ``source`` copies from a local directory in the dataset's layout instead of the Hub;
+    ``endpoint`` overrides the Hub address (a mirror).
+    """
+    names = dataset_files(size, embeddings=embeddings)
+    dest = Path(dest)
+    fetch = _copy_from(Path(source)) if source is not None else _from_hub(revision, endpoint)
+    for name in names:
+        fetch(name, dest)
+    # Column names and dtypes come from the files' metadata: cheap even for 5b.
+    read_multi_event(dest, size)
+    read_mapping(dest, "artist")
+    read_mapping(dest, "album")
+    return [dest / name for name in names]

@@ -1,0 +1,113 @@
+"""yambda-data download: the local-mirror path, resuming, and failing fast without the Hub.
+
+No test reaches the network: the Hub path is pointed at a closed port on loopback.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from yambda_data.cli import main
+from yambda_data.download import DownloadError, dataset_files, download
+from yambda_data.schema import SchemaError
+from yambda_data.synth import synthesize
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory, tiny_config):
+    root = tmp_path_factory.mktemp("mirror")
+    synthesize(root, tiny_config)
+    return root
+
+
+def test_files_of_a_size():
+    assert dataset_files("5b") == [
+        "flat/5b/multi_event.parquet",
+        "artist_item_mapping.parquet",
+        "album_item_mapping.parquet",
+    ]
+    assert dataset_files("50m", embeddings=True)[-1] == "embeddings.parquet"
+    with pytest.raises(ValueError, match="unknown Yambda size '1b'"):
+        dataset_files("1b")
+
+
+def test_copies_a_local_mirror_and_resumes(mirror, tiny_config, tmp_path):
+    dest = tmp_path / "yambda"
+    paths = download(tiny_config.size, dest, source=mirror)
+    for path in paths:
+        assert path.read_bytes() == (mirror / path.relative_to(dest)).read_bytes()
+    # A complete file is kept as it is; a truncated one (an interrupted copy) is fetched again.
+    kept = paths[1].stat().st_mtime_ns
+    paths[0].write_bytes(paths[0].read_bytes()[:100])
+    download(tiny_config.size, dest, source=mirror)
+    assert paths[1].stat().st_mtime_ns == kept
+    assert paths[0].read_bytes() == (mirror / paths[0].relative_to(dest)).read_bytes()
+    assert not [p for p in dest.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_a_file_of_the_wrong_schema_is_reported(mirror, tiny_config, tmp_path):
+    bad = tmp_path / "bad"
+    for name in dataset_files(tiny_config.size):
+        (bad / name).parent.mkdir(parents=True, exist_ok=True)
+        (bad / name).write_bytes((mirror / name).read_bytes())
+    (bad / "album_item_mapping.parquet").write_bytes(
+        (mirror / "artist_item_mapping.parquet").read_bytes()
+    )
+    with pytest.raises(SchemaError, match="album_item_mapping"):
+        download(tiny_config.size, tmp_path / "dest", source=bad)
+
+
+def test_missing_source_file_is_named(tmp_path):
+    with pytest.raises(DownloadError, match=r"flat/50m/multi_event\.parquet: no such file"):
+        download("50m", tmp_path / "dest", source=tmp_path)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_hub_fails_fast_with_a_hint(tmp_path):
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    start = time.monotonic()
+    with pytest.raises(
+        DownloadError, match=r"could not be downloaded from http://127\.0\.0\.1.*--source"
+    ):
+        download("50m", tmp_path / "dest", endpoint=endpoint)
+    assert time.monotonic() - start < 60
+    assert not (tmp_path / "dest" / "flat" / "50m" / "multi_event.parquet").exists()
+
+
+def test_cli_copies_from_a_mirror(mirror, tiny_config, tmp_path, capsys):
+    code = main(
+        [
+            "download",
+            "--size",
+            tiny_config.size,
+            "--dest",
+            str(tmp_path / "d"),
+            "--source",
+            str(mirror),
+        ]
+    )
+    assert code == 0
+    assert "multi_event.parquet" in capsys.readouterr().out
+    assert (
+        main(
+            [
+                "download",
+                "--size",
+                "50m",
+                "--dest",
+                str(tmp_path / "e"),
+                "--source",
+                str(tmp_path / "none"),
+            ]
+        )
+        == 2
+    )
+    assert "yambda-data download: error:" in capsys.readouterr().err
