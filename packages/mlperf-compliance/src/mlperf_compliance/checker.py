@@ -15,11 +15,27 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["CheckResult", "check_log"]
+__all__ = ["DEV_RULESET", "DEV_RULESET_BASE", "CheckResult", "check_log", "dev_rules_dir"]
+
+#: Name of the ruleset for runs on synthetic or subsampled data (see ``rules/dev/``).
+DEV_RULESET = "dev"
+#: The official ruleset whose structure rules the dev ruleset runs.
+DEV_RULESET_BASE = "6.1.0"
+#: How a verdict names the dev ruleset.
+DEV_RULESET_NOTE = (
+    "dev ruleset: official 6.1.0 structure rules; dataset pins (train_samples, eval_samples, "
+    "eval grid, first eval) recomputed from the logged values; lr band and target accuracy "
+    "not checked"
+)
 
 _LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")
 # ComplianceChecker.log_messages joins its messages with a line of 30 dashes.
 _SEPARATOR = "-" * 30
+
+
+def dev_rules_dir() -> Path:
+    """The directory of the ``dev`` rule YAML files shipped in this package."""
+    return Path(__file__).resolve().parent / "rules" / "dev"
 
 
 @dataclass(frozen=True)
@@ -32,12 +48,21 @@ class CheckResult:
             as the checker wrote it.
         output: the checker's whole standard output and error.
         returncode: the checker's exit status.
+        ruleset: the ruleset checked (``"6.1.0"``, ``"dev"``, ...).
     """
 
     passed: bool
     messages: list[str] = field(default_factory=list)
     output: str = ""
     returncode: int = 0
+    ruleset: str = DEV_RULESET_BASE
+
+    @property
+    def ruleset_note(self) -> str:
+        """How the verdict names its ruleset (the dev ruleset says what it relaxes)."""
+        if self.ruleset == DEV_RULESET:
+            return DEV_RULESET_NOTE
+        return f"ruleset {self.ruleset}"
 
     def summary(self) -> list[str]:
         """The first line of each message."""
@@ -87,10 +112,24 @@ def check_log(
     if the checker runs longer than ``timeout`` seconds. ``messages`` can hold warnings even
     when ``passed`` (a key repeated with the same value, say). The checker's own log file is
     written to a temporary directory, so nothing is left in the working directory.
+
+    ``ruleset="dev"`` (training only) runs the same official engine with the rule files in
+    :func:`dev_rules_dir`: the 6.1.0 structure rules, with the DLRMv4 dataset pins recomputed
+    from the logged values (see the package README).
     """
     log = Path(path)
     if not log.is_file():
         raise FileNotFoundError(f"no MLPerf log at {log}")
+    env = None
+    extra: list[str] = []
+    engine_ruleset = ruleset
+    if ruleset == DEV_RULESET:
+        if usage != "training":
+            raise ValueError(f"the dev ruleset is for usage 'training', not {usage!r}")
+        engine_ruleset = DEV_RULESET_BASE
+        rules = dev_rules_dir()
+        extra = ["--config", str(rules / "common.yaml")]
+        env = dict(os.environ, MLPERF_COMPLIANCE_DEV_RULES=str(rules))
     with tempfile.TemporaryDirectory(prefix="mlperf-check-") as tmp:
         command = [
             sys.executable,
@@ -99,7 +138,8 @@ def check_log(
             "--usage",
             usage,
             "--ruleset",
-            ruleset,
+            engine_ruleset,
+            *extra,
             "--log_output",
             str(Path(tmp) / "compliance_checker.log"),
             str(log.resolve()),
@@ -107,6 +147,7 @@ def check_log(
         proc = subprocess.run(
             command,
             cwd=tmp,
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -124,4 +165,10 @@ def check_log(
     messages = _messages(output)
     if not passed and not messages:
         messages.append(f"compliance checker exited with status {proc.returncode}")
-    return CheckResult(passed=passed, messages=messages, output=output, returncode=proc.returncode)
+    return CheckResult(
+        passed=passed,
+        messages=messages,
+        output=output,
+        returncode=proc.returncode,
+        ruleset=ruleset,
+    )

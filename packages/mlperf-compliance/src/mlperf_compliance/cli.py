@@ -24,7 +24,11 @@ def _parser() -> argparse.ArgumentParser:
         "Exit status: 0 compliant, 1 not compliant (or the log is missing), 2 usage error.",
     )
     check.add_argument("log", metavar="LOG", help="the MLPerf log file")
-    check.add_argument("--ruleset", default="6.1.0", help="rules version (default: 6.1.0)")
+    check.add_argument(
+        "--ruleset",
+        default="6.1.0",
+        help="rules version, or 'dev' for synthetic/subsampled runs (default: 6.1.0)",
+    )
     check.add_argument("--usage", default="training", help="working group (default: training)")
     check.add_argument(
         "--verbose", "-v", action="store_true", help="print the checker's full output"
@@ -37,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "check":
         try:
             result = check_log(args.log, ruleset=args.ruleset, usage=args.usage)
-        except FileNotFoundError as exc:
+        except (FileNotFoundError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         if args.verbose:
@@ -47,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(message)
                 print()
         verdict = "PASSED" if result.passed else "FAILED"
-        print(f"{verdict}: {args.log} ({args.usage} ruleset {args.ruleset})")
+        print(f"{verdict}: {args.log} ({args.usage} {result.ruleset_note})")
         return 0 if result.passed else 1
     raise AssertionError(f"unhandled command {args.command!r}")  # pragma: no cover
 

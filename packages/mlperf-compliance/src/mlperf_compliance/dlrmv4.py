@@ -99,16 +99,28 @@ def eval_interval_samples(
     return steps * gbs
 
 
-def first_eval_samples(global_batch_size: int) -> int:
-    """``samples_count`` the closed rules require of the FIRST ``eval_accuracy`` record.
+def first_eval_samples(
+    global_batch_size: int,
+    *,
+    train_samples: int = DLRMV4_TRAIN_SAMPLES,
+    eval_every_data_pct: float = EVAL_EVERY_DATA_PCT,
+) -> int:
+    """``samples_count`` the rules require of the FIRST ``eval_accuracy`` record.
 
-    The rule resolves ``floor((4480 * gbs + 135_331_840) / 3)`` upwards onto the eval grid:
-    57,344,000 at global batch 8192 (the 25th eval).
+    The closed rule resolves ``floor((4480 * gbs + 135_331_840) / 3)`` upwards onto the eval
+    grid: 57,344,000 at global batch 8192 (the 25th eval). For a run on a different number of
+    training samples (the ``dev`` ruleset) the threshold is scaled by
+    ``train_samples / DLRMV4_TRAIN_SAMPLES``, so it is the same fraction of the data, and the
+    first eval is never before the first grid point.
     """
     gbs = _positive_int("global_batch_size", global_batch_size)
-    interval = eval_interval_samples(gbs)
-    threshold = math.floor((4480 * gbs + 135_331_840) / 3)
-    return math.ceil(threshold / interval) * interval
+    interval = eval_interval_samples(
+        gbs, train_samples=train_samples, eval_every_data_pct=eval_every_data_pct
+    )
+    threshold: float = math.floor((4480 * gbs + 135_331_840) / 3)
+    if train_samples != DLRMV4_TRAIN_SAMPLES:
+        threshold = threshold * train_samples / DLRMV4_TRAIN_SAMPLES
+    return max(1, math.ceil(threshold / interval)) * interval
 
 
 def learning_rate_band(global_batch_size: int) -> tuple[float, float]:
