@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mlperf_compliance import read_log
+from mlperf_compliance import check_log, read_log
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,6 +76,12 @@ def test_short_run_reports_and_logs(first_run, capsys):
     assert config["model"]["history_length"] == 32 and config["run"]["seed"] == 0
 
 
+def test_log_passes_the_dev_ruleset(first_run):
+    _, summary = first_run
+    result = check_log(summary["mlperf_log"], ruleset="dev")
+    assert result.passed, result.summary()
+
+
 def test_same_seed_same_result(first_run, tmp_path):
     _, summary = first_run
     again = short_run(tmp_path)
@@ -87,17 +93,10 @@ def test_kernels_give_the_same_run(first_run, tmp_path):
     assert short_run(tmp_path, kernel="pytorch")["eval_auc"] == summary["eval_auc"]
 
 
-def test_missing_dataset_is_named(tmp_path):
+def test_missing_dataset_is_named_and_the_run_is_logged_aborted(tmp_path):
+    out = tmp_path / "run"
     with pytest.raises(FileNotFoundError, match=r"multi_event\.parquet"):
-        train.main(
-            [
-                "--data",
-                str(tmp_path),
-                "--steps",
-                "1",
-                "--evals",
-                "1",
-                "--out",
-                str(tmp_path / "run"),
-            ]
-        )
+        train.main(["--data", str(tmp_path), "--steps", "1", "--evals", "1", "--out", str(out)])
+    records = read_log(out / "mlperf.log")
+    assert records[-1]["key"] == "run_stop"
+    assert records[-1]["metadata"]["status"] == "aborted"

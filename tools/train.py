@@ -11,13 +11,18 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import hstu_model
 import yambda_data
-from mlperf_compliance import DLRMv4RunConfig, MLPerfLogger, dlrmv4_run_start_keys
+from mlperf_compliance import (
+    DLRMv4RunConfig,
+    MLPerfLogger,
+    RunTracker,
+    dlrmv4_run_start_keys,
+    eval_schedule,
+)
 from yambda_data.batching import BatchIterator
 
 
@@ -49,20 +54,6 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def write_json_atomic(path: Path, payload: dict) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if args.target_auc is None:
@@ -70,7 +61,16 @@ def main(argv: list[str] | None = None) -> dict:
     args.out.mkdir(parents=True, exist_ok=True)
     # Records name their source file relative to the repository, not this machine's path.
     mllog = MLPerfLogger(args.out / "mlperf.log", root_dir=str(Path(__file__).resolve().parents[1]))
-    mllog.init_start()
+    tracker = RunTracker(mllog, target_accuracy=args.target_auc)
+    with tracker.guard():  # an exception or a signal ends the log with run_stop "aborted"
+        tracker.init_start()
+        summary = run(args, mllog, tracker)
+    mllog.close()
+    print(json.dumps(summary), flush=True)
+    return summary
+
+
+def run(args: argparse.Namespace, mllog: MLPerfLogger, tracker: RunTracker) -> dict:
     cfg = hstu_model.preset(args.preset).replace(
         model={"kernel": args.kernel}, train={"seed": args.seed}
     )
@@ -89,17 +89,15 @@ def main(argv: list[str] | None = None) -> dict:
     batch_size = cfg.train.batch_size
     train_batches = BatchIterator(data.train, batch_size, seed=args.seed, drop_last=True)
     eval_batches = BatchIterator(data.eval, cfg.train.eval_batch_size, shuffle=False)
-    write_json_atomic(
-        args.out / "config.json", cfg.to_dict() | {"run": vars(args) | {"data": str(root)}}
-    )
+    config_path = cfg.save_json(args.out / "config.json", run=vars(args) | {"data": str(root)})
 
     precision = "bfloat16" if cfg.train.autocast_bf16 else "fp32"
-    run = DLRMv4RunConfig(
+    run_config = DLRMv4RunConfig(
         global_batch_size=batch_size,
         learning_rate=cfg.optimizer.dense_lr,
         sparse_learning_rate=cfg.optimizer.sparse_lr,
         micro_batch_size=batch_size,
-        config_filename=str(args.out / "config.json"),
+        config_filename=config_path.name,
         precision_linear=precision,
         precision_attn=precision,
         precision_comm="fp32",
@@ -112,43 +110,37 @@ def main(argv: list[str] | None = None) -> dict:
     )
     mllog.submission_info(org="reference", platform=f"{os.cpu_count()}xCPU", division="open")
     mllog.cache_clear()
-    mllog.hyperparameters(dlrmv4_run_start_keys(run))
-    mllog.init_stop()
-    mllog.run_start()
+    mllog.hyperparameters(dlrmv4_run_start_keys(run_config))
+    tracker.init_stop()
+    tracker.run_start()
 
-    eval_steps = sorted({round(args.steps * (i + 1) / args.evals) for i in range(args.evals)})
     stream = train_batches.epochs()
-    status, auc, step, epoch, trained_seconds = "aborted", float("nan"), 0, 0, 0.0
-    try:
-        for eval_step in eval_steps:
-            mllog.block_start(step * batch_size, first_epoch_num=epoch)
-            started = time.perf_counter()
-            while step < eval_step:
-                epoch, batch = next(stream)
-                loss = trainer.train_step(batch)
-                step += 1
-                if step % 100 == 0:
-                    rate = (step * batch_size) / (trained_seconds + time.perf_counter() - started)
-                    log(
-                        f"step {step}/{args.steps} epoch {epoch} loss {loss:.4f} {rate:.0f} samples/s"
-                    )
-            trained_seconds += time.perf_counter() - started
-            mllog.block_stop(step * batch_size, first_epoch_num=epoch)
-            mllog.eval_start(step * batch_size, epoch_num=epoch)
-            result = trainer.evaluate(eval_batches)
-            auc = result.auc
-            mllog.eval_accuracy(auc, step * batch_size, epoch_num=epoch)
-            mllog.eval_stop(step * batch_size, epoch_num=epoch)
-            log(f"eval at step {step}: auc {auc:.4f} over {result.num_samples} samples")
-        status = "success" if auc >= args.target_auc else "aborted"
-    finally:
-        mllog.run_stop(status, step * batch_size)
-        mllog.close()
+    step, epoch, trained_seconds, auc = 0, 0, 0.0, float("nan")
+    for eval_at in eval_schedule(
+        run_config.train_samples, batch_size, run_config.eval_every_data_pct
+    ):
+        tracker.block_start(step * batch_size, first_epoch_num=epoch)
+        started = time.perf_counter()
+        while step * batch_size < eval_at:
+            epoch, batch = next(stream)
+            loss = trainer.train_step(batch)
+            step += 1
+            if step % 100 == 0:
+                rate = step * batch_size / (trained_seconds + time.perf_counter() - started)
+                log(f"step {step}/{args.steps} epoch {epoch} loss {loss:.4f} {rate:.0f} samples/s")
+        trained_seconds += time.perf_counter() - started
+        tracker.block_stop(eval_at, first_epoch_num=epoch)
+        auc = trainer.evaluate(eval_batches).auc
+        log(f"eval at step {step}: auc {auc:.4f} (target {args.target_auc})")
+        if tracker.eval(auc, eval_at, epoch_num=epoch):
+            break
+    status = tracker.run_stop()
     samples = step * batch_size
     summary = {"eval_auc": round(auc, 6), "train_samples": samples, "status": status}
-    summary |= {"samples_per_s": round(samples / trained_seconds, 1), "mlperf_log": str(mllog.path)}
-    print(json.dumps(summary), flush=True)
-    return summary
+    return summary | {
+        "samples_per_s": round(samples / trained_seconds, 1),
+        "mlperf_log": str(mllog.path),
+    }
 
 
 if __name__ == "__main__":

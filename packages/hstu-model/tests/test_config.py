@@ -72,3 +72,14 @@ def test_warmup_is_linear_from_zero():
     opt = OptimizerConfig(warmup_steps=4)
     assert [opt.lr_factor(s) for s in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
     assert OptimizerConfig(warmup_steps=0).lr_factor(0) == 1.0
+
+
+def test_save_json_round_trips_with_extra_entries(tmp_path):
+    import json
+
+    cfg = preset("tiny")
+    path = cfg.save_json(tmp_path / "config.json", run={"seed": 3})
+    saved = json.loads(path.read_text())
+    assert saved["run"] == {"seed": 3}
+    assert saved["model"]["history_length"] == cfg.model.history_length
+    assert [p.name for p in tmp_path.iterdir()] == ["config.json"]

@@ -7,8 +7,12 @@ inconsistent values with a message that names the field. Presets are plain funct
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -234,6 +238,23 @@ class HSTUConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def save_json(self, path: str | os.PathLike[str], **extra: Any) -> Path:
+        """Write the config (plus `extra` top-level entries) as JSON, atomically."""
+        path = Path(path)
+        text = json.dumps(self.to_dict() | extra, indent=2, sort_keys=True, default=str) + "\n"
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
 
     def replace(self, **sections: Mapping[str, Any]) -> HSTUConfig:
         """A copy with fields of named sections replaced: `cfg.replace(model={"num_layers": 2})`."""
