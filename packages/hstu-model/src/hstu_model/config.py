@@ -307,6 +307,22 @@ def tiny() -> HSTUConfig:
 
 PRESETS = {"yambda-5b": yambda_5b, "tiny": tiny}
 
+YAMBDA_5B_VOCAB: dict[str, int] = {
+    "item_id": 9_390_624,
+    "artist_id": 1_293_395,
+    "album_id": 3_367_692,
+    "uid": 1_000_001,
+}
+"""Rows of the id tables of the reference (facts.md section 3). The reference's seven hashed cross
+tables (user_x_artist, user_x_album, user_x_hour, item_x_hour, artist_x_hour, user_x_is_organic,
+user_x_artist_x_hour) are not modelled yet, so they are not listed here."""
+
+TINY_VOCAB: dict[str, int] = {"uid": 400, "item_id": 80_000, "artist_id": 8_000, "album_id": 20_000}
+"""Default table rows for the `tiny` preset (the ones its benchmark trains with)."""
+
+DEFAULT_VOCABS: dict[str, dict[str, int]] = {"yambda-5b": YAMBDA_5B_VOCAB, "tiny": TINY_VOCAB}
+"""Table rows `python -m hstu_model describe` uses for each preset unless --vocab says otherwise."""
+
 
 def preset(name: str) -> HSTUConfig:
     """The named preset, or a ConfigError listing the known names."""

@@ -1,0 +1,282 @@
+"""Overrides of a preset from a file, the environment and the command line.
+
+Precedence, lowest first: preset < file < environment < command line. Each layer is a mapping
+`{section: {field: value}}` with sections `model`, `optimizer` and `train`; `model.features` may
+itself be a mapping `{name: value}`. Every layer is applied with `HSTUConfig.replace`, which
+validates the result, and every error names where the bad value came from (file path, variable
+name or command-line item) and the field.
+
+- File: TOML (`.toml`), JSON (`.json`) or YAML (`.yaml`/`.yml`, needs PyYAML).
+- Environment: `HSTU_<SECTION>__<FIELD>=value`, e.g. `HSTU_MODEL__NUM_LAYERS=2`,
+  `HSTU_MODEL__FEATURES__UID=user_id` (double underscore between the parts, case-insensitive);
+  `HSTU_` names without a double underscore (such as build switches) are ignored.
+- Command line: `section.field=value`, e.g. `model.num_layers=2`, `optimizer.betas=0.9,0.99`.
+
+Text values (environment, command line, and strings in a file for non-string fields) are parsed
+to the field's type: int, float, bool (true/false, 1/0, yes/no, on/off), str, and tuples written
+as comma-separated items (`1,2,4`, brackets optional).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tomllib
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from hstu_model.config import ConfigError, HSTUConfig, preset
+
+SECTIONS = ("model", "optimizer", "train")
+NESTED = {("model", "features")}
+"""(section, field) pairs whose value is itself a dataclass overridable field by field."""
+
+Overrides = dict[str, dict[str, Any]]
+_Path = tuple[str, ...]
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def _section_class(section: str) -> type:
+    return typing.get_type_hints(HSTUConfig)[section]
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _resolve_path(path: _Path, source: str) -> Any:
+    """The type of the field at `path`, or a ConfigError naming `source`."""
+    dotted = ".".join(path)
+    if not path or path[0] not in SECTIONS:
+        raise ConfigError(
+            f"{source}: unknown config section {path[0] if path else ''!r} "
+            f"(known: {', '.join(SECTIONS)})"
+        )
+    types = _field_types(_section_class(path[0]))
+    if len(path) < 2 or path[1] not in types:
+        field_name = path[1] if len(path) > 1 else ""
+        raise ConfigError(f"{source}: {path[0]}: unknown field {field_name!r}")
+    if (path[0], path[1]) in NESTED:
+        if len(path) == 2:
+            raise ConfigError(f"{source}: {dotted}: set its fields, e.g. {dotted}.uid=...")
+        sub_types = _field_types(types[path[1]])
+        if len(path) != 3 or path[2] not in sub_types:
+            raise ConfigError(f"{source}: {'.'.join(path[:2])}: unknown field {path[2]!r}")
+        return sub_types[path[2]]
+    if len(path) != 2:
+        raise ConfigError(f"{source}: {dotted}: {path[1]} has no sub-fields")
+    return types[path[1]]
+
+
+def _parse_scalar(text: str, kind: type, where: str) -> Any:
+    text = text.strip()
+    if kind is bool:
+        lowered = text.lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        raise ConfigError(f"{where}: expected a bool (true/false), got {text!r}")
+    if kind is str:
+        return text
+    try:
+        return kind(text)
+    except ValueError:
+        raise ConfigError(f"{where}: expected {kind.__name__}, got {text!r}") from None
+
+
+def parse_value(text: str, field_type: Any, where: str) -> Any:
+    """`text` parsed to `field_type` (int, float, bool, str or a tuple of those)."""
+    if typing.get_origin(field_type) is tuple:
+        args = typing.get_args(field_type)
+        stripped = text.strip()
+        if stripped[:1] in "([" and stripped[-1:] in ")]":
+            stripped = stripped[1:-1]
+        items = [item for item in stripped.split(",") if item.strip()] if stripped.strip() else []
+        return tuple(
+            _parse_scalar(
+                item, args[0] if args[-1] is Ellipsis else args[min(i, len(args) - 1)], where
+            )
+            for i, item in enumerate(items)
+        )
+    return _parse_scalar(text, field_type, where)
+
+
+def _check_native(value: Any, field_type: Any, where: str) -> Any:
+    """A value read from a file, checked against (and lightly converted to) `field_type`."""
+    if isinstance(value, str) and field_type is not str:
+        return parse_value(value, field_type, where)
+    if typing.get_origin(field_type) is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        args = typing.get_args(field_type)
+        elem = args[0]
+        return tuple(_check_native(v, elem, where) for v in value)
+    if field_type is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if field_type is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if field_type in (bool, str) and isinstance(value, field_type):
+        return value
+    name = getattr(field_type, "__name__", str(field_type))
+    raise ConfigError(f"{where}: expected {name}, got {value!r}")
+
+
+def _put(overrides: Overrides, path: _Path, value: Any) -> None:
+    section = overrides.setdefault(path[0], {})
+    if len(path) == 3:
+        section.setdefault(path[1], {})[path[2]] = value
+    else:
+        section[path[1]] = value
+
+
+def _flatten(data: Any, source: str, prefix: _Path = ()) -> Iterable[tuple[_Path, Any]]:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: expected a mapping of sections, got {type(data).__name__}")
+    for key, value in data.items():
+        path = (*prefix, str(key))
+        if isinstance(value, Mapping):
+            yield from _flatten(value, source, path)
+        else:
+            yield path, value
+
+
+# Each layer is built as (overrides, sources): sources maps a field path to its origin label.
+_Layer = tuple[Overrides, dict[_Path, str]]
+
+
+def _file_layer(path: str | os.PathLike[str]) -> _Layer:
+    path = Path(path)
+    suffix = path.suffix.lower()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from None
+    try:
+        if suffix == ".toml":
+            data = tomllib.loads(raw.decode("utf-8"))
+        elif suffix == ".json":
+            data = json.loads(raw)
+        elif suffix in (".yaml", ".yml"):
+            try:
+                import yaml
+            except ImportError:
+                raise ConfigError(
+                    f"{path}: YAML config files need PyYAML, which is not installed; "
+                    "install it (`uv pip install pyyaml`) or use a .toml or .json file"
+                ) from None
+            data = yaml.safe_load(raw) or {}
+        else:
+            raise ConfigError(
+                f"{path}: unknown config file type {suffix or '(none)'!r}; "
+                "use .toml, .json, .yaml or .yml"
+            )
+    except ConfigError:
+        raise
+    except Exception as exc:  # the parsers' own errors, reported with the file name
+        raise ConfigError(f"{path}: cannot parse {suffix[1:]} config: {exc}") from None
+    overrides: Overrides = {}
+    sources: dict[_Path, str] = {}
+    for key_path, value in _flatten(data, str(path)):
+        where = f"{path}: {'.'.join(key_path)}"
+        field_type = _resolve_path(key_path, str(path))
+        _put(overrides, key_path, _check_native(value, field_type, where))
+        sources[key_path] = str(path)
+    return overrides, sources
+
+
+def _env_layer(environ: Mapping[str, str], prefix: str) -> _Layer:
+    overrides: Overrides = {}
+    sources: dict[_Path, str] = {}
+    for name in sorted(environ):
+        # Only `<prefix>SECTION__FIELD` names are config; e.g. HSTU_OPS_CUDA is left alone.
+        if not name.upper().startswith(prefix.upper()) or "__" not in name[len(prefix) :]:
+            continue
+        key_path = tuple(part.lower() for part in name[len(prefix) :].split("__"))
+        field_type = _resolve_path(key_path, f"environment variable {name}")
+        where = f"environment variable {name}: {'.'.join(key_path)}"
+        _put(overrides, key_path, parse_value(environ[name], field_type, where))
+        sources[key_path] = f"environment variable {name}"
+    return overrides, sources
+
+
+def _cli_layer(items: Iterable[str]) -> _Layer:
+    overrides: Overrides = {}
+    sources: dict[_Path, str] = {}
+    for item in items:
+        source = f"command-line override {item!r}"
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{source}: expected section.field=value")
+        key_path = tuple(part.strip() for part in key.split("."))
+        field_type = _resolve_path(key_path, source)
+        _put(overrides, key_path, parse_value(text, field_type, f"{source}: {key.strip()}"))
+        sources[key_path] = source
+    return overrides, sources
+
+
+def load_overrides_file(path: str | os.PathLike[str]) -> Overrides:
+    """`{section: {field: value}}` from a TOML, JSON or YAML file, typed and checked."""
+    return _file_layer(path)[0]
+
+
+def env_overrides(environ: Mapping[str, str] = os.environ, prefix: str = "HSTU_") -> Overrides:
+    """Overrides from variables `<prefix><SECTION>__<FIELD>[__<SUBFIELD>]`, typed and checked."""
+    return _env_layer(environ, prefix)[0]
+
+
+def parse_cli_overrides(items: Iterable[str]) -> Overrides:
+    """Overrides from `section.field=value` items, typed and checked."""
+    return _cli_layer(items)[0]
+
+
+def apply_overrides(config: HSTUConfig, overrides: Mapping[str, Mapping[str, Any]]) -> HSTUConfig:
+    """`config` with `overrides` applied (nested `model.features` merged field by field)."""
+    sections: dict[str, dict[str, Any]] = {}
+    for section, values in overrides.items():
+        current = getattr(config, section, None)
+        merged = dict(values)
+        for sec, name in NESTED:
+            if sec == section and isinstance(merged.get(name), Mapping):
+                merged[name] = dataclasses.replace(getattr(current, name), **merged[name])
+        sections[section] = merged
+    return config.replace(**sections)
+
+
+def _apply_layer(config: HSTUConfig, layer: _Layer) -> HSTUConfig:
+    overrides, sources = layer
+    if not overrides:
+        return config
+    try:
+        return apply_overrides(config, overrides)
+    except (ConfigError, TypeError) as exc:
+        field_name = str(exc).split(":", 1)[0]
+        named = [src for key, src in sources.items() if field_name in key]
+        origin = ", ".join(dict.fromkeys(named or sources.values()))
+        raise ConfigError(f"{origin}: {exc}") from None
+
+
+def resolve_config(
+    preset_name: str,
+    *,
+    file: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    cli: Iterable[str] = (),
+) -> HSTUConfig:
+    """The preset, then the file, then the environment (`os.environ` when `environ` is None),
+    then the command-line items, each overriding the previous."""
+    config = preset(preset_name)
+    layers = []
+    if file is not None:
+        layers.append(_file_layer(file))
+    layers.append(_env_layer(os.environ if environ is None else environ, "HSTU_"))
+    layers.append(_cli_layer(cli))
+    for layer in layers:
+        config = _apply_layer(config, layer)
+    return config

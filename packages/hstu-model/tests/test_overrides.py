@@ -1,0 +1,206 @@
+import json
+import sys
+
+import pytest
+
+from hstu_model import ConfigError, HSTURanker, preset
+from hstu_model.__main__ import build_parser, dense_parameter_count, main
+from hstu_model.config import TINY_VOCAB, YAMBDA_5B_VOCAB
+from hstu_model.overrides import (
+    env_overrides,
+    load_overrides_file,
+    parse_cli_overrides,
+    resolve_config,
+)
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_file_formats_agree(tmp_path):
+    toml = write(
+        tmp_path,
+        "c.toml",
+        '[model]\nnum_layers = 2\naction_weights = [1, 2, 4]\n[model.features]\nuid = "user"\n'
+        "[optimizer]\ndense_lr = 1\n[train]\nautocast_bf16 = true\n",
+    )
+    data = {
+        "model": {"num_layers": 2, "action_weights": [1, 2, 4], "features": {"uid": "user"}},
+        "optimizer": {"dense_lr": 1},
+        "train": {"autocast_bf16": True},
+    }
+    js = write(tmp_path, "c.json", json.dumps(data))
+    yml = write(
+        tmp_path,
+        "c.yaml",
+        "model:\n  num_layers: 2\n  action_weights: [1, 2, 4]\n  features: {uid: user}\n"
+        "optimizer: {dense_lr: 1}\ntrain: {autocast_bf16: true}\n",
+    )
+    expected = {
+        "model": {"num_layers": 2, "action_weights": (1, 2, 4), "features": {"uid": "user"}},
+        "optimizer": {"dense_lr": 1.0},
+        "train": {"autocast_bf16": True},
+    }
+    for path in (toml, js, yml):
+        assert load_overrides_file(path) == expected
+    cfg = resolve_config("tiny", file=toml, environ={})
+    assert cfg.model.features.uid == "user" and cfg.model.features.item_id == "item_id"
+
+
+def test_yaml_without_pyyaml_names_file(tmp_path, monkeypatch):
+    path = write(tmp_path, "c.yml", "model: {num_layers: 2}\n")
+    monkeypatch.setitem(sys.modules, "yaml", None)
+    with pytest.raises(ConfigError, match=r"c\.yml: YAML config files need PyYAML"):
+        load_overrides_file(path)
+
+
+def test_env_and_cli_values_are_typed():
+    env = {
+        "HSTU_MODEL__NUM_LAYERS": "2",
+        "HSTU_OPTIMIZER__DENSE_LR": "1e-3",
+        "HSTU_OPTIMIZER__BETAS": "0.9,0.99",
+        "HSTU_TRAIN__AUTOCAST_BF16": "yes",
+        "HSTU_MODEL__FEATURES__UID": "user",
+        "HSTU_OPS_CUDA": "ON",
+        "PATH": "/bin",
+    }
+    assert env_overrides(env) == {
+        "model": {"num_layers": 2, "features": {"uid": "user"}},
+        "optimizer": {"dense_lr": 1e-3, "betas": (0.9, 0.99)},
+        "train": {"autocast_bf16": True},
+    }
+    assert parse_cli_overrides(
+        ["model.action_weights=[1,2,8]", "model.kernel=native", "train.seed=3"]
+    ) == {"model": {"action_weights": (1, 2, 8), "kernel": "native"}, "train": {"seed": 3}}
+
+
+def test_precedence_cli_over_env_over_file(tmp_path):
+    path = write(tmp_path, "c.toml", "[model]\nnum_layers = 4\n[train]\nseed = 1\n")
+    env = {"HSTU_MODEL__NUM_LAYERS": "5", "HSTU_TRAIN__SEED": "2"}
+    cfg = resolve_config("tiny", file=path, environ=env, cli=["model.num_layers=6"])
+    assert cfg.model.num_layers == 6  # set in all three places: the command line wins
+    assert cfg.train.seed == 2  # environment beats file
+    only_file = resolve_config("tiny", file=path, environ={})
+    assert (only_file.model.num_layers, only_file.train.seed) == (4, 1)
+    assert resolve_config("tiny", environ={}).model.num_layers == preset("tiny").model.num_layers
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    [
+        ({"environ": {"HSTU_MODEL__NUM_LAYERS": "two"}}, r"HSTU_MODEL__NUM_LAYERS: .*num_layers"),
+        ({"environ": {"HSTU_MODEL__LAYERS": "2"}}, r"HSTU_MODEL__LAYERS: model: unknown field"),
+        ({"environ": {"HSTU_MODLE__NUM_LAYERS": "2"}}, r"HSTU_MODLE__NUM_LAYERS: unknown .*sect"),
+        ({"environ": {"HSTU_TRAIN__AUTOCAST_BF16": "maybe"}}, r"HSTU_TRAIN__AUTOCAST_BF16: .*b"),
+        ({"environ": {"HSTU_MODEL__NUM_LAYERS": "0"}}, r"HSTU_MODEL__NUM_LAYERS: num_layers: "),
+        ({"cli": ["model.num_layers=2.5"]}, r"'model.num_layers=2.5': model.num_layers: expec"),
+        ({"cli": ["model.num_layers"]}, r"'model.num_layers': expected section.field=value"),
+        ({"cli": ["model.features.nope=x"]}, r"'model.features.nope=x': model.features: unkn"),
+        ({"cli": ["optimizer.betas=0.9,1.0"]}, r"'optimizer.betas=0.9,1.0': betas: "),
+        ({"cli": ["train.seed.x=1"]}, r"'train.seed.x=1': train.seed.x: seed has no sub-fields"),
+    ],
+)
+def test_errors_name_source_and_field(kwargs, pattern):
+    kwargs.setdefault("environ", {})
+    with pytest.raises(ConfigError, match=pattern):
+        resolve_config("tiny", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "pattern"),
+    [
+        ("c.toml", "[model]\nnum_layers = 'x'\n", r"c\.toml: model\.num_layers: expected int"),
+        ("c.toml", "[model]\nnum_layers = true\n", r"c\.toml: model\.num_layers: expected int"),
+        ("c.json", '{"model": {"layers": 2}}', r"c\.json: model: unknown field 'layers'"),
+        ("c.json", '{"model": {"num_layers": 0}}', r"c\.json: num_layers: must be >= 1"),
+        ("c.json", "{not json", r"c\.json: cannot parse json"),
+        ("c.ini", "", r"c\.ini: unknown config file type"),
+        ("c.yaml", "- 1\n", r"c\.yaml: expected a mapping"),
+    ],
+)
+def test_file_errors_name_file_and_field(tmp_path, name, text, pattern):
+    path = write(tmp_path, name, text)
+    with pytest.raises(ConfigError, match=pattern):
+        resolve_config("tiny", file=path, environ={})
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"nope\.toml: cannot read"):
+        resolve_config("tiny", file=tmp_path / "nope.toml", environ={})
+
+
+def run_describe(capsys, *argv):
+    assert main(["describe", *argv]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_describe_tiny_counts_match_a_built_model(capsys, monkeypatch):
+    monkeypatch.delenv("HSTU_MODEL__NUM_LAYERS", raising=False)
+    vocab = {"uid": 7, "item_id": 30, "artist_id": 5, "album_id": 9}
+    text = ",".join(f"{k}={v}" for k, v in vocab.items())
+    out = run_describe(capsys, "--preset", "tiny", "--vocab", text, "--set", "model.num_layers=1")
+    cfg = preset("tiny").replace(model={"num_layers": 1})
+    assert out["config"] == json.loads(json.dumps(cfg.to_dict()))
+    model = HSTURanker(cfg.model, vocab)
+    dim = cfg.model.embedding_dim
+    assert out["embedding_tables"] == [
+        {"name": t.name, "rows": t.num_embeddings, "dim": dim, "features": list(t.feature_names)}
+        for t in model.tables
+    ]
+    params = out["parameters"]
+    assert params["embedding_total"] == sum(p.numel() for p in model.embedding_parameters())
+    assert params["dense"] == sum(p.numel() for p in model.dense_parameters())
+    assert params["total"] == sum(p.numel() for p in model.parameters())
+    assert out["notes"] == []
+
+
+def test_dense_count_does_not_depend_on_vocab():
+    cfg = preset("tiny").model
+    small = HSTURanker(cfg, {"uid": 1, "item_id": 1, "artist_id": 1, "album_id": 1})
+    large = HSTURanker(cfg, TINY_VOCAB)
+    counts = {sum(p.numel() for p in m.dense_parameters()) for m in (small, large)}
+    assert counts == {dense_parameter_count(cfg)}
+
+
+def test_describe_yambda_5b_uses_reference_table_sizes(capsys):
+    out = run_describe(capsys, "--preset", "yambda-5b")
+    rows = {t["name"]: t["rows"] for t in out["embedding_tables"]}
+    assert (
+        rows
+        == YAMBDA_5B_VOCAB
+        == {
+            "item_id": 9_390_624,
+            "artist_id": 1_293_395,
+            "album_id": 3_367_692,
+            "uid": 1_000_001,
+        }
+    )
+    expected = (9_390_624 + 1_293_395 + 3_367_692 + 1_000_001) * 512
+    assert out["parameters"]["embedding_total"] == expected
+    assert out["parameters"]["dense"] > 0
+    assert out["config"]["model"]["contextual_seq_len"] == 8
+    assert "contextual_seq_len = 8" in out["notes"][0]
+
+
+def test_describe_reports_errors(capsys):
+    assert main(["describe", "--preset", "tiny", "--set", "model.layers=2"]) == 2
+    assert "'model.layers=2': model: unknown field 'layers'" in capsys.readouterr().err
+    assert main(["describe", "--preset", "tiny", "--vocab", "users=3"]) == 2
+    assert "unknown table(s) users" in capsys.readouterr().err
+
+
+def test_cli_surface_is_frozen():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert sorted(sub.choices) == ["describe"]
+    options = [(a.option_strings, a.dest) for a in sub.choices["describe"]._actions]
+    assert options == [
+        (["-h", "--help"], "help"),
+        (["--preset"], "preset"),
+        (["--config"], "config"),
+        (["--set"], "overrides"),
+        (["--vocab"], "vocab"),
+    ]
