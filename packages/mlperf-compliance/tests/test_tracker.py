@@ -27,30 +27,26 @@ from mlperf_compliance import (
 )
 
 CLOSED_GBS = 8192
-# The reference closed recipe (as in conftest.CLOSED_VALUES, which is not importable here).
-CLOSED_VALUES: dict[str, object] = {
-    "global_batch_size": CLOSED_GBS,
-    "learning_rate": 1e-6,
-    "micro_batch_size": 1024,
-    "config_filename": "configs/closed_8x1024.gin",
-    "precision_linear": "bfloat16",
-    "precision_attn": "bfloat16",
-    "precision_comm": "fp16",
-}
 
 
 def _keys(path: Path) -> list[str]:
     return [r["key"] for r in read_log(path)]
 
 
-def _start(tracker: RunTracker) -> None:
-    log = tracker.logger
-    log.cache_clear(True)
-    tracker.init_start()
-    log.submission_info(org="Example Org", platform="8xExampleGPU", division="closed")
-    log.hyperparameters(dlrmv4_run_start_keys(CLOSED_VALUES))
-    tracker.init_stop()
-    tracker.run_start()
+@pytest.fixture(name="start")
+def start_fixture(closed_values):
+    """start(tracker): the records of a closed run up to run_start."""
+
+    def start(tracker: RunTracker) -> None:
+        log = tracker.logger
+        log.cache_clear(True)
+        tracker.init_start()
+        log.submission_info(org="Example Org", platform="8xExampleGPU", division="closed")
+        log.hyperparameters(dlrmv4_run_start_keys(closed_values))
+        tracker.init_stop()
+        tracker.run_start()
+
+    return start
 
 
 def _block_and_eval(tracker: RunTracker, at: int, auc: float) -> bool:
@@ -80,11 +76,11 @@ def test_eval_schedule_small_run() -> None:
 # ---------------------------------------------------------------- transitions
 
 
-def test_happy_path_and_convergence(tmp_path: Path) -> None:
+def test_happy_path_and_convergence(tmp_path: Path, start) -> None:
     with MLPerfLogger(tmp_path / "run.log") as log:
         tracker = RunTracker(log)
         assert tracker.state == "new"
-        _start(tracker)
+        start(tracker)
         assert tracker.state == "running"
         first = first_eval_samples(CLOSED_GBS)
         assert _block_and_eval(tracker, first, 0.70) is False
@@ -102,10 +98,10 @@ def test_happy_path_and_convergence(tmp_path: Path) -> None:
     assert stop["metadata"]["file"].endswith("test_tracker.py")  # the caller, not tracker.py
 
 
-def test_not_converged_stops_aborted(tmp_path: Path) -> None:
+def test_not_converged_stops_aborted(tmp_path: Path, start) -> None:
     with MLPerfLogger(tmp_path / "run.log") as log:
         tracker = RunTracker(log, target_accuracy=0.8)
-        _start(tracker)
+        start(tracker)
         assert _block_and_eval(tracker, 1000, 0.79) is False
         with pytest.raises(ValueError, match=r"no eval reached target_accuracy 0\.8"):
             tracker.run_stop("success")
@@ -150,10 +146,10 @@ def test_illegal_transition_names_state_and_call(
         assert len(read_log(tmp_path / "run.log")) == before  # nothing written
 
 
-def test_bad_values_rejected(tmp_path: Path) -> None:
+def test_bad_values_rejected(tmp_path: Path, start) -> None:
     with MLPerfLogger(tmp_path / "run.log") as log:
         tracker = RunTracker(log)
-        _start(tracker)
+        start(tracker)
         tracker.block_start(100)
         with pytest.raises(ValueError, match="below 100"):
             tracker.block_stop(99)
@@ -169,12 +165,12 @@ def test_bad_values_rejected(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- guard
 
 
-def test_guard_aborts_on_exception_once(tmp_path: Path) -> None:
+def test_guard_aborts_on_exception_once(tmp_path: Path, start) -> None:
     before = signal.getsignal(signal.SIGTERM)
     with MLPerfLogger(tmp_path / "run.log") as log:
         tracker = RunTracker(log)
         with pytest.raises(KeyError), tracker.guard():
-            _start(tracker)
+            start(tracker)
             tracker.block_start(0)
             assert signal.getsignal(signal.SIGTERM) is not before
             raise KeyError("boom")
@@ -186,12 +182,12 @@ def test_guard_aborts_on_exception_once(tmp_path: Path) -> None:
     assert records[-1]["metadata"]["file"].endswith("test_tracker.py")
 
 
-def test_guard_no_second_run_stop(tmp_path: Path) -> None:
+def test_guard_no_second_run_stop(tmp_path: Path, start) -> None:
     with MLPerfLogger(tmp_path / "run.log") as log:
         tracker = RunTracker(log)
         # The tracker itself is a guard with the default signals.
         with pytest.raises(RuntimeError, match="after"), tracker:
-            _start(tracker)
+            start(tracker)
             tracker.run_stop("aborted")
             raise RuntimeError("after run_stop")
         with tracker.guard():  # a normal exit writes nothing
@@ -199,11 +195,11 @@ def test_guard_no_second_run_stop(tmp_path: Path) -> None:
     assert _keys(tmp_path / "run.log").count("run_stop") == 1
 
 
-def test_guard_turns_signal_into_run_interrupted(tmp_path: Path) -> None:
+def test_guard_turns_signal_into_run_interrupted(tmp_path: Path, start) -> None:
     with MLPerfLogger(tmp_path / "run.log") as log:
         tracker = RunTracker(log)
         with pytest.raises(RunInterrupted) as err, tracker.guard(signals=(signal.SIGUSR1,)):
-            _start(tracker)
+            start(tracker)
             os.kill(os.getpid(), signal.SIGUSR1)
             time.sleep(5)  # the handler raises before this ends
         assert err.value.code == 128 + signal.SIGUSR1 and "SIGUSR1" in str(err.value)
@@ -247,14 +243,14 @@ def test_sigterm_mid_run_ends_log_with_aborted(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- resume
 
 
-def test_crash_and_resume_passes_closed_checker(tmp_path: Path) -> None:
+def test_crash_and_resume_passes_closed_checker(tmp_path: Path, start) -> None:
     path = tmp_path / "resumed.log"
     first = first_eval_samples(CLOSED_GBS)
     interval = eval_interval_samples(CLOSED_GBS)
     # First process: two evals, a checkpoint after the second, then it dies (no run_stop).
     log = MLPerfLogger(path)
     tracker = RunTracker(log)
-    _start(tracker)
+    start(tracker)
     _block_and_eval(tracker, first, 0.712)
     _block_and_eval(tracker, first + interval, 0.7431)
     checkpoint = tracker.state_dict()

@@ -10,7 +10,6 @@ carries its state through a checkpoint so that a resumed run continues the same 
 from __future__ import annotations
 
 import math
-import numbers
 import signal
 import threading
 from collections.abc import Mapping, Sequence
@@ -25,6 +24,7 @@ from mlperf_compliance.dlrmv4 import (
     first_eval_samples,
 )
 from mlperf_compliance.logger import MLPerfLogger
+from mlperf_compliance.logger import _samples as _count
 
 __all__ = [
     "RUN_STATES",
@@ -87,14 +87,6 @@ def eval_schedule(
         global_batch_size, train_samples=train_samples, eval_every_data_pct=eval_every_data_pct
     )
     return list(range(first, int(train_samples) + 1, interval))
-
-
-def _count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return int(value)
 
 
 class RunTracker:
