@@ -4,12 +4,21 @@
 - :func:`dlrmv4_run_start_keys` lists the hyperparameter records the DLRMv4 rules require.
 - :class:`RunTracker` drives a logger from ``init_start`` to ``run_stop`` (order, convergence,
   abort on exception or signal, resume); :func:`eval_schedule` lists the eval positions.
-- :func:`check_log` runs the official compliance checker on a log; :func:`read_log` reads one.
+- :func:`check_log` runs the official compliance checker on a log and gives a verdict per rule;
+  :func:`read_log` reads a log, :func:`scan_log` finds its malformed lines.
+- :func:`score_results` scores a directory of result logs: time to train per run, the olympic
+  score, and the RCP check of ``mlperf_logging.rcp_checker``.
 
 No torch here: the package imports with only mlperf-logging installed.
 """
 
-from mlperf_compliance.checker import DEV_RULESET, CheckResult, check_log, dev_rules_dir
+from mlperf_compliance.checker import (
+    DEV_RULESET,
+    CheckResult,
+    RuleVerdict,
+    check_log,
+    dev_rules_dir,
+)
 from mlperf_compliance.dlrmv4 import (
     DLRMV4_EVAL_SAMPLES,
     DLRMV4_TARGET_ACCURACY,
@@ -24,7 +33,25 @@ from mlperf_compliance.dlrmv4 import (
     learning_rate_band,
 )
 from mlperf_compliance.logger import RUN_STATUSES, SUBMISSION_DIVISIONS, MLPerfLogger
-from mlperf_compliance.records import MLLOG_PREFIX, read_log
+from mlperf_compliance.records import (
+    MLLOG_PREFIX,
+    LogLine,
+    LogProblem,
+    LogScan,
+    read_log,
+    scan_log,
+)
+from mlperf_compliance.score import (
+    RESULT_PATTERNS,
+    OlympicRule,
+    RcpVerdict,
+    RunScore,
+    ScoreReport,
+    find_result_logs,
+    olympic_mean,
+    olympic_rule,
+    score_results,
+)
 from mlperf_compliance.tracker import (
     RUN_STATES,
     RunInterrupted,
@@ -44,14 +71,23 @@ __all__ = [
     "PRECISIONS",
     "REFERENCE_GLOBAL_BATCH_SIZE",
     "REFERENCE_LEARNING_RATE",
+    "RESULT_PATTERNS",
     "RUN_STATES",
     "RUN_STATUSES",
     "SUBMISSION_DIVISIONS",
     "CheckResult",
     "DLRMv4RunConfig",
+    "LogLine",
+    "LogProblem",
+    "LogScan",
     "MLPerfLogger",
+    "OlympicRule",
+    "RcpVerdict",
+    "RuleVerdict",
     "RunInterrupted",
+    "RunScore",
     "RunTracker",
+    "ScoreReport",
     "TrackerStateError",
     "__version__",
     "check_log",
@@ -59,7 +95,12 @@ __all__ = [
     "dlrmv4_run_start_keys",
     "eval_interval_samples",
     "eval_schedule",
+    "find_result_logs",
     "first_eval_samples",
     "learning_rate_band",
+    "olympic_mean",
+    "olympic_rule",
     "read_log",
+    "scan_log",
+    "score_results",
 ]

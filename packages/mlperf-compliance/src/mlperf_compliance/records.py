@@ -1,16 +1,27 @@
-"""Reading ``:::MLLOG`` records back from a log file."""
+"""Reading ``:::MLLOG`` records back from a log file, and finding the lines that are broken."""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MLLOG_PREFIX", "read_log"]
+__all__ = [
+    "MLLOG_PREFIX",
+    "LogLine",
+    "LogProblem",
+    "LogScan",
+    "read_log",
+    "scan_log",
+]
 
 #: Every MLPerf record line starts with this token (the checker also finds it mid-line).
 MLLOG_PREFIX = ":::MLLOG "
+
+# The fields mlperf_logging's parser reads from every record (``string_to_logline``).
+_REQUIRED_FIELDS = ("time_ms", "key", "value", "metadata")
 
 
 def read_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -31,3 +42,179 @@ def read_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{lineno}: malformed MLLOG record: {exc}") from exc
     return records
+
+
+@dataclass(frozen=True)
+class LogProblem:
+    """One ``:::MLLOG`` line that the official tools cannot use.
+
+    Attributes:
+        path: the log file.
+        line: the 1-based line number in the file.
+        message: what is wrong with the line.
+        fatal: ``True`` when mlperf_logging's parser would crash on the line (a record without
+            ``key``, say) rather than skip it as a parse error.
+    """
+
+    path: str
+    line: int
+    message: str
+    fatal: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}"
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One well-formed record and where it is.
+
+    Attributes:
+        line: the 1-based line number in the file.
+        index: the record's position among the ``:::MLLOG`` lines of the file, counting from 0
+            (what the official checker calls the line number, as in ``failed in line 50``).
+        record: the parsed JSON object.
+        text: the record as the official parser sees it (from the token, stripped).
+    """
+
+    line: int
+    index: int
+    record: dict[str, Any]
+    text: str
+
+    @property
+    def key(self) -> str:
+        return str(self.record.get("key"))
+
+    @property
+    def time_ms(self) -> float:
+        return float(self.record["time_ms"])
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        meta = self.record.get("metadata")
+        return meta if isinstance(meta, dict) else {}
+
+
+@dataclass(frozen=True)
+class LogScan:
+    """A log read the way mlperf_logging reads it, with the line number of every record.
+
+    Attributes:
+        path: the log file.
+        lines: the well-formed records, in file order.
+        problems: every ``:::MLLOG`` line that is malformed, truncated or lacks a field the
+            official parser needs.
+        token_lines: the 1-based file line number of each ``:::MLLOG`` line, in order (the
+            official checker's line ``i`` is ``token_lines[i]`` here).
+    """
+
+    path: str
+    lines: list[LogLine] = field(default_factory=list)
+    problems: list[LogProblem] = field(default_factory=list)
+    token_lines: list[int] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No problems: every ``:::MLLOG`` line is a usable record."""
+        return not self.problems
+
+    @property
+    def fatal(self) -> bool:
+        """Some line would crash mlperf_logging's parser (not merely be skipped by it)."""
+        return any(p.fatal for p in self.problems)
+
+    def file_line(self, index: int) -> int | None:
+        """The file line number of the official checker's line ``index`` (0-based)."""
+        if 0 <= index < len(self.token_lines):
+            return self.token_lines[index]
+        return None
+
+    def find_line(self, text: str) -> int | None:
+        """The file line number of the record whose text is ``text`` (first match)."""
+        wanted = text.strip()
+        for entry in self.lines:
+            if entry.text == wanted:
+                return entry.line
+        return None
+
+    def first(self, key: str) -> LogLine | None:
+        """The first record with ``key``."""
+        for entry in self.lines:
+            if entry.key == key:
+                return entry
+        return None
+
+    def all(self, key: str) -> list[LogLine]:
+        """Every record with ``key``, in order."""
+        return [entry for entry in self.lines if entry.key == key]
+
+
+def _problem(record: Any) -> tuple[str, bool] | None:
+    """What mlperf_logging's ``string_to_logline`` would make of a decoded record, if wrong."""
+    if not isinstance(record, dict):
+        return f"the record is a JSON {type(record).__name__}, not an object", True
+    missing = [name for name in _REQUIRED_FIELDS if name not in record]
+    if missing:
+        return "the record has no " + ", ".join(repr(m) for m in missing), True
+    time_ms = record["time_ms"]
+    if isinstance(time_ms, (dict, list)) or time_ms is None:
+        return f"time_ms must be a number, got {json.dumps(time_ms)}", True
+    try:
+        float(time_ms)
+    except ValueError:
+        return f"time_ms must be a number, got {json.dumps(time_ms)}", False
+    return None
+
+
+def scan_log(path: str | os.PathLike[str]) -> LogScan:
+    """Read ``path`` as mlperf_logging's parser does and report each line it cannot use.
+
+    Like the official parser, the file is read as Latin-1 (any bytes decode), lines without
+    the ``:::MLLOG`` token are ignored, and a line's record starts after the *last* token on
+    the line. A line whose JSON does not parse (a record cut short by a crash, say) is a
+    problem; so is a record that lacks ``time_ms``, ``key``, ``value`` or ``metadata``.
+
+    Raises ``FileNotFoundError`` if ``path`` is not a file.
+    """
+    log = Path(path)
+    if not log.is_file():
+        raise FileNotFoundError(f"no MLPerf log at {log}")
+    name = os.fspath(path)
+    scan = LogScan(path=name)
+    # Iterate the file object as the official parser does (universal newlines), so that line
+    # numbers match its own; str.splitlines would also split at form feeds and U+0085.
+    with log.open(encoding="latin-1") as fh:
+        texts = list(fh)
+    for lineno, line in enumerate(texts, start=1):
+        at = line.rfind(MLLOG_PREFIX)
+        if at < 0:
+            continue
+        index = len(scan.token_lines)
+        scan.token_lines.append(lineno)
+        text = line[at:].strip()
+        body = text[len(MLLOG_PREFIX) :]
+        try:
+            record = json.loads(body)
+        except json.JSONDecodeError as exc:
+            last = lineno == len(texts) and not line.endswith(("\n", "\r"))
+            what = (
+                "truncated MLLOG record (the file ends inside it)"
+                if last
+                else "malformed MLLOG record"
+            )
+            scan.problems.append(
+                LogProblem(
+                    name,
+                    lineno,
+                    f"{what}: {exc.msg}: column {at + len(MLLOG_PREFIX) + exc.pos + 1}",
+                )
+            )
+            continue
+        wrong = _problem(record)
+        if wrong is not None:
+            message, fatal = wrong
+            scan.problems.append(LogProblem(name, lineno, f"bad MLLOG record: {message}", fatal))
+            continue
+        scan.lines.append(LogLine(line=lineno, index=index, record=record, text=text))
+    return scan
