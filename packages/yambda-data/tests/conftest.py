@@ -25,3 +25,20 @@ def tiny_data() -> SynthData:
 def default_data() -> SynthData:
     """The default config (400 users), as train.py uses it."""
     return generate(SynthConfig())
+
+
+@pytest.fixture(scope="session")
+def built_store(tmp_path_factory):
+    """The tiny dataset written, preprocessed in 3 partitions and stored (min_history 16).
+
+    Returns (raw root, preprocess dir, store dir); tests must not modify them.
+    """
+    from yambda_data.preprocess import preprocess
+    from yambda_data.store import build_store
+    from yambda_data.synth import synthesize
+
+    base = tmp_path_factory.mktemp("store")
+    synthesize(base / "raw", TINY)
+    preprocess(base / "raw", TINY.size, base / "pre", partitions=3)
+    build_store(base / "pre", base / "raw", base / "store", min_history=16)
+    return base / "raw", base / "pre", base / "store"

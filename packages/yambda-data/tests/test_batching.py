@@ -8,11 +8,14 @@ pytest.importorskip("torchrec")
 
 from yambda_data.batching import (  # noqa: E402
     CANDIDATE_KEYS,
+    CROSS_FEATURE_NAMES,
+    HISTORY_KEYS,
     UIH_KEYS,
     BatchIterator,
     HSTUBatch,
     make_batch,
 )
+from yambda_data.crosses import cross_features  # noqa: E402
 from yambda_data.samples import Samples  # noqa: E402
 
 
@@ -25,6 +28,7 @@ def tiny_samples() -> Samples:
         artist_id=np.array([1, 0, 2], dtype=np.uint32),
         album_id=np.array([3, 4, 0], dtype=np.uint32),
         label=np.array([1, 0, 1], dtype=np.uint8),
+        is_organic=np.array([0, 1, 1], dtype=np.uint8),
         history_offsets=np.array([0, 2, 2, 5], dtype=np.int64),
         history_item_id=np.array([21, 22, 31, 32, 33], dtype=np.uint32),
         history_artist_id=np.array([1, 2, 3, 4, 5], dtype=np.uint32),
@@ -37,17 +41,28 @@ def tiny_samples() -> Samples:
 def test_key_constants():
     assert UIH_KEYS == (
         "uid",
+        "user_x_artist",
+        "user_x_album",
+        "user_x_hour",
+        "item_x_hour",
+        "artist_x_hour",
+        "user_x_is_organic",
+        "user_x_artist_x_hour",
         "item_id",
         "artist_id",
         "album_id",
         "action_weight",
         "action_timestamp",
+        "dummy_watch_time",
+        "dummy_query_time",
     )
     assert CANDIDATE_KEYS == (
         "item_candidate_id",
         "item_candidate_artist_id",
         "item_candidate_album_id",
         "item_query_time",
+        "item_action_weight",
+        "item_dummy_watchtime",
     )
 
 
@@ -59,15 +74,31 @@ def test_make_batch_tiny():
     assert uih.stride() == 3
     assert uih.values().dtype == torch.int64
     d = uih.to_dict()
-    assert d["uid"].lengths().tolist() == [1, 1, 1]
+    for key in ("uid", *CROSS_FEATURE_NAMES, "dummy_query_time"):
+        assert d[key].lengths().tolist() == [1, 1, 1], key
+    for key in HISTORY_KEYS:
+        assert d[key].lengths().tolist() == [3, 2, 0], key
     assert d["uid"].values().tolist() == [9, 7, 7]
-    for key in UIH_KEYS[1:]:
-        assert d[key].lengths().tolist() == [3, 2, 0]
     assert d["item_id"].values().tolist() == [31, 32, 33, 21, 22]
     assert d["artist_id"].values().tolist() == [3, 4, 5, 1, 2]
     assert d["album_id"].values().tolist() == [8, 9, 10, 6, 7]
     assert d["action_weight"].values().tolist() == [2, 1, 4, 1, 4]
     assert d["action_timestamp"].values().tolist() == [200, 250, 295, 90, 95]
+    assert d["dummy_watch_time"].values().tolist() == [0] * 5
+    # The last history timestamp; the anchor's own time for the empty history.
+    assert d["dummy_query_time"].values().tolist() == [295, 95, 105]
+
+    # Crosses hash the raw ids: features are id + 1 with 0 = none, and none hashes as 0.
+    expected = cross_features(
+        uid=np.array([9, 7, 7]),
+        item_id=np.array([13, 11, 12]),
+        artist_id=np.array([1, 0, 0]),
+        album_id=np.array([0, 2, 3]),
+        timestamp=np.array([300, 100, 105]),
+        is_organic=np.array([1, 0, 1]),
+    )
+    for name in CROSS_FEATURE_NAMES:
+        assert d[name].values().tolist() == expected[name].tolist(), name
 
     cand = batch.candidates
     assert cand.keys() == list(CANDIDATE_KEYS)
@@ -78,11 +109,21 @@ def test_make_batch_tiny():
     assert c["item_candidate_artist_id"].values().tolist() == [2, 1, 0]
     assert c["item_candidate_album_id"].values().tolist() == [0, 3, 4]
     assert c["item_query_time"].values().tolist() == [300, 100, 105]
+    assert c["item_action_weight"].values().tolist() == [1, 1, 4]
+    assert c["item_dummy_watchtime"].values().tolist() == [1, 1, 1]
     assert batch.labels.dtype == torch.float32
     assert batch.labels.tolist() == [1.0, 1.0, 0.0]
 
     moved = batch.to("cpu")
     assert moved.labels.tolist() == batch.labels.tolist()
+
+
+def test_make_batch_of_all_samples_equals_the_indexed_one():
+    s = tiny_samples()
+    whole, indexed = make_batch(s), make_batch(s, np.arange(len(s)))
+    assert torch.equal(whole.uih.values(), indexed.uih.values())
+    assert torch.equal(whole.uih.lengths(), indexed.uih.lengths())
+    assert torch.equal(whole.candidates.values(), indexed.candidates.values())
 
 
 def test_empty_histories():

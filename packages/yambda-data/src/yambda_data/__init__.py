@@ -1,11 +1,14 @@
 """Yambda data for DLRMv4: the public schema, a synthetic generator, the temporal split,
 out-of-core preprocessing (:mod:`yambda_data.preprocess`; its function is not re-exported
-here, so the submodule stays importable by name), in-memory samples and (in
-:mod:`yambda_data.batching`, which needs torch) TorchRec batches.
+here, so the submodule stays importable by name), samples (in memory, the spec, or cut from the
+memory-mapped sample store), hashed cross features, the streaming order over time windows and
+(in :mod:`yambda_data.batching` and :mod:`yambda_data.loader`, which need torch) TorchRec
+batches and a multi-worker loader.
 
 Importing this package does not import torch.
 """
 
+from .crosses import CROSS_FEATURE_NAMES, CROSS_FEATURES, CrossFeature, cross_features
 from .dataset import DLRMv4Samples, load_dlrmv4_samples
 from .samples import (
     ItemFeatures,
@@ -28,31 +31,43 @@ from .schema import (
     validate_multi_event,
 )
 from .split import SplitMeta, SplitResult, temporal_split
+from .store import SampleStore, StoreError, build_store
+from .streaming import TEST, BatchPlan, holdout_users
 from .synth import SynthConfig, SynthData, SynthPaths, generate, synthesize
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CROSS_FEATURES",
+    "CROSS_FEATURE_NAMES",
     "EVENT_TYPES",
     "EVENT_TYPE_CODES",
     "EVENT_TYPE_DTYPE",
     "MULTI_EVENT_SCHEMA",
+    "TEST",
+    "BatchPlan",
+    "CrossFeature",
     "DLRMv4Samples",
     "ItemFeatures",
     "MultiEventSummary",
     "SampleConfig",
+    "SampleStore",
     "Samples",
     "SchemaError",
     "SplitMeta",
     "SplitResult",
+    "StoreError",
     "SynthConfig",
     "SynthData",
     "SynthPaths",
     "VocabSizes",
     "__version__",
     "build_samples",
+    "build_store",
     "compute_vocab_sizes",
+    "cross_features",
     "generate",
+    "holdout_users",
     "load_dlrmv4_samples",
     "read_mapping",
     "read_multi_event",

@@ -1,12 +1,18 @@
-"""TorchRec batches of DLRMv4 samples (the only module of the package that imports torch).
+"""TorchRec batches of DLRMv4 samples (the modules of the package that import torch are this
+one and :mod:`yambda_data.loader`).
 
-A batch of B samples is two KeyedJaggedTensors and the labels:
+A batch of B samples is two KeyedJaggedTensors and the labels, with the reference's key names
+and order:
 
-* ``uih`` (user interaction history), keys :data:`UIH_KEYS`: ``uid`` with one value per
-  sample, then ``item_id``, ``artist_id``, ``album_id``, ``action_weight`` and
-  ``action_timestamp`` with the sample's history (oldest first);
+* ``uih`` (user interaction history), keys :data:`UIH_KEYS`: ``uid`` and the seven hashed
+  cross features (:data:`~yambda_data.crosses.CROSS_FEATURE_NAMES`), one value per sample;
+  ``item_id``, ``artist_id``, ``album_id``, ``action_weight``, ``action_timestamp`` and
+  ``dummy_watch_time`` (zeros) with the sample's history, oldest first; ``dummy_query_time``,
+  one value per sample: the last history timestamp (the anchor's time for an empty history).
 * ``candidates``, keys :data:`CANDIDATE_KEYS`, one value per sample: the anchor's item, its
-  artist and album features, and its timestamp (``item_query_time``);
+  artist and album features, its timestamp (``item_query_time``), its action bits
+  (``item_action_weight``: listen_plus 1 or skip 4, the supervision, not a model input) and
+  ``item_dummy_watchtime`` (1).
 * ``labels``: float32 [B], listen_plus of the anchor.
 
 All values are int64.
@@ -21,18 +27,24 @@ import numpy as np
 import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from .samples import Samples
+from .crosses import CROSS_FEATURE_NAMES, cross_features
+from .samples import ACTION_LISTEN_PLUS, ACTION_SKIP, Samples
 
 __all__ = [
     "CANDIDATE_KEYS",
+    "CROSS_FEATURE_NAMES",
     "HISTORY_KEYS",
     "KEY_ACTION_TIMESTAMP",
     "KEY_ACTION_WEIGHT",
     "KEY_ALBUM_ID",
     "KEY_ARTIST_ID",
+    "KEY_CANDIDATE_ACTION_WEIGHT",
     "KEY_CANDIDATE_ALBUM_ID",
     "KEY_CANDIDATE_ARTIST_ID",
     "KEY_CANDIDATE_ITEM_ID",
+    "KEY_CANDIDATE_WATCH_TIME",
+    "KEY_DUMMY_QUERY_TIME",
+    "KEY_DUMMY_WATCH_TIME",
     "KEY_ITEM_ID",
     "KEY_QUERY_TIME",
     "KEY_UID",
@@ -48,24 +60,32 @@ KEY_ARTIST_ID = "artist_id"
 KEY_ALBUM_ID = "album_id"
 KEY_ACTION_WEIGHT = "action_weight"
 KEY_ACTION_TIMESTAMP = "action_timestamp"
+KEY_DUMMY_WATCH_TIME = "dummy_watch_time"
+KEY_DUMMY_QUERY_TIME = "dummy_query_time"
 HISTORY_KEYS: tuple[str, ...] = (
     KEY_ITEM_ID,
     KEY_ARTIST_ID,
     KEY_ALBUM_ID,
     KEY_ACTION_WEIGHT,
     KEY_ACTION_TIMESTAMP,
+    KEY_DUMMY_WATCH_TIME,
 )
-UIH_KEYS: tuple[str, ...] = (KEY_UID, *HISTORY_KEYS)
+"""The UIH keys with one value per history event."""
+UIH_KEYS: tuple[str, ...] = (KEY_UID, *CROSS_FEATURE_NAMES, *HISTORY_KEYS, KEY_DUMMY_QUERY_TIME)
 
 KEY_CANDIDATE_ITEM_ID = "item_candidate_id"
 KEY_CANDIDATE_ARTIST_ID = "item_candidate_artist_id"
 KEY_CANDIDATE_ALBUM_ID = "item_candidate_album_id"
 KEY_QUERY_TIME = "item_query_time"
+KEY_CANDIDATE_ACTION_WEIGHT = "item_action_weight"
+KEY_CANDIDATE_WATCH_TIME = "item_dummy_watchtime"
 CANDIDATE_KEYS: tuple[str, ...] = (
     KEY_CANDIDATE_ITEM_ID,
     KEY_CANDIDATE_ARTIST_ID,
     KEY_CANDIDATE_ALBUM_ID,
     KEY_QUERY_TIME,
+    KEY_CANDIDATE_ACTION_WEIGHT,
+    KEY_CANDIDATE_WATCH_TIME,
 )
 
 
@@ -94,42 +114,73 @@ class HSTUBatch:
         )
 
 
-def _i64(a: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
+def _raw_ids(features: np.ndarray) -> np.ndarray:
+    """Artist/album features (id + 1, 0 = none) back to the raw ids the crosses hash, with 0
+    for "none" as in the reference."""
+    return np.maximum(features.astype(np.int64) - 1, 0)
 
 
-def make_batch(samples: Samples, indices: np.ndarray) -> HSTUBatch:
-    """The batch of ``samples[indices]`` (in that order)."""
-    part = samples.take(np.asarray(indices, dtype=np.int64))
+def _filled(parts: list[np.ndarray], total: int) -> torch.Tensor:
+    """One int64 tensor holding ``parts`` back to back, written in place (no temporaries)."""
+    out = torch.empty(total, dtype=torch.int64)
+    view = out.numpy()
+    at = 0
+    for part in parts:
+        view[at : at + part.size] = part
+        at += part.size
+    return out
+
+
+def make_batch(samples: Samples, indices: np.ndarray | None = None) -> HSTUBatch:
+    """The batch of ``samples[indices]`` (in that order), or of all ``samples``."""
+    part = samples if indices is None else samples.take(np.asarray(indices, dtype=np.int64))
     b = len(part)
     lengths = part.history_lengths
+    n_hist = int(part.history_offsets[-1])
     ones = np.ones(b, dtype=np.int64)
-    uih_values = np.concatenate(
-        [
-            part.uid.astype(np.int64),
-            part.history_item_id.astype(np.int64),
-            part.history_artist_id.astype(np.int64),
-            part.history_album_id.astype(np.int64),
-            part.history_action_weight.astype(np.int64),
-            part.history_timestamp.astype(np.int64),
-        ]
+    crosses = cross_features(
+        uid=part.uid,
+        item_id=part.item_id,
+        artist_id=_raw_ids(part.artist_id),
+        album_id=_raw_ids(part.album_id),
+        timestamp=part.anchor_timestamp,
+        is_organic=part.is_organic,
     )
-    uih_lengths = np.concatenate([ones] + [lengths] * len(HISTORY_KEYS))
+    query_time = part.anchor_timestamp.astype(np.int64)
+    has_history = lengths > 0
+    query_time[has_history] = part.history_timestamp[part.history_offsets[1:][has_history] - 1]
+    per_sample = [part.uid, *(crosses[name] for name in CROSS_FEATURE_NAMES)]
+    history = [
+        part.history_item_id,
+        part.history_artist_id,
+        part.history_album_id,
+        part.history_action_weight,
+        part.history_timestamp,
+        np.zeros(n_hist, dtype=np.int64),
+    ]
     uih = KeyedJaggedTensor(
-        keys=list(UIH_KEYS), values=_i64(uih_values), lengths=_i64(uih_lengths), stride=b
+        keys=list(UIH_KEYS),
+        values=_filled(
+            [*per_sample, *history, query_time], b * (len(per_sample) + 1) + n_hist * len(history)
+        ),
+        lengths=torch.from_numpy(
+            np.concatenate([ones] * len(per_sample) + [lengths] * len(history) + [ones])
+        ),
+        stride=b,
     )
-    cand_values = np.concatenate(
-        [
-            part.item_id.astype(np.int64),
-            part.artist_id.astype(np.int64),
-            part.album_id.astype(np.int64),
-            part.anchor_timestamp.astype(np.int64),
-        ]
-    )
+    action = np.where(part.label == 1, ACTION_LISTEN_PLUS, ACTION_SKIP)
+    candidate_values = [
+        part.item_id,
+        part.artist_id,
+        part.album_id,
+        part.anchor_timestamp,
+        action,
+        ones,
+    ]
     candidates = KeyedJaggedTensor(
         keys=list(CANDIDATE_KEYS),
-        values=_i64(cand_values),
-        lengths=_i64(np.ones(b * len(CANDIDATE_KEYS), dtype=np.int64)),
+        values=_filled(candidate_values, b * len(CANDIDATE_KEYS)),
+        lengths=torch.ones(b * len(CANDIDATE_KEYS), dtype=torch.int64),
         stride=b,
     )
     labels = torch.from_numpy(part.label.astype(np.float32))

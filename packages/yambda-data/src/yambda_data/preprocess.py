@@ -57,6 +57,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from ._atomic import fsync_tree, replace_dir
 from .schema import (
     SchemaError,
     check_multi_event_columns,
@@ -157,18 +158,6 @@ def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
     frame.rechunk().write_parquet(path, **_PARQUET_OPTIONS)
 
 
-def _fsync_tree(root: Path) -> None:
-    for dirpath, _, filenames in os.walk(root):
-        for name in filenames:
-            with open(os.path.join(dirpath, name), "rb") as f:
-                os.fsync(f.fileno())
-        fd = os.open(dirpath, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def _check_out_dir(out: Path) -> None:
     if out.exists():
         if not out.is_dir():
@@ -178,22 +167,6 @@ def _check_out_dir(out: Path) -> None:
                 f"{out}: not empty and not a preprocess output (no {SPLIT_META_FILE}); "
                 "refusing to replace it"
             )
-
-
-def _replace_dir(tmp: Path, out: Path) -> None:
-    """Rename the finished ``tmp`` onto ``out``, moving an existing ``out`` aside first."""
-    if not out.exists():
-        os.rename(tmp, out)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-    old.rmdir()
-    os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except BaseException:
-        os.rename(old, out)
-        raise
-    shutil.rmtree(old)
 
 
 _ROW = "__file_row"
@@ -356,8 +329,8 @@ def preprocess(
             num_users=num_users,
         )
         meta.to_json(tmp / SPLIT_META_FILE)
-        _fsync_tree(tmp)
-        _replace_dir(tmp, out)
+        fsync_tree(tmp)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

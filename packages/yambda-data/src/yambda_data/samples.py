@@ -205,7 +205,8 @@ class Samples:
     ``history_*[history_offsets[i]:history_offsets[i + 1]]``, oldest first.
 
     Candidate and id arrays are uint32 (the source dtypes; artist/album are features, i.e.
-    id + 1 with 0 unknown), ``label`` and ``history_action_weight`` uint8, offsets int64.
+    id + 1 with 0 unknown), ``label``, ``is_organic`` (of the anchor event) and
+    ``history_action_weight`` uint8, offsets int64.
     """
 
     uid: np.ndarray
@@ -214,6 +215,7 @@ class Samples:
     artist_id: np.ndarray
     album_id: np.ndarray
     label: np.ndarray
+    is_organic: np.ndarray
     history_offsets: np.ndarray
     history_item_id: np.ndarray
     history_artist_id: np.ndarray
@@ -223,7 +225,7 @@ class Samples:
 
     def __post_init__(self) -> None:
         n = self.uid.shape[0]
-        for name in ("anchor_timestamp", "item_id", "artist_id", "album_id", "label"):
+        for name in ("anchor_timestamp", "item_id", "artist_id", "album_id", "label", "is_organic"):
             if getattr(self, name).shape != (n,):
                 raise ValueError(f"Samples.{name}: shape {getattr(self, name).shape} != ({n},)")
         off = self.history_offsets
@@ -261,6 +263,7 @@ class Samples:
             artist_id=self.artist_id[idx],
             album_id=self.album_id[idx],
             label=self.label[idx],
+            is_organic=self.is_organic[idx],
             history_offsets=offsets,
             history_item_id=self.history_item_id[flat],
             history_artist_id=self.history_artist_id[flat],
@@ -276,10 +279,14 @@ def _ragged_ranges(starts: np.ndarray, lengths: np.ndarray, offsets: np.ndarray)
     return np.repeat(starts - offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
 
 
-_COLUMNS = ["uid", "timestamp", "item_id", "played_ratio_pct", "event_type"]
+_COLUMNS = ["uid", "timestamp", "item_id", "is_organic", "played_ratio_pct", "event_type"]
 
 
-def _arrays(frame: FrameIn, what: str) -> dict[str, np.ndarray]:
+def event_arrays(frame: FrameIn, what: str) -> dict[str, np.ndarray]:
+    """The columns samples are cut from, as numpy arrays of their narrowest exact dtypes (ids
+    and timestamps uint32, ``played_ratio_pct`` int32 with -1 for null, ``event_type`` its
+    uint8 code), after checking that the rows are sorted by (uid, timestamp); errors name
+    ``what``."""
     lazy = frame.lazy()
     schema = lazy.collect_schema()
     missing = [c for c in _COLUMNS if c not in schema]
@@ -289,14 +296,15 @@ def _arrays(frame: FrameIn, what: str) -> dict[str, np.ndarray]:
     if schema["event_type"] != EVENT_TYPE_DTYPE:
         etype = etype.cast(pl.String).cast(EVENT_TYPE_DTYPE)
     df = lazy.select(
-        pl.col("uid").cast(pl.Int64),
-        pl.col("timestamp").cast(pl.Int64),
-        pl.col("item_id").cast(pl.Int64),
-        pl.col("played_ratio_pct").cast(pl.Int64).fill_null(-1),
+        pl.col("uid").cast(pl.UInt32),
+        pl.col("timestamp").cast(pl.UInt32),
+        pl.col("item_id").cast(pl.UInt32),
+        pl.col("is_organic").cast(pl.UInt8),
+        pl.col("played_ratio_pct").cast(pl.Int32).fill_null(-1),
         etype.to_physical().cast(pl.UInt8).alias("event_type"),
     ).collect()
     out = {c: df[c].to_numpy() for c in _COLUMNS}
-    uid, ts = out["uid"], out["timestamp"]
+    uid, ts = out["uid"].astype(np.int64), out["timestamp"].astype(np.int64)
     if uid.size > 1:
         du, dt = np.diff(uid), np.diff(ts)
         if ((du < 0) | ((du == 0) & (dt < 0))).any():
@@ -312,12 +320,12 @@ def build_samples(
 ) -> Samples:
     """Build the samples of the listens in ``anchor_events`` (or of ``history_events`` when
     ``anchor_events`` is None); see the module docstring for the exact semantics."""
-    hist = _arrays(history_events, "history_events")
+    hist = event_arrays(history_events, "history_events")
     if anchor_events is None or anchor_events is history_events:
         ev = hist
         anchor_part = np.ones(hist["uid"].size, dtype=bool)
     else:
-        anch = _arrays(anchor_events, "anchor_events")
+        anch = event_arrays(anchor_events, "anchor_events")
         merged = {c: np.concatenate([hist[c], anch[c]]) for c in _COLUMNS}
         part = np.concatenate(
             [np.zeros(hist["uid"].size, dtype=bool), np.ones(anch["uid"].size, dtype=bool)]
@@ -384,6 +392,7 @@ def _build(
         artist_id=artist[anchors],
         album_id=album[anchors],
         label=plus[anchors].astype(np.uint8),
+        is_organic=ev["is_organic"][anchors],
         history_offsets=offsets,
         history_item_id=item32[hist_idx],
         history_artist_id=artist[hist_idx],

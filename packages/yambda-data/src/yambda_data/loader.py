@@ -1,0 +1,92 @@
+"""Multi-worker loading of store batches (torch).
+
+:class:`StoreBatches` is an ``IterableDataset`` of :class:`~yambda_data.batching.HSTUBatch`:
+worker ``w`` of ``n`` builds batches ``w, w + n, w + 2n, ...`` of a
+:class:`~yambda_data.streaming.BatchPlan`, and ``DataLoader`` takes one batch from each worker
+in turn, so the batches arrive in the plan's order whatever the worker count. Each worker opens
+the store itself (memory maps are shared by the page cache, not copied into workers).
+
+:func:`make_loader` wraps it in a ``DataLoader`` with persistent workers, a prefetch depth per
+worker and pinned memory when CUDA is available. A plan spans several windows, so the workers
+build the first batches of the next window while the current one trains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from .batching import HSTUBatch, make_batch
+from .samples import SampleConfig
+from .store import SampleStore
+from .streaming import BatchPlan
+
+__all__ = ["StoreBatches", "make_loader"]
+
+
+class StoreBatches(IterableDataset):
+    """The batches of ``plan`` cut from the store at ``store_path``."""
+
+    def __init__(self, store_path: str | Path, config: SampleConfig, plan: BatchPlan) -> None:
+        super().__init__()
+        self.store_path = Path(store_path)
+        self.config = config
+        self.plan = plan
+        self._store: SampleStore | None = None
+
+    @property
+    def store(self) -> SampleStore:
+        if self._store is None:
+            self._store = SampleStore.open(self.store_path)
+        return self._store
+
+    def __getstate__(self) -> dict:
+        # Workers reopen the store: memory maps must not be pickled (that copies their data).
+        return {k: v for k, v in self.__dict__.items() if k != "_store"} | {"_store": None}
+
+    def __len__(self) -> int:
+        return self.plan.num_batches(self.store)
+
+    def __iter__(self) -> Iterator[HSTUBatch]:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        for i, anchors in enumerate(self.plan.batches(self.store)):
+            if i % workers == worker:
+                yield make_batch(self.store.samples(anchors, self.config))
+
+    def anchor_batches(self) -> Iterator[np.ndarray]:
+        """The anchor indices of each batch, in order (what a checkpoint needs to count)."""
+        return self.plan.batches(self.store)
+
+
+def make_loader(
+    store_path: str | Path,
+    config: SampleConfig,
+    plan: BatchPlan,
+    *,
+    num_workers: int = 2,
+    prefetch_factor: int = 4,
+    pin_memory: bool | None = None,
+) -> DataLoader:
+    """A ``DataLoader`` over :class:`StoreBatches` (batches arrive in the plan's order).
+
+    ``num_workers=0`` builds batches in the calling process. ``pin_memory`` defaults to
+    whether CUDA is available.
+    """
+    if num_workers < 0:
+        raise ValueError(f"num_workers: must be >= 0, got {num_workers}")
+    if prefetch_factor < 1:
+        raise ValueError(f"prefetch_factor: must be >= 1, got {prefetch_factor}")
+    dataset = StoreBatches(store_path, config, plan)
+    if pin_memory is None:
+        pin_memory = torch.cuda.is_available()
+    extra = {}
+    if num_workers > 0:
+        extra = {"persistent_workers": True, "prefetch_factor": prefetch_factor}
+    return DataLoader(
+        dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory, **extra
+    )

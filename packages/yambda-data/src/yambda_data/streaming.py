@@ -1,0 +1,158 @@
+"""Streaming order over a sample store: time windows, seeded in-window shuffles, a user holdout
+and the per-rank batches of a distributed run, with a skip for resuming mid-window.
+
+The global sample order of a :class:`BatchPlan` is fixed by its fields alone: for each source in
+turn (a train window, or the test split), the source's anchors, filtered by the user holdout,
+in the permutation drawn from ``numpy.random.default_rng([seed, 1, window])`` (``[seed, 2]`` for
+the test split) or in store order without ``shuffle``. The first ``skip`` samples of the first
+source are dropped (they were trained before a restart). The rest is cut into global batches of
+``batch_size * world_size`` samples, and rank ``r`` takes the ``r``-th ``batch_size`` slice of
+each. Every rank computes the same order without communication.
+
+Time order is strict between sources: a window holds the anchors whose time falls in
+``[first_window_start + w * window_seconds, ... + window_seconds)``, so every anchor of window
+``T`` is earlier than every anchor of window ``T + 1``, and every train anchor is earlier than
+the test split (the preprocessing leaves a 30-minute gap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from .crosses import xxh64_int64
+from .store import SampleStore
+
+__all__ = ["HOLDOUT_BUCKETS", "TEST", "BatchPlan", "holdout_users"]
+
+TEST = "test"
+"""Source name of the test split (the day after the gap)."""
+HOLDOUT_BUCKETS = 1_000_000
+"""A uid is held out when ``xxh64(uid, seed=salt) % HOLDOUT_BUCKETS < fraction * this``."""
+
+Source = int | Literal["test"]
+
+
+def holdout_users(uid: np.ndarray, fraction: float, salt: int = 0) -> np.ndarray:
+    """Boolean mask of the uids in the user holdout (a fixed hash of uid and salt)."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"holdout fraction must be in [0, 1], got {fraction}")
+    bucket = xxh64_int64([np.asarray(uid)], seed=salt) % np.uint64(HOLDOUT_BUCKETS)
+    return bucket < np.uint64(round(fraction * HOLDOUT_BUCKETS))
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Per-rank batches of anchor event indices over a sequence of sources (see the module
+    docstring for the order). Plain data: it pickles into loader workers."""
+
+    sources: tuple[Source, ...]
+    """Train windows (ints) and/or ``"test"``, in training or evaluation order."""
+    batch_size: int
+    """Samples per rank per batch."""
+    rank: int = 0
+    world_size: int = 1
+    shuffle: bool = True
+    """Seeded in-source shuffle; off for evaluation."""
+    seed: int = 0
+    drop_last: bool = True
+    """Drop a final incomplete global batch (training); keep it (evaluation), ranks then get
+    their slice of it, possibly empty."""
+    skip: int = 0
+    """Samples of the first source's order consumed before a restart."""
+    holdout_fraction: float = 0.0
+    """Share of users held out by hash (0 = none)."""
+    holdout_salt: int = 0
+    holdout: Literal["exclude", "only"] = "exclude"
+    """Train on the users outside the holdout ("exclude"), or evaluate on those in it ("only")."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sources, list):
+            object.__setattr__(self, "sources", tuple(self.sources))
+        for source in self.sources:
+            if source != TEST and (not isinstance(source, int) or isinstance(source, bool)):
+                raise ValueError(f"BatchPlan.sources: {source!r} is neither a window nor 'test'")
+            if isinstance(source, int) and source < 0:
+                raise ValueError(f"BatchPlan.sources: negative window {source}")
+        for name in ("batch_size", "world_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"BatchPlan.{name}: must be a positive int, got {value!r}")
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"BatchPlan.rank: must be in [0, {self.world_size}), got {self.rank}")
+        if self.seed < 0:
+            raise ValueError(f"BatchPlan.seed: must be >= 0, got {self.seed}")
+        if self.skip < 0:
+            raise ValueError(f"BatchPlan.skip: must be >= 0, got {self.skip}")
+        if not 0.0 <= self.holdout_fraction <= 1.0:
+            raise ValueError(
+                f"BatchPlan.holdout_fraction: must be in [0, 1], got {self.holdout_fraction}"
+            )
+        if self.holdout not in ("exclude", "only"):
+            raise ValueError(
+                f"BatchPlan.holdout: must be 'exclude' or 'only', got {self.holdout!r}"
+            )
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.batch_size * self.world_size
+
+    def source_order(self, store: SampleStore, source: Source) -> np.ndarray:
+        """The anchors of ``source`` in this plan's order (holdout applied, nothing skipped)."""
+        if source == TEST:
+            anchors, key = np.asarray(store.test_anchors), [self.seed, 2]
+        else:
+            anchors, key = np.asarray(store.window(source)), [self.seed, 1, source]
+        if self.holdout_fraction > 0.0:
+            held = holdout_users(
+                store.arrays["user_uid"][store.users_of(anchors)],
+                self.holdout_fraction,
+                self.holdout_salt,
+            )
+            anchors = anchors[held] if self.holdout == "only" else anchors[~held]
+        if self.shuffle:
+            anchors = anchors[np.random.default_rng(key).permutation(anchors.size)]
+        return anchors
+
+    def global_order(self, store: SampleStore) -> Iterator[np.ndarray]:
+        """Each source's anchors in order, the first one without its skipped samples."""
+        for i, source in enumerate(self.sources):
+            order = self.source_order(store, source)
+            if i == 0 and self.skip:
+                if self.skip > order.size:
+                    raise ValueError(
+                        f"BatchPlan.skip={self.skip} exceeds the {order.size} samples of "
+                        f"source {source!r}"
+                    )
+                order = order[self.skip :]
+            yield order
+
+    def batches(self, store: SampleStore) -> Iterator[np.ndarray]:
+        """This rank's batches: int64 anchor event indices, ``batch_size`` each (the last one
+        of a source may be shorter, or empty on some ranks, when ``drop_last`` is off)."""
+        gbs = self.global_batch_size
+        for order in self.global_order(store):
+            full = order.size // gbs
+            stop = full if self.drop_last else -(-order.size // gbs)
+            for b in range(stop):
+                start = b * gbs + self.rank * self.batch_size
+                yield order[start : min(start + self.batch_size, (b + 1) * gbs, order.size)]
+
+    def num_batches(self, store: SampleStore) -> int:
+        """Number of batches :meth:`batches` yields (the same on every rank)."""
+        gbs = self.global_batch_size
+        total = 0
+        for order in self.global_order(store):
+            total += order.size // gbs if self.drop_last else -(-order.size // gbs)
+        return total
+
+    def num_samples(self, store: SampleStore) -> int:
+        """Samples over all ranks (global batches times their size)."""
+        gbs = self.global_batch_size
+        total = 0
+        for order in self.global_order(store):
+            total += (order.size // gbs) * gbs if self.drop_last else order.size
+        return total

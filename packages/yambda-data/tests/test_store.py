@@ -1,0 +1,222 @@
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from yambda_data import ItemFeatures, SampleConfig, build_samples, read_multi_event
+from yambda_data.preprocess import preprocess
+from yambda_data.split import temporal_split
+from yambda_data.store import (
+    MANIFEST_FILE,
+    READY_FILE,
+    SampleStore,
+    StoreError,
+    build_store,
+)
+
+
+def _reference(raw, size, config):
+    events = read_multi_event(raw, size).collect()
+    split = temporal_split(events, size=size)
+    items = ItemFeatures.from_root(raw)
+    return build_samples(split.train, None, items, config), build_samples(
+        split.train, split.test, items, config
+    )
+
+
+def _assert_same_samples(expected, got):
+    assert len(expected) == len(got)
+    for name in expected.__dataclass_fields__:
+        a, b = getattr(expected, name), getattr(got, name)
+        assert a.dtype == b.dtype, name
+        assert np.array_equal(a, b), name
+
+
+@pytest.mark.parametrize("strategy", ["last_n", "interleaved"])
+@pytest.mark.parametrize("causal_window", [40, 20_000])
+def test_store_samples_equal_the_in_memory_spec(built_store, tiny_config, strategy, causal_window):
+    raw, _pre, path = built_store
+    config = SampleConfig(
+        history_length=24, min_history=16, strategy=strategy, causal_window=causal_window
+    )
+    train, test = _reference(raw, tiny_config.size, config)
+    store = SampleStore.open(path)
+    # Train anchors are stored grouped by window; event order is the spec's order.
+    _assert_same_samples(train, store.samples(np.sort(store.train_anchors), config))
+    _assert_same_samples(test, store.samples(store.test_anchors, config))
+
+
+def test_samples_follow_the_requested_order(built_store):
+    store = SampleStore.open(built_store[2])
+    config = SampleConfig(history_length=12, min_history=16)
+    anchors = np.asarray(store.train_anchors[:50])
+    order = np.random.default_rng(0).permutation(50)
+    _assert_same_samples(
+        store.samples(anchors, config).take(order), store.samples(anchors[order], config)
+    )
+    assert len(store.samples(anchors[:0], config)) == 0
+
+
+def test_windows_partition_train_anchors_by_time(built_store):
+    store = SampleStore.open(built_store[2])
+    ts = store.arrays["event_timestamp"]
+    seen = []
+    for w in range(store.num_windows):
+        anchors = np.asarray(store.window(w))
+        lo = store.first_window_start + w * store.window_seconds
+        assert np.all((ts[anchors] >= lo) & (ts[anchors] < lo + store.window_seconds))
+        assert np.all(np.diff(anchors) > 0)  # by user, then time: event order
+        seen.append(anchors)
+    all_anchors = np.concatenate(seen)
+    assert np.array_equal(np.sort(all_anchors), np.sort(store.train_anchors))
+    assert np.unique(all_anchors).size == all_anchors.size
+    assert int(ts[store.train_anchors].min()) == store.first_window_start
+    assert store.window_sizes().sum() == store.manifest["num_train_anchors"]
+    assert ts[store.train_anchors].max() < ts[store.test_anchors].min()
+    with pytest.raises(IndexError, match="window"):
+        store.window(store.num_windows)
+
+
+def test_manifest_counts_and_vocab(built_store):
+    _raw, pre, path = built_store
+    store = SampleStore.open(path)
+    meta = json.loads((pre / "split_meta.json").read_text())
+    m = store.manifest
+    assert m["num_events"] == meta["num_train_events"] + meta["num_test_events"]
+    assert m["num_users"] == meta["num_users"]
+    assert sum(m["pool_events"].values()) <= m["num_events"]
+    assert store.split.t_max == meta["t_max"]
+    config = SampleConfig(history_length=12, min_history=16)
+    s = store.samples(np.asarray(store.train_anchors), config)
+    assert s.uid.max() < store.vocab.uid
+    assert s.history_item_id.max() < store.vocab.item_id
+    assert s.history_artist_id.max() < store.vocab.artist_id
+    assert s.history_album_id.max() < store.vocab.album_id
+    store.verify()
+
+
+def test_partition_count_does_not_change_the_arrays(built_store, tmp_path):
+    raw, _pre, path = built_store
+    preprocess(raw, "50m", tmp_path / "pre1", partitions=1)
+    other = build_store(tmp_path / "pre1", raw, tmp_path / "store", min_history=16)
+    ours = SampleStore.open(path)
+    for name, entry in ours.manifest["files"].items():
+        assert other.manifest["files"][name]["sha256"] == entry["sha256"], name
+
+
+def test_rebuild_is_a_no_op_and_settings_change_rebuilds(built_store, tmp_path):
+    raw, pre, _path = built_store
+    out = tmp_path / "store"
+    first = build_store(pre, raw, out, min_history=16)
+    stamp = (out / READY_FILE).stat().st_mtime_ns
+    messages = []
+    again = build_store(pre, raw, out, min_history=16, progress=messages.append)
+    assert (out / READY_FILE).stat().st_mtime_ns == stamp
+    assert messages == [f"{out}: up to date"]
+    assert again.manifest == first.manifest
+    other = build_store(pre, raw, out, min_history=8)
+    assert other.min_history == 8
+    assert other.manifest["num_train_anchors"] > first.manifest["num_train_anchors"]
+    assert not list(tmp_path.glob(".store.tmp-*")) and not list(tmp_path.glob(".store.old-*"))
+
+
+def test_min_history_must_match_the_store(built_store):
+    store = SampleStore.open(built_store[2])
+    with pytest.raises(ValueError, match=r"min_history=4.*min_history=16"):
+        store.samples(store.test_anchors[:3], SampleConfig(history_length=8, min_history=4))
+
+
+def test_incomplete_or_corrupt_stores_are_refused(built_store, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(built_store[2], copy)
+    (copy / "event_item_id").write_bytes((copy / "event_item_id").read_bytes()[:-4] + b"\0\0\0\7")
+    with pytest.raises(StoreError, match="event_item_id: sha256"):
+        SampleStore.open(copy).verify()
+    with open(copy / "event_action", "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(StoreError, match=r"event_action: .* bytes, the manifest says"):
+        SampleStore.open(copy)
+    (copy / MANIFEST_FILE).write_text((copy / MANIFEST_FILE).read_text() + " ")
+    with pytest.raises(StoreError, match="does not match"):
+        SampleStore.open(copy)
+    (copy / READY_FILE).unlink()
+    with pytest.raises(StoreError, match="READY: missing"):
+        SampleStore.open(copy)
+
+
+def test_a_failed_build_leaves_nothing_and_keeps_the_old_store(built_store, tmp_path, monkeypatch):
+    raw, pre, _path = built_store
+    out = tmp_path / "store"
+    build_store(pre, raw, out, min_history=16)
+    before = (out / MANIFEST_FILE).read_text()
+    import yambda_data.store as store_module
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(store_module, "_group_by_window", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        build_store(pre, raw, out, min_history=12)
+    assert (out / MANIFEST_FILE).read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".store.lock", "store"]
+
+
+def test_stale_temporary_directories_are_removed(built_store, tmp_path):
+    raw, pre, _path = built_store
+    stale = tmp_path / ".store.tmp-dead"
+    stale.mkdir()
+    (stale / "event_item_id").write_bytes(b"partial")
+    build_store(pre, raw, tmp_path / "store", min_history=16)
+    assert not stale.exists()
+
+
+def test_refuses_to_replace_other_directories(built_store, tmp_path):
+    raw, pre, _path = built_store
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="not a sample store"):
+        build_store(pre, raw, tmp_path / "mine", min_history=16)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_bad_inputs_name_what_is_wrong(built_store, tmp_path):
+    raw, pre, _path = built_store
+    with pytest.raises(FileNotFoundError, match=r"split_meta\.json"):
+        build_store(tmp_path, raw, tmp_path / "s", min_history=16)
+    with pytest.raises(FileNotFoundError, match=r"artist_item_mapping\.parquet"):
+        build_store(pre, tmp_path, tmp_path / "s", min_history=16)
+    with pytest.raises(ValueError, match="min_history"):
+        build_store(pre, raw, tmp_path / "s", min_history=-1)
+    with pytest.raises(ValueError, match="window_seconds"):
+        build_store(pre, raw, tmp_path / "s", min_history=16, window_seconds=0)
+    with pytest.raises(StoreError, match=r"no train anchor.*min_history=100000"):
+        build_store(pre, raw, tmp_path / "s", min_history=100_000)
+
+
+_BUILD = """
+import sys
+from yambda_data.store import build_store
+store = build_store(sys.argv[1], sys.argv[2], sys.argv[3], min_history=16)
+print(store.manifest["files"]["train_anchor"]["sha256"])
+"""
+
+
+def test_ranks_building_at_once_get_one_store(built_store, tmp_path):
+    raw, pre, _path = built_store
+    out = tmp_path / "store"
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", _BUILD, str(pre), str(raw), str(out)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    digests = {rank.communicate(timeout=300)[0].strip() for rank in ranks}
+    assert [rank.returncode for rank in ranks] == [0, 0, 0]
+    assert len(digests) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".store.lock", "store"]
+    SampleStore.open(out).verify()
