@@ -34,6 +34,7 @@ def test_command_line_surface_is_frozen():
         "steps": 600,
         "evals": 3,
         "kernel": "native",
+        "workers": 1,
         "target_auc": None,
         "out": Path("runs/train"),
     }

@@ -8,6 +8,7 @@ writes an MLPerf log. `--data ROOT --size SIZE` trains on a Yambda download inst
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -23,7 +24,7 @@ from mlperf_compliance import (
     dlrmv4_run_start_keys,
     eval_schedule,
 )
-from yambda_data.batching import BatchIterator
+from yambda_data.loader import make_loader
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -37,6 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=600, help="training steps")
     p.add_argument("--evals", type=int, default=3, help="evaluations, evenly spaced")
     p.add_argument("--kernel", choices=("pytorch", "native"), default="native")
+    p.add_argument("--workers", type=int, default=1, help="data loader worker processes")
     p.add_argument(
         "--target-auc",
         type=float,
@@ -79,16 +81,36 @@ def run(args: argparse.Namespace, mllog: MLPerfLogger, tracker: RunTracker) -> d
         root = args.out / "data"
         synth = yambda_data.SynthConfig(users=args.users, seed=args.seed, size=args.size)
         yambda_data.synthesize(root, synth)
-    sample_cfg = yambda_data.SampleConfig(history_length=cfg.model.history_length)
-    data = yambda_data.load_dlrmv4_samples(root, args.size, sample_cfg)
-    log(f"data: {len(data.train)} train / {len(data.eval)} eval samples, vocab {data.vocab}")
+    # Preprocessing and the sample store are reused while the raw file is unchanged.
+    store = yambda_data.prepare_store(root, args.size, args.out / "prepared", min_history=16)
+    sample_cfg = yambda_data.SampleConfig(
+        history_length=cfg.model.history_length, min_history=store.min_history
+    )
+    batch_size = cfg.train.batch_size
+    windows = tuple(range(store.num_windows))  # strict time order, shuffled within a window
+    eval_plan = yambda_data.BatchPlan(
+        (yambda_data.TEST,), cfg.train.eval_batch_size, shuffle=False, drop_last=False
+    )
+    eval_samples = eval_plan.num_samples(store)
+    log(
+        f"data: {store.manifest['num_train_anchors']} train anchors in {len(windows)} windows, "
+        f"{eval_samples} eval samples, vocab {store.vocab}"
+    )
+
+    def loader(plan: yambda_data.BatchPlan):
+        return make_loader(store.path, sample_cfg, plan, num_workers=args.workers)
+
+    def train_stream():
+        # One pass over the windows is an epoch; a run longer than that starts a new pass.
+        for epoch in itertools.count():
+            plan = yambda_data.BatchPlan(windows, batch_size, seed=args.seed, epoch=epoch)
+            for batch in loader(plan):
+                yield epoch, batch
 
     hstu_model.seed_everything(args.seed)
-    model = hstu_model.HSTURanker(cfg.model, data.vocab.as_dict())
+    model = hstu_model.HSTURanker(cfg.model, store.vocab.as_dict())
     trainer = hstu_model.Trainer(model, cfg)
-    batch_size = cfg.train.batch_size
-    train_batches = BatchIterator(data.train, batch_size, seed=args.seed, drop_last=True)
-    eval_batches = BatchIterator(data.eval, cfg.train.eval_batch_size, shuffle=False)
+    eval_batches = loader(eval_plan)
     config_path = cfg.save_json(args.out / "config.json", run=vars(args) | {"data": str(root)})
 
     precision = "bfloat16" if cfg.train.autocast_bf16 else "fp32"
@@ -102,7 +124,7 @@ def run(args: argparse.Namespace, mllog: MLPerfLogger, tracker: RunTracker) -> d
         precision_attn=precision,
         precision_comm="fp32",
         train_samples=args.steps * batch_size,
-        eval_samples=len(data.eval),
+        eval_samples=eval_samples,
         max_sequence_length=cfg.model.max_seq_len,
         eval_every_data_pct=1.0 / args.evals,
         warmup_steps=cfg.optimizer.warmup_steps,
@@ -114,7 +136,7 @@ def run(args: argparse.Namespace, mllog: MLPerfLogger, tracker: RunTracker) -> d
     tracker.init_stop()
     tracker.run_start()
 
-    stream = train_batches.epochs()
+    stream = train_stream()
     step, epoch, trained_seconds, auc = 0, 0, 0.0, float("nan")
     for eval_at in eval_schedule(
         run_config.train_samples, batch_size, run_config.eval_every_data_pct

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
+import pytest
 
 from yambda_data.cli import main
 from yambda_data.schema import multi_event_path
@@ -43,3 +46,293 @@ def test_validate_reports_an_unreadable_file(tmp_path, capsys):
     path.write_bytes(b"not a parquet file")
     assert main(["validate", "--root", str(tmp_path), "--size", "50m"]) == 2
     assert "yambda-data validate: error:" in capsys.readouterr().err
+
+
+# build-store -------------------------------------------------------------------------------
+
+
+def _manifest(store_dir: Path) -> dict:
+    return json.loads((store_dir / "manifest.json").read_text())
+
+
+def _build_argv(pre: Path, raw: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "build-store",
+        "--preprocessed",
+        str(pre),
+        "--raw",
+        str(raw),
+        "--out",
+        str(out),
+        *extra,
+    ]
+
+
+def test_build_store_prints_counts_then_is_up_to_date(built_store, tmp_path, capsys):
+    raw, pre, _ = built_store
+    out = tmp_path / "store"
+    assert main(_build_argv(pre, raw, out, "--min-history", "16")) == 0
+    captured = capsys.readouterr()
+    m = _manifest(out)
+    assert f"store {out}" in captured.out
+    assert f"{m['num_users']:,} users, {m['num_events']:,} events" in captured.out
+    assert f"train {m['num_train_anchors']:,}, test {m['num_test_anchors']:,}" in captured.out
+    assert f"{m['num_windows']:,} windows of 86,400 s" in captured.out
+    assert "bytes on disk" in captured.out and "bytes/event" in captured.out
+    assert captured.out.rstrip().splitlines()[-1].startswith("in ")
+    # progress goes to stderr, results to stdout
+    assert "partition 1/3" in captured.err and "partition" not in captured.out
+    # the fixture's store was built with the same inputs and settings
+    assert m["fingerprint"] == _manifest(built_store[2])["fingerprint"]
+
+    assert main(_build_argv(pre, raw, out, "--min-history", "16")) == 0
+    captured = capsys.readouterr()
+    assert f"{out}: up to date" in captured.err
+    assert "partition" not in captured.err
+    assert f"{m['num_events']:,} events" in captured.out
+
+
+def test_build_store_verify_and_window_seconds(built_store, tmp_path, capsys):
+    raw, pre, _ = built_store
+    out = tmp_path / "store"
+    argv = _build_argv(pre, raw, out, "--min-history", "16", "--window-seconds", "3600")
+    assert main([*argv, "--verify"]) == 0
+    captured = capsys.readouterr()
+    m = _manifest(out)
+    assert m["window_seconds"] == 3600
+    assert f"{m['num_windows']:,} windows of 3,600 s" in captured.out
+    assert f"verified {len(m['files'])} files" in captured.out
+
+    # a corrupt array: --verify names it, exit status 2
+    (out / "event_item_id").write_bytes(bytes((out / "event_item_id").stat().st_size))
+    assert main([*argv, "--verify"]) == 2
+    err = capsys.readouterr().err
+    assert "yambda-data build-store: error:" in err and "event_item_id" in err
+
+
+def test_build_store_errors(built_store, tmp_path, capsys):
+    raw, pre, _ = built_store
+    missing = tmp_path / "no-such-preprocess"
+    assert main(_build_argv(missing, raw, tmp_path / "s1", "--min-history", "16")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("yambda-data build-store: error:") and str(missing) in err
+
+    # no listen has that many earlier events: StoreError, status 2
+    assert main(_build_argv(pre, raw, tmp_path / "s2", "--min-history", "1000000")) == 2
+    last = capsys.readouterr().err.rstrip().splitlines()[-1]  # after the progress lines
+    assert last.startswith("yambda-data build-store: error:") and "min_history" in last
+    assert not (tmp_path / "s2").exists()
+
+    assert main(_build_argv(pre, raw, tmp_path / "s3", "--min-history", "-1")) == 2
+    assert "min_history" in capsys.readouterr().err
+
+    assert main(_build_argv(pre, tmp_path, tmp_path / "s4", "--min-history", "16")) == 2
+    assert "artist_item_mapping.parquet" in capsys.readouterr().err
+
+    occupied = tmp_path / "occupied"
+    occupied.mkdir()
+    (occupied / "keep.txt").write_text("x")
+    assert main(_build_argv(pre, raw, occupied, "--min-history", "16")) == 2
+    assert "not a sample store" in capsys.readouterr().err
+    assert (occupied / "keep.txt").read_text() == "x"
+
+
+# inspect -----------------------------------------------------------------------------------
+
+_SPLIT_KEYS = ("t_min", "t_max", "train_start", "train_end", "test_start", "test_end")
+_TOP_KEYS = [
+    "kind",
+    "path",
+    "size",
+    "num_events",
+    "num_train_events",
+    "num_test_events",
+    "num_sessions",
+    "num_users",
+    "num_items",
+    "split",
+    "pools",
+    "store",
+]
+
+
+def _inspect_json(capsys, *argv: str) -> dict:
+    assert main(["inspect", *argv, "--format", "json"]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out)  # one JSON object and nothing else
+    assert list(report) == _TOP_KEYS
+    assert list(report["split"]) == list(_SPLIT_KEYS)
+    pools = report["pools"]
+    assert list(pools["counts"]) == ["listen_plus", "skip", "like", "other"]
+    assert list(pools["shares"]) == ["listen_plus", "skip", "like", "other"]
+    assert sum(pools["counts"].values()) == pools["events"]
+    assert abs(sum(pools["shares"].values()) - 1.0) < 1e-9
+    for name, count in pools["counts"].items():
+        assert count >= 0
+        assert pools["shares"][name] == pytest.approx(count / pools["events"], abs=1e-12)
+    return report
+
+
+def _pool_counts(frame: pl.DataFrame) -> dict[str, int]:
+    """The pools of ``frame``, counted row by row (independent of the CLI's expressions)."""
+    counts = {"listen_plus": 0, "skip": 0, "like": 0, "other": 0}
+    for etype, ratio in zip(
+        frame["event_type"].cast(pl.String).to_list(),
+        frame["played_ratio_pct"].to_list(),
+        strict=True,
+    ):
+        if etype == "listen":
+            counts["listen_plus" if ratio >= 50 else "skip"] += 1
+        elif etype == "like":
+            counts["like"] += 1
+        else:
+            counts["other"] += 1
+    return counts
+
+
+def _parts(directory: Path) -> pl.DataFrame:
+    return pl.read_parquet(sorted(directory.glob("part-*.parquet")))
+
+
+def test_inspect_preprocess_output(built_store, capsys):
+    _raw, pre, _store = built_store
+    meta = json.loads((pre / "split_meta.json").read_text())
+    report = _inspect_json(capsys, str(pre))
+    train = _parts(pre / "train_sessions")
+    assert report["kind"] == "preprocess" and report["path"] == str(pre)
+    assert report["size"] == meta["size"]
+    assert report["num_train_events"] == meta["num_train_events"] == train.height
+    assert report["num_test_events"] == meta["num_test_events"]
+    assert report["num_events"] == meta["num_train_events"] + meta["num_test_events"]
+    assert report["num_sessions"] == meta["num_sessions"]
+    assert report["num_users"] == meta["num_users"]
+    assert report["num_items"] == train["item_id"].n_unique()
+    assert report["split"] == {k: meta[k] for k in _SPLIT_KEYS}
+    assert report["pools"]["scope"] == "train"
+    assert report["pools"]["events"] == meta["num_train_events"]
+    assert report["pools"]["counts"] == _pool_counts(train)
+    assert report["store"] is None
+
+    assert main(["inspect", str(pre)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"{pre}: preprocess output")
+    assert f"{meta['num_train_events']:,}" in text and f"{report['num_items']:,}" in text
+    assert f"[{meta['train_start']}, {meta['train_end']})" in text
+    assert f"[{meta['test_start']}, {meta['test_end']})" in text
+    assert f"pools of {meta['num_train_events']:,} train events" in text
+    for name, count in report["pools"]["counts"].items():
+        share = 100 * report["pools"]["shares"][name]
+        assert any(
+            line.split() == [name, f"{count:,}", f"{share:.2f}%"] for line in text.splitlines()
+        ), name
+
+
+def test_inspect_store(built_store, capsys):
+    _raw, pre, store = built_store
+    m = _manifest(store)
+    report = _inspect_json(capsys, str(store))
+    assert report["kind"] == "store" and report["path"] == str(store)
+    assert report["num_events"] == m["num_events"]
+    assert report["num_users"] == m["num_users"]
+    assert report["num_items"] is None
+    assert report["num_train_events"] == m["split"]["num_train_events"]
+    assert report["num_test_events"] == m["split"]["num_test_events"]
+    assert report["split"] == {k: m["split"][k] for k in _SPLIT_KEYS}
+    # the store's pools hold train and test events: shares are over all of them
+    pools = report["pools"]
+    assert pools["scope"] == "all" and pools["events"] == m["num_events"]
+    for name in ("listen_plus", "skip", "like"):
+        assert pools["counts"][name] == m["pool_events"][name]
+    assert pools["counts"]["other"] == m["num_events"] - sum(m["pool_events"].values())
+    both = pl.concat(
+        [_parts(pre / "train_sessions").drop("session_id"), _parts(pre / "test_events")]
+    )
+    assert pools["counts"] == _pool_counts(both)
+
+    details = report["store"]
+    sizes = np.diff(np.fromfile(store / "train_window_offset", dtype="<i8")).tolist()
+    assert details["min_history"] == m["min_history"] == 16
+    assert details["window_seconds"] == m["window_seconds"]
+    assert details["num_train_anchors"] == m["num_train_anchors"] == sum(sizes)
+    assert details["num_test_anchors"] == m["num_test_anchors"]
+    assert details["num_windows"] == m["num_windows"] == len(sizes)
+    assert details["first_window_start"] == m["first_window_start"]
+    per = details["anchors_per_window"]
+    assert (per["min"], per["max"]) == (min(sizes), max(sizes))
+    assert per["median"] == pytest.approx(float(np.median(sizes)))
+    assert details["vocab"] == m["vocab"]
+    disk = sum(p.stat().st_size for p in store.iterdir() if p.is_file())
+    assert details["disk_bytes"] == disk
+    assert details["bytes_per_event"] == pytest.approx(disk / m["num_events"])
+
+    assert main(["inspect", str(store)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"{store}: sample store")
+    assert f"train {m['num_train_anchors']:,}, test {m['num_test_anchors']:,}" in text
+    assert f"min {per['min']:,}" in text and f"max {per['max']:,}" in text
+    assert f"pools of all {m['num_events']:,} events (train + test)" in text
+    assert f"item_id {m['vocab']['item_id']:,}" in text
+
+
+def test_inspect_raw_root_matches_the_preprocess_output(built_store, tiny_config, tmp_path, capsys):
+    raw, pre, _store = built_store
+    meta = json.loads((pre / "split_meta.json").read_text())
+    report = _inspect_json(capsys, str(raw), "--size", tiny_config.size)
+    prep = _inspect_json(capsys, str(pre))
+    events = pl.read_parquet(multi_event_path(raw, tiny_config.size))
+    assert report["kind"] == "raw" and report["size"] == tiny_config.size
+    assert report["num_events"] == events.height
+    assert report["num_sessions"] is None and report["store"] is None
+    assert report["split"] == {k: meta[k] for k in _SPLIT_KEYS}
+    for key in ("num_train_events", "num_test_events", "num_users", "num_items", "pools"):
+        assert report[key] == prep[key], key
+
+    # event_type stored as Utf8 or Categorical (as readers accept): the same report
+    for dtype in (pl.String, pl.Categorical):
+        copy = tmp_path / f"raw-{dtype}"
+        path = multi_event_path(copy, tiny_config.size)
+        path.parent.mkdir(parents=True)
+        events.with_columns(pl.col("event_type").cast(pl.String).cast(dtype)).write_parquet(path)
+        other = _inspect_json(capsys, str(copy), "--size", tiny_config.size)
+        assert {**other, "path": None} == {**report, "path": None}, dtype
+
+    assert main(["inspect", str(raw), "--size", tiny_config.size]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"{raw}: raw dataset (size {tiny_config.size})")
+    assert f"{events.height:,} (train {meta['num_train_events']:,}" in text
+    assert f"t_min {meta['t_min']}, t_max {meta['t_max']}" in text
+
+
+def test_inspect_errors(built_store, tmp_path, capsys):
+    raw, _pre, store = built_store
+    (tmp_path / "notes.txt").write_text("hello")
+    assert main(["inspect", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("yambda-data inspect: error:") and str(tmp_path) in err
+    assert "not a preprocess output" in err and "sample store" in err and "raw dataset" in err
+
+    missing = tmp_path / "missing"
+    assert main(["inspect", str(missing), "--format", "json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and str(missing) in captured.err
+
+    # a raw root needs --size; the message lists the sizes it holds
+    assert main(["inspect", str(raw)]) == 2
+    err = capsys.readouterr().err
+    assert "--size" in err and "50m" in err
+    assert main(["inspect", str(raw), "--size", "5b"]) == 2
+    assert "multi_event.parquet: no such file" in capsys.readouterr().err
+
+    # a store directory without its READY marker is incomplete
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "manifest.json").write_text((store / "manifest.json").read_text())
+    assert main(["inspect", str(partial)]) == 2
+    assert "READY" in capsys.readouterr().err
+
+    # an unreadable parquet part
+    broken = tmp_path / "broken"
+    (broken / "flat" / "50m").mkdir(parents=True)
+    (broken / "flat" / "50m" / "multi_event.parquet").write_bytes(b"not parquet")
+    assert main(["inspect", str(broken), "--size", "50m"]) == 2
+    assert "yambda-data inspect: error:" in capsys.readouterr().err

@@ -190,7 +190,7 @@ def test_byte_identical_and_idempotent(tiny_raw, tiny_out, tmp_path):
     assert first == file_bytes(tiny_out)
     preprocess(tiny_raw, "50m", out, partitions=3)  # re-run onto the existing output
     assert file_bytes(out) == first
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "out"]
 
 
 def test_interrupted_run_keeps_previous_output(tiny_raw, tmp_path, monkeypatch):
@@ -211,7 +211,7 @@ def test_interrupted_run_keeps_previous_output(tiny_raw, tmp_path, monkeypatch):
         preprocess(tiny_raw, "50m", out, partitions=3)
     assert len(calls) == 4
     assert file_bytes(out) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "out"]
 
 
 def test_errors(tiny_raw, tmp_path):
@@ -256,7 +256,7 @@ def test_globally_unsorted_file_is_rejected(tmp_path, partitions, layout):
     ):
         preprocess(raw, "50m", tmp_path / "out", partitions=partitions)
     assert not (tmp_path / "out").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]
+    assert sorted(p.name for p in tmp_path.iterdir()) in (["raw"], [".out.lock", "raw"])
 
 
 def test_unsorted_split_uid_names_the_first_foreign_row(tmp_path):
@@ -325,3 +325,11 @@ def test_cli(tiny_raw, tmp_path, capsys):
     assert main(missing) == 2
     err = capsys.readouterr().err
     assert "yambda-data preprocess: error" in err and "no such file" in err
+
+
+def test_leftovers_of_a_killed_run_are_removed(tiny_raw, tmp_path):
+    stale = tmp_path / ".out.tmp-killed"
+    (stale / "train_sessions").mkdir(parents=True)
+    (stale / "train_sessions" / "part-00000.parquet").write_bytes(b"half")
+    preprocess(tiny_raw, "50m", tmp_path / "out", partitions=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "out"]

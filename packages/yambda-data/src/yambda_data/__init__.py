@@ -9,7 +9,7 @@ Importing this package does not import torch.
 """
 
 from .crosses import CROSS_FEATURE_NAMES, CROSS_FEATURES, CrossFeature, cross_features
-from .dataset import DLRMv4Samples, load_dlrmv4_samples
+from .dataset import DLRMv4Samples, load_dlrmv4_samples, prepare_store
 from .samples import (
     ItemFeatures,
     SampleConfig,
@@ -69,6 +69,7 @@ __all__ = [
     "generate",
     "holdout_users",
     "load_dlrmv4_samples",
+    "prepare_store",
     "read_mapping",
     "read_multi_event",
     "synthesize",

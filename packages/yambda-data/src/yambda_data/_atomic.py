@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
@@ -59,3 +60,18 @@ def replace_dir(tmp: Path, out: Path) -> None:
         os.rename(old, out)
         raise
     shutil.rmtree(old)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the sibling file ``.<name>.lock`` of ``path``: processes
+    that produce ``path`` at the same time take turns. The lock file stays (it is tiny);
+    the kernel drops the lock when its holder dies."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)

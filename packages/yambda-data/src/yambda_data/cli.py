@@ -1,23 +1,43 @@
-"""Command line: ``yambda-data synth``, ``validate`` and ``preprocess``."""
+"""Command line: ``yambda-data synth``, ``download``, ``validate``, ``preprocess``,
+``build-store`` and ``inspect``.
+
+Results go to stdout, progress to stderr; an error prints ``yambda-data <command>: error: ...``
+on stderr and exits with status 2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import polars as pl
 
 from .download import PINNED_REVISION, SIZES, DownloadError, download
-from .preprocess import preprocess
+from .preprocess import (
+    SPLIT_META_FILE,
+    TEST_EVENTS_DIR,
+    TRAIN_SESSIONS_DIR,
+    preprocess,
+)
+from .samples import LISTEN_PLUS_MIN_RATIO
 from .schema import (
+    EVENT_TYPE_DTYPE,
+    MULTI_EVENT_FILE,
     SchemaError,
+    check_multi_event_columns,
     mapping_path,
     multi_event_path,
     validate_mapping,
     validate_multi_event,
 )
+from .split import GAP_SECONDS, TEST_SECONDS, SplitMeta
+from .store import MANIFEST_FILE, READY_FILE, SampleStore, StoreError, build_store
 from .synth import SynthConfig, synthesize
 
 __all__ = ["main"]
@@ -73,6 +93,45 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="uid-range partitions processed one at a time (default: one per 5M rows)",
     )
+
+    store = sub.add_parser(
+        "build-store",
+        help="build (or reuse) the memory-mapped sample store of a preprocess output",
+    )
+    store.add_argument("--preprocessed", required=True, help="preprocess output directory")
+    store.add_argument(
+        "--raw", required=True, help="dataset root holding the artist/album item mappings"
+    )
+    store.add_argument("--out", required=True, help="store directory (replaced atomically)")
+    store.add_argument(
+        "--min-history",
+        type=int,
+        required=True,
+        help="earlier events (any type) a listen needs to be an anchor",
+    )
+    store.add_argument(
+        "--window-seconds",
+        type=int,
+        default=86_400,
+        help="width of the train-anchor time windows (default 86400)",
+    )
+    store.add_argument(
+        "--verify", action="store_true", help="recompute every array's sha256 after opening"
+    )
+
+    inspect = sub.add_parser(
+        "inspect",
+        help="summarize a preprocess output, a sample store or (with --size) a raw dataset",
+    )
+    inspect.add_argument(
+        "path",
+        help="a preprocess output (split_meta.json), a sample store (manifest.json + READY) "
+        "or a dataset root (flat/<size>/multi_event.parquet, with --size)",
+    )
+    inspect.add_argument("--size", help="size label of a raw dataset root, e.g. 50m")
+    inspect.add_argument(
+        "--format", choices=("text", "json"), default="text", help="output format (default text)"
+    )
     return parser
 
 
@@ -126,26 +185,390 @@ def _preprocess(args: argparse.Namespace) -> None:
     print(f"in {elapsed:.1f} s")
 
 
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _build_store(args: argparse.Namespace) -> None:
+    start = time.perf_counter()
+    store = build_store(
+        args.preprocessed,
+        args.raw,
+        args.out,
+        min_history=args.min_history,
+        window_seconds=args.window_seconds,
+        progress=_progress,
+    )
+    elapsed = time.perf_counter() - start
+    split = store.split
+    disk = store.disk_bytes()
+    m = store.manifest
+    print(f"store {store.path}")
+    print(
+        f"  {store.num_users:,} users, {store.num_events:,} events "
+        f"(train {split.num_train_events:,}, test {split.num_test_events:,})"
+    )
+    print(
+        f"  anchors (min_history {store.min_history}): train {m['num_train_anchors']:,}, "
+        f"test {m['num_test_anchors']:,}"
+    )
+    print(
+        f"  {store.num_windows:,} windows of {store.window_seconds:,} s "
+        f"from {store.first_window_start}"
+    )
+    print(f"  {disk:,} bytes on disk, {disk / max(store.num_events, 1):.1f} bytes/event")
+    print(f"in {elapsed:.1f} s")
+    if args.verify:
+        start = time.perf_counter()
+        _progress(f"verifying {store.path}")
+        store.verify()
+        print(f"verified {len(m['files'])} files in {time.perf_counter() - start:.1f} s")
+
+
+# inspect ------------------------------------------------------------------------------------
+
+POOL_NAMES: tuple[str, ...] = ("listen_plus", "skip", "like", "other")
+"""Pools of ``inspect``: listen_plus (listen, played_ratio_pct >= 50), skip (other listens),
+like, and other (dislike, unlike, undislike)."""
+
+
+def _pool_exprs(schema: pl.Schema) -> list[pl.Expr]:
+    """Aggregations giving ``events`` and the listen_plus / skip / like counts.
+
+    ``event_type`` of the public dtype is compared as it is (no per-row string cast); other
+    dtypes (Utf8, Categorical with any categories) are compared as strings.
+    """
+    etype = pl.col("event_type")
+    if schema.get("event_type") != EVENT_TYPE_DTYPE:
+        etype = etype.cast(pl.String)
+    listen = etype == "listen"
+    ratio = pl.col("played_ratio_pct").cast(pl.Int64).fill_null(-1)
+    plus = listen & (ratio >= LISTEN_PLUS_MIN_RATIO)
+    return [
+        pl.len().cast(pl.Int64).alias("events"),
+        plus.sum().cast(pl.Int64).alias("listen_plus"),
+        (listen & ~plus).sum().cast(pl.Int64).alias("skip"),
+        (etype == "like").sum().cast(pl.Int64).alias("like"),
+    ]
+
+
+def _pools(scope: str, events: int, listen_plus: int, skip: int, like: int) -> dict[str, Any]:
+    counts = {"listen_plus": listen_plus, "skip": skip, "like": like}
+    counts["other"] = events - sum(counts.values())
+    counts = {name: int(counts[name]) for name in POOL_NAMES}
+    shares = {name: (c / events if events else 0.0) for name, c in counts.items()}
+    return {"scope": scope, "events": int(events), "counts": counts, "shares": shares}
+
+
+def _split_bounds(t_min: int, t_max: int, train_start: int | None) -> dict[str, int | None]:
+    test_start = t_max - TEST_SECONDS
+    return {
+        "t_min": int(t_min),
+        "t_max": int(t_max),
+        "train_start": None if train_start is None else int(train_start),
+        "train_end": int(test_start - GAP_SECONDS),
+        "test_start": int(test_start),
+        "test_end": int(t_max),
+    }
+
+
+def _meta_bounds(meta: SplitMeta) -> dict[str, int | None]:
+    return {
+        name: int(getattr(meta, name))
+        for name in ("t_min", "t_max", "train_start", "train_end", "test_start", "test_end")
+    }
+
+
+def _report(
+    kind: str,
+    path: Path,
+    *,
+    size: str | None,
+    num_events: int,
+    num_train_events: int,
+    num_test_events: int,
+    num_sessions: int | None,
+    num_users: int,
+    num_items: int | None,
+    split: dict[str, int | None],
+    pools: dict[str, Any],
+    store: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``inspect`` result: the same keys for every kind (None where a kind has no value)."""
+    return {
+        "kind": kind,
+        "path": str(path),
+        "size": size,
+        "num_events": int(num_events),
+        "num_train_events": int(num_train_events),
+        "num_test_events": int(num_test_events),
+        "num_sessions": None if num_sessions is None else int(num_sessions),
+        "num_users": int(num_users),
+        "num_items": None if num_items is None else int(num_items),
+        "split": split,
+        "pools": pools,
+        "store": store,
+    }
+
+
+def _parts(directory: Path) -> list[Path]:
+    parts = sorted(directory.glob("part-*.parquet"))
+    if not parts:
+        raise FileNotFoundError(f"{directory}: no part-*.parquet files")
+    return parts
+
+
+def _inspect_preprocessed(path: Path) -> dict[str, Any]:
+    meta = SplitMeta.from_json(path / SPLIT_META_FILE)
+    train = pl.scan_parquet(_parts(path / TRAIN_SESSIONS_DIR))
+    row = (
+        train.select(
+            *_pool_exprs(train.collect_schema()),
+            pl.col("item_id").n_unique().cast(pl.Int64).alias("items"),
+        )
+        .collect(engine="streaming")
+        .row(0, named=True)
+    )
+    num_test = int(
+        pl.scan_parquet(_parts(path / TEST_EVENTS_DIR)).select(pl.len()).collect().item()
+    )
+    if row["events"] != meta.num_train_events or num_test != meta.num_test_events:
+        _progress(
+            f"warning: {path}: {row['events']:,} train / {num_test:,} test events in the "
+            f"parquet parts, {SPLIT_META_FILE} says {meta.num_train_events:,} / "
+            f"{meta.num_test_events:,}"
+        )
+    return _report(
+        "preprocess",
+        path,
+        size=meta.size,
+        num_events=meta.num_train_events + meta.num_test_events,
+        num_train_events=meta.num_train_events,
+        num_test_events=meta.num_test_events,
+        num_sessions=meta.num_sessions,
+        num_users=meta.num_users,
+        num_items=row["items"],
+        split=_meta_bounds(meta),
+        pools=_pools("train", row["events"], row["listen_plus"], row["skip"], row["like"]),
+    )
+
+
+def _inspect_store(path: Path) -> dict[str, Any]:
+    store = SampleStore.open(path)
+    m, split = store.manifest, store.split
+    sizes = store.window_sizes()
+    pool_events = m["pool_events"]
+    disk = store.disk_bytes()
+    details = {
+        "min_history": store.min_history,
+        "window_seconds": store.window_seconds,
+        "num_train_anchors": int(m["num_train_anchors"]),
+        "num_test_anchors": int(m["num_test_anchors"]),
+        "num_windows": store.num_windows,
+        "first_window_start": store.first_window_start,
+        "anchors_per_window": {
+            "min": int(sizes.min()) if sizes.size else 0,
+            "median": float(np.median(sizes)) if sizes.size else 0.0,
+            "max": int(sizes.max()) if sizes.size else 0,
+        },
+        "vocab": {name: int(v) for name, v in store.vocab.as_dict().items()},
+        "disk_bytes": disk,
+        "bytes_per_event": disk / max(store.num_events, 1),
+    }
+    return _report(
+        "store",
+        path,
+        size=split.size,
+        num_events=store.num_events,
+        num_train_events=split.num_train_events,
+        num_test_events=split.num_test_events,
+        num_sessions=split.num_sessions,
+        num_users=store.num_users,
+        num_items=None,
+        split=_meta_bounds(split),
+        # The store's pools hold every event (train and test), so the shares are of all events.
+        pools=_pools(
+            "all",
+            store.num_events,
+            int(pool_events["listen_plus"]),
+            int(pool_events["skip"]),
+            int(pool_events["like"]),
+        ),
+        store=details,
+    )
+
+
+def _inspect_raw(root: Path, size: str) -> dict[str, Any]:
+    """Streaming passes: the time bounds, the train rows (pools, items; then users) and a semi
+    join for the test rows (the split of :mod:`yambda_data.split`, never materializing the
+    table)."""
+    source = multi_event_path(root, size)
+    scan = pl.scan_parquet(source)
+    check_multi_event_columns(scan.collect_schema(), str(source))
+    ts = pl.col("timestamp").cast(pl.Int64)
+    num_rows, t_min, t_max = (
+        scan.select(pl.len().cast(pl.Int64), ts.min().alias("t_min"), ts.max().alias("t_max"))
+        .collect(engine="streaming")
+        .row(0)
+    )
+    if not num_rows or t_max is None:
+        raise SchemaError(str(source), None, "no events")
+    split = _split_bounds(t_min, t_max, None)
+    train = scan.filter(ts < split["train_end"])
+    # One distinct count per query: polars 2.1 runs a select with two of them in memory.
+    row = (
+        train.select(
+            *_pool_exprs(scan.collect_schema()),
+            pl.col("item_id").n_unique().cast(pl.Int64).alias("items"),
+            ts.min().alias("train_start"),
+        )
+        .collect(engine="streaming")
+        .row(0, named=True)
+    )
+    num_users = int(
+        train.select(pl.col("uid").n_unique().cast(pl.Int64)).collect(engine="streaming").item()
+    )
+    split["train_start"] = row["train_start"]
+    num_test = int(
+        scan.filter((ts >= split["test_start"]) & (ts < t_max))
+        .join(train.select("uid").unique(), on="uid", how="semi")
+        .select(pl.len())
+        .collect(engine="streaming")
+        .item()
+    )
+    return _report(
+        "raw",
+        root,
+        size=size,
+        num_events=num_rows,
+        num_train_events=row["events"],
+        num_test_events=num_test,
+        num_sessions=None,
+        num_users=num_users,
+        num_items=row["items"],
+        split=split,
+        pools=_pools("train", row["events"], row["listen_plus"], row["skip"], row["like"]),
+    )
+
+
+def _inspect_report(path: Path, size: str | None) -> dict[str, Any]:
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such directory")
+    if (path / MANIFEST_FILE).is_file() or (path / READY_FILE).is_file():
+        return _inspect_store(path)  # SampleStore.open names what is missing
+    if (path / SPLIT_META_FILE).is_file():
+        return _inspect_preprocessed(path)
+    if size is not None:
+        if not multi_event_path(path, size).is_file():
+            raise FileNotFoundError(
+                f"{multi_event_path(path, size)}: no such file ({path} is not a raw dataset "
+                f"root of size {size!r})"
+            )
+        return _inspect_raw(path, size)
+    sizes = sorted(p.parent.name for p in path.glob(f"flat/*/{MULTI_EVENT_FILE}"))
+    if sizes:
+        raise ValueError(f"{path}: a raw dataset root; pass --size (one of {', '.join(sizes)})")
+    raise ValueError(
+        f"{path}: not a preprocess output (no {SPLIT_META_FILE}), a sample store (no "
+        f"{MANIFEST_FILE} and {READY_FILE}) or a raw dataset root (no "
+        f"flat/<size>/{MULTI_EVENT_FILE})"
+    )
+
+
+_KIND_NAMES = {"raw": "raw dataset", "preprocess": "preprocess output", "store": "sample store"}
+
+
+def _print_report(r: dict[str, Any]) -> None:
+    size = f" (size {r['size']})" if r["size"] is not None else ""
+    print(f"{r['path']}: {_KIND_NAMES[r['kind']]}{size}")
+    events = "rows in the file" if r["kind"] == "raw" else "events"
+    print(
+        f"  {events:<16} {r['num_events']:,} (train {r['num_train_events']:,}, "
+        f"test {r['num_test_events']:,})"
+    )
+    if r["num_sessions"] is not None:
+        print(f"  {'train sessions':<16} {r['num_sessions']:,}")
+    print(f"  {'users':<16} {r['num_users']:,} (with train events)")
+    store = r["store"]
+    if r["num_items"] is not None:
+        print(f"  {'items':<16} {r['num_items']:,} (distinct item_id of train)")
+    else:
+        print(f"  {'items':<16} vocab {store['vocab']['item_id']:,} (item_id < vocab)")
+    s = r["split"]
+    print(f"  {'time':<16} t_min {s['t_min']}, t_max {s['t_max']}")
+    print(f"  {'train':<16} [{s['train_start']}, {s['train_end']})")
+    print(f"  {'test':<16} [{s['test_start']}, {s['test_end']})")
+    if store is not None:
+        per = store["anchors_per_window"]
+        median = per["median"]
+        median_text = f"{int(median):,}" if float(median).is_integer() else f"{median:,.1f}"
+        vocab = ", ".join(f"{k} {v:,}" for k, v in store["vocab"].items())
+        print(
+            f"  {'anchors':<16} train {store['num_train_anchors']:,}, "
+            f"test {store['num_test_anchors']:,} (min_history {store['min_history']})"
+        )
+        print(
+            f"  {'windows':<16} {store['num_windows']:,} of {store['window_seconds']:,} s from "
+            f"{store['first_window_start']}; train anchors per window min {per['min']:,}, "
+            f"median {median_text}, max {per['max']:,}"
+        )
+        print(f"  {'vocab':<16} {vocab}")
+        print(
+            f"  {'disk':<16} {store['disk_bytes']:,} bytes, "
+            f"{store['bytes_per_event']:.1f} bytes/event"
+        )
+    p = r["pools"]
+    scope = f"{p['events']:,} train events"
+    if p["scope"] == "all":
+        scope = f"all {p['events']:,} events (train + test)"
+    print(f"  pools of {scope}:")
+    for name in POOL_NAMES:
+        print(f"    {name:<12} {p['counts'][name]:>14,}  {100 * p['shares'][name]:6.2f}%")
+
+
+def _inspect(args: argparse.Namespace) -> None:
+    report = _inspect_report(Path(args.path), args.size)
+    if args.format == "json":
+        print(json.dumps(report, indent=2))
+    else:
+        _print_report(report)
+
+
+_COMMANDS = {
+    "synth": _synth,
+    "download": _download,
+    "validate": _validate,
+    "preprocess": _preprocess,
+    "build-store": _build_store,
+    "inspect": _inspect,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (2 on any error, with a message on stderr)."""
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        if args.command == "synth":
-            _synth(args)
-        elif args.command == "preprocess":
-            _preprocess(args)
-        elif args.command == "download":
-            _download(args)
-        else:
-            _validate(args)
-    except (SchemaError, DownloadError, FileNotFoundError, ValueError, OSError) as exc:
+        _COMMANDS[args.command](args)
+    except (
+        SchemaError,
+        DownloadError,
+        StoreError,
+        FileNotFoundError,
+        ValueError,
+        OSError,
+    ) as exc:
         print(f"yambda-data {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except pl.exceptions.PolarsError as exc:
         # A file polars cannot read at all (truncated, not parquet): name what was read.
-        where = (
-            getattr(args, "root", None) or getattr(args, "raw", None) or getattr(args, "out", "")
+        where = next(
+            (
+                value
+                for name in ("root", "path", "preprocessed", "raw", "out")
+                if (value := getattr(args, name, None))
+            ),
+            "",
         )
         print(f"yambda-data {args.command}: error: reading {where}: {exc}", file=sys.stderr)
         return 2

@@ -1,12 +1,16 @@
-"""The DLRMv4 train and eval samples of a Yambda root, in one call."""
+"""The DLRMv4 samples of a Yambda root in one call: in memory (small data), or through the
+preprocessing and the sample store (any size)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
+from ._atomic import atomic_path, exclusive_lock
 from .samples import (
     ItemFeatures,
     SampleConfig,
@@ -17,6 +21,7 @@ from .samples import (
 )
 from .schema import multi_event_path, normalize_multi_event, validate_multi_event
 from .split import SplitMeta, temporal_split
+from .store import SampleStore, build_store
 
 
 @dataclass(frozen=True)
@@ -49,4 +54,52 @@ def load_dlrmv4_samples(root: str | Path, size: str, config: SampleConfig) -> DL
         eval=build_samples(split.train, split.test, items, config),
         vocab=compute_vocab_sizes(events, items),
         split=split.meta,
+    )
+
+
+PREPROCESSED_DIR = "preprocessed"
+STORE_DIR = "store"
+_SOURCE_FILE = "preprocessed.source.json"
+
+
+def prepare_store(
+    root: str | Path,
+    size: str,
+    work_dir: str | Path,
+    *,
+    min_history: int,
+    window_seconds: int = 86_400,
+    partitions: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> SampleStore:
+    """Preprocess ``<root>/flat/<size>/multi_event.parquet`` into ``<work_dir>/preprocessed``
+    and build the sample store ``<work_dir>/store`` from it; both steps are skipped when their
+    output already comes from the same input (the raw file's size and modification time, and
+    the store's own fingerprint). Safe to call from every rank at once: the store build is
+    locked, and each rank must call it with the same arguments."""
+    from .preprocess import preprocess  # the submodule keeps its name (see __init__)
+
+    path = multi_event_path(root, size)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    work = Path(work_dir)
+    pre = work / PREPROCESSED_DIR
+    stat = path.stat()
+    source = {"file": str(path.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    record = work / _SOURCE_FILE
+    say = progress or (lambda _message: None)
+    with exclusive_lock(record):
+        current = json.loads(record.read_text()) if record.is_file() else None
+        if current != source or not (pre / "split_meta.json").is_file():
+            say(f"preprocessing {path}")
+            preprocess(root, size, pre, partitions=partitions)
+            with atomic_path(record) as tmp:
+                tmp.write_text(json.dumps(source) + "\n")
+    return build_store(
+        pre,
+        root,
+        work / STORE_DIR,
+        min_history=min_history,
+        window_seconds=window_seconds,
+        progress=progress,
     )

@@ -42,7 +42,9 @@ Atomicity: everything is written into a temporary sibling directory ``.<out>.tmp
 renamed onto ``out_dir`` at the end (an existing output is first moved aside and deleted after
 the rename). An exception removes the temporary directory and leaves a previous output as it
 was. ``out_dir``, when it exists, must be empty or a previous preprocess output (it has a
-``split_meta.json``); anything else is refused rather than replaced.
+``split_meta.json``); anything else is refused rather than replaced. Runs into the same
+``out_dir`` take turns through an exclusive lock on the sibling file ``.<out>.lock``; under it,
+temporary directories left by a killed run are removed.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from ._atomic import fsync_tree, replace_dir
+from ._atomic import exclusive_lock, fsync_tree, replace_dir
 from .schema import (
     SchemaError,
     check_multi_event_columns,
@@ -261,11 +263,27 @@ def preprocess(
     bounds = _bounds(scan, src)
     n_parts = partitions if partitions is not None else default_partitions(bounds.num_rows)
     edges = _uid_edges(bounds.uid_min, bounds.uid_max, n_parts)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(out):
+        # Under the lock no other run writes here: leftovers are from one that was killed.
+        for stale in out.parent.glob(f".{out.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        return _preprocess_locked(scan, bounds, src, path, size, out, n_parts, edges)
+
+
+def _preprocess_locked(
+    scan: pl.LazyFrame,
+    bounds: _Bounds,
+    src: str,
+    path: Path,
+    size: str,
+    out: Path,
+    n_parts: int,
+    edges: list[int],
+) -> SplitMeta:
     t_max = bounds.t_max
     test_start = t_max - TEST_SECONDS
     train_end = test_start - GAP_SECONDS
-
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         umask = os.umask(0)

@@ -54,13 +54,12 @@ Integrity and concurrency:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,7 +67,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ._atomic import fsync_tree, replace_dir
+from ._atomic import exclusive_lock, fsync_tree, replace_dir
 from .preprocess import (
     ITEM_POPULARITY_FILE,
     SPLIT_META_FILE,
@@ -194,21 +193,6 @@ def _fingerprint(preprocessed: Path, raw_root: Path, settings: _BuildSettings) -
     return digest.hexdigest()
 
 
-def _lock_path(out: Path) -> Path:
-    return out.parent / f".{out.name}.lock"
-
-
-@contextlib.contextmanager
-def _exclusive(out: Path) -> Iterator[None]:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(_lock_path(out), "a+") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-
-
 def build_store(
     preprocessed: str | Path,
     raw_root: str | Path,
@@ -228,7 +212,7 @@ def build_store(
     preprocessed, raw_root, out = Path(preprocessed), Path(raw_root), Path(out_dir)
     fingerprint = _fingerprint(preprocessed, raw_root, settings)
     say = progress or (lambda _message: None)
-    with _exclusive(out):
+    with exclusive_lock(out):
         if (out / READY_FILE).is_file():
             with contextlib.suppress(StoreError):
                 store = SampleStore.open(out)

@@ -3,8 +3,8 @@ and the per-rank batches of a distributed run, with a skip for resuming mid-wind
 
 The global sample order of a :class:`BatchPlan` is fixed by its fields alone: for each source in
 turn (a train window, or the test split), the source's anchors, filtered by the user holdout,
-in the permutation drawn from ``numpy.random.default_rng([seed, 1, window])`` (``[seed, 2]`` for
-the test split) or in store order without ``shuffle``. The first ``skip`` samples of the first
+in the permutation drawn from ``numpy.random.default_rng([seed, 1, window, epoch])``
+(``[seed, 2, epoch]`` for the test split) or in store order without ``shuffle``. The first ``skip`` samples of the first
 source are dropped (they were trained before a restart). The rest is cut into global batches of
 ``batch_size * world_size`` samples, and rank ``r`` takes the ``r``-th ``batch_size`` slice of
 each. Every rank computes the same order without communication.
@@ -58,6 +58,8 @@ class BatchPlan:
     shuffle: bool = True
     """Seeded in-source shuffle; off for evaluation."""
     seed: int = 0
+    epoch: int = 0
+    """Pass over the sources; each pass draws new in-source permutations."""
     drop_last: bool = True
     """Drop a final incomplete global batch (training); keep it (evaluation), ranks then get
     their slice of it, possibly empty."""
@@ -83,8 +85,9 @@ class BatchPlan:
                 raise ValueError(f"BatchPlan.{name}: must be a positive int, got {value!r}")
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"BatchPlan.rank: must be in [0, {self.world_size}), got {self.rank}")
-        if self.seed < 0:
-            raise ValueError(f"BatchPlan.seed: must be >= 0, got {self.seed}")
+        for name in ("seed", "epoch"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"BatchPlan.{name}: must be >= 0, got {getattr(self, name)}")
         if self.skip < 0:
             raise ValueError(f"BatchPlan.skip: must be >= 0, got {self.skip}")
         if not 0.0 <= self.holdout_fraction <= 1.0:
@@ -103,9 +106,9 @@ class BatchPlan:
     def source_order(self, store: SampleStore, source: Source) -> np.ndarray:
         """The anchors of ``source`` in this plan's order (holdout applied, nothing skipped)."""
         if source == TEST:
-            anchors, key = np.asarray(store.test_anchors), [self.seed, 2]
+            anchors, key = np.asarray(store.test_anchors), [self.seed, 2, self.epoch]
         else:
-            anchors, key = np.asarray(store.window(source)), [self.seed, 1, source]
+            anchors, key = np.asarray(store.window(source)), [self.seed, 1, source, self.epoch]
         if self.holdout_fraction > 0.0:
             held = holdout_users(
                 store.arrays["user_uid"][store.users_of(anchors)],

@@ -1,0 +1,56 @@
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchrec")
+
+from yambda_data import BatchPlan, SampleConfig, SampleStore  # noqa: E402
+from yambda_data.batching import make_batch  # noqa: E402
+from yambda_data.loader import StoreBatches, make_loader  # noqa: E402
+
+CONFIG = SampleConfig(history_length=24, min_history=16, strategy="interleaved")
+
+
+@pytest.fixture(scope="module")
+def plan(built_store):
+    store = SampleStore.open(built_store[2])
+    busy = np.flatnonzero(store.window_sizes() > 0)[:6]
+    return BatchPlan(sources=tuple(int(w) for w in busy), batch_size=8, seed=4)
+
+
+def _flat(batch):
+    return (
+        batch.uih.values().tolist(),
+        batch.uih.lengths().tolist(),
+        batch.candidates.values().tolist(),
+        batch.labels.tolist(),
+    )
+
+
+def test_batches_are_the_plans_samples(built_store, plan):
+    store = SampleStore.open(built_store[2])
+    dataset = StoreBatches(built_store[2], CONFIG, plan)
+    assert len(dataset) == plan.num_batches(store)
+    expected = [_flat(make_batch(store.samples(a, CONFIG))) for a in plan.batches(store)]
+    assert [_flat(b) for b in dataset] == expected
+    assert len(expected) > 4
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_worker_count_does_not_change_the_stream(built_store, plan, workers):
+    single = [_flat(b) for b in make_loader(built_store[2], CONFIG, plan, num_workers=0)]
+    loader = make_loader(built_store[2], CONFIG, plan, num_workers=workers, prefetch_factor=2)
+    assert [_flat(b) for b in loader] == single
+    # Persistent workers serve a second pass identically.
+    assert [_flat(b) for b in loader] == single
+
+
+def test_loader_arguments_are_checked(built_store, plan):
+    with pytest.raises(ValueError, match="num_workers"):
+        make_loader(built_store[2], CONFIG, plan, num_workers=-1)
+    with pytest.raises(ValueError, match="prefetch_factor"):
+        make_loader(built_store[2], CONFIG, plan, prefetch_factor=0)
+    assert not make_loader(built_store[2], CONFIG, plan, num_workers=0).pin_memory or (
+        torch.cuda.is_available()
+    )
