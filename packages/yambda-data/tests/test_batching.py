@@ -184,3 +184,28 @@ def test_epochs_run_on_across_epoch_boundaries():
     assert got[2:4] == [list(o) for o in it.order(1)[:8].reshape(2, 4)]
     with pytest.raises(ValueError, match="no batch of 11 in 10 samples"):
         next(BatchIterator(s, 11, drop_last=True).epochs())
+
+
+def test_smaller_cross_tables():
+    from yambda_data.batching import uih_keys
+    from yambda_data.crosses import CROSS_FEATURES, CrossFeature
+
+    small = tuple(CrossFeature(c.name, c.keys, 97, c.salt) for c in CROSS_FEATURES[:3])
+    batch = make_batch(tiny_samples(), crosses=small)
+    assert batch.uih.keys() == list(uih_keys(small))
+    assert uih_keys() == UIH_KEYS
+    d = batch.uih.to_dict()
+    s = tiny_samples()
+    expected = cross_features(
+        uid=s.uid,
+        item_id=s.item_id,
+        artist_id=np.maximum(s.artist_id.astype(np.int64) - 1, 0),
+        album_id=np.maximum(s.album_id.astype(np.int64) - 1, 0),
+        timestamp=s.anchor_timestamp,
+        is_organic=s.is_organic,
+        features=small,
+    )
+    for c in small:
+        assert d[c.name].values().tolist() == expected[c.name].tolist()
+        assert int(d[c.name].values().max()) < 97
+    assert "user_x_artist_x_hour" not in d

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from .crosses import CROSS_FEATURE_NAMES, cross_features
+from .crosses import CROSS_FEATURE_NAMES, CROSS_FEATURES, CrossFeature, cross_features
 from .samples import ACTION_LISTEN_PLUS, ACTION_SKIP, Samples
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "BatchIterator",
     "HSTUBatch",
     "make_batch",
+    "uih_keys",
 ]
 
 KEY_UID = "uid"
@@ -72,6 +73,13 @@ HISTORY_KEYS: tuple[str, ...] = (
 )
 """The UIH keys with one value per history event."""
 UIH_KEYS: tuple[str, ...] = (KEY_UID, *CROSS_FEATURE_NAMES, *HISTORY_KEYS, KEY_DUMMY_QUERY_TIME)
+"""The UIH keys of batches with the reference's crosses (see :func:`uih_keys` for others)."""
+
+
+def uih_keys(crosses: tuple[CrossFeature, ...] = CROSS_FEATURES) -> tuple[str, ...]:
+    """The UIH keys of batches made with the cross features ``crosses``."""
+    return (KEY_UID, *(c.name for c in crosses), *HISTORY_KEYS, KEY_DUMMY_QUERY_TIME)
+
 
 KEY_CANDIDATE_ITEM_ID = "item_candidate_id"
 KEY_CANDIDATE_ARTIST_ID = "item_candidate_artist_id"
@@ -131,25 +139,33 @@ def _filled(parts: list[np.ndarray], total: int) -> torch.Tensor:
     return out
 
 
-def make_batch(samples: Samples, indices: np.ndarray | None = None) -> HSTUBatch:
-    """The batch of ``samples[indices]`` (in that order), or of all ``samples``."""
+def make_batch(
+    samples: Samples,
+    indices: np.ndarray | None = None,
+    *,
+    crosses: tuple[CrossFeature, ...] = CROSS_FEATURES,
+) -> HSTUBatch:
+    """The batch of ``samples[indices]`` (in that order), or of all ``samples``, with the
+    cross features ``crosses`` (default: the reference's seven and their table sizes; a
+    smaller model passes the same crosses with smaller tables)."""
     part = samples if indices is None else samples.take(np.asarray(indices, dtype=np.int64))
     b = len(part)
     lengths = part.history_lengths
     n_hist = int(part.history_offsets[-1])
     ones = np.ones(b, dtype=np.int64)
-    crosses = cross_features(
+    crossed = cross_features(
         uid=part.uid,
         item_id=part.item_id,
         artist_id=_raw_ids(part.artist_id),
         album_id=_raw_ids(part.album_id),
         timestamp=part.anchor_timestamp,
         is_organic=part.is_organic,
+        features=crosses,
     )
     query_time = part.anchor_timestamp.astype(np.int64)
     has_history = lengths > 0
     query_time[has_history] = part.history_timestamp[part.history_offsets[1:][has_history] - 1]
-    per_sample = [part.uid, *(crosses[name] for name in CROSS_FEATURE_NAMES)]
+    per_sample = [part.uid, *(crossed[c.name] for c in crosses)]
     history = [
         part.history_item_id,
         part.history_artist_id,
@@ -159,7 +175,7 @@ def make_batch(samples: Samples, indices: np.ndarray | None = None) -> HSTUBatch
         np.zeros(n_hist, dtype=np.int64),
     ]
     uih = KeyedJaggedTensor(
-        keys=list(UIH_KEYS),
+        keys=list(uih_keys(crosses)),
         values=_filled(
             [*per_sample, *history, query_time], b * (len(per_sample) + 1) + n_hist * len(history)
         ),

@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from .batching import HSTUBatch, make_batch
+from .crosses import CROSS_FEATURES, CrossFeature
 from .samples import SampleConfig
 from .store import SampleStore
 from .streaming import BatchPlan
@@ -31,11 +32,18 @@ __all__ = ["StoreBatches", "make_loader"]
 class StoreBatches(IterableDataset):
     """The batches of ``plan`` cut from the store at ``store_path``."""
 
-    def __init__(self, store_path: str | Path, config: SampleConfig, plan: BatchPlan) -> None:
+    def __init__(
+        self,
+        store_path: str | Path,
+        config: SampleConfig,
+        plan: BatchPlan,
+        crosses: tuple[CrossFeature, ...] = CROSS_FEATURES,
+    ) -> None:
         super().__init__()
         self.store_path = Path(store_path)
         self.config = config
         self.plan = plan
+        self.crosses = crosses
         self._store: SampleStore | None = None
 
     @property
@@ -56,7 +64,7 @@ class StoreBatches(IterableDataset):
         worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         for i, anchors in enumerate(self.plan.batches(self.store)):
             if i % workers == worker:
-                yield make_batch(self.store.samples(anchors, self.config))
+                yield make_batch(self.store.samples(anchors, self.config), crosses=self.crosses)
 
     def anchor_batches(self) -> Iterator[np.ndarray]:
         """The anchor indices of each batch, in order (what a checkpoint needs to count)."""
@@ -71,17 +79,18 @@ def make_loader(
     num_workers: int = 2,
     prefetch_factor: int = 4,
     pin_memory: bool | None = None,
+    crosses: tuple[CrossFeature, ...] = CROSS_FEATURES,
 ) -> DataLoader:
     """A ``DataLoader`` over :class:`StoreBatches` (batches arrive in the plan's order).
 
     ``num_workers=0`` builds batches in the calling process. ``pin_memory`` defaults to
-    whether CUDA is available.
+    whether CUDA is available. ``crosses``: the cross features of the batches.
     """
     if num_workers < 0:
         raise ValueError(f"num_workers: must be >= 0, got {num_workers}")
     if prefetch_factor < 1:
         raise ValueError(f"prefetch_factor: must be >= 1, got {prefetch_factor}")
-    dataset = StoreBatches(store_path, config, plan)
+    dataset = StoreBatches(store_path, config, plan, crosses)
     if pin_memory is None:
         pin_memory = torch.cuda.is_available()
     extra = {}
