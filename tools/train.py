@@ -29,7 +29,7 @@ from yambda_data.loader import make_loader
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    # yambda-5b needs the reference's 8 contextual tokens, which the model does not build yet.
+    # yambda-5b's tables (about 600 GB) need sharding across devices, which this tool lacks.
     p.add_argument("--preset", default="tiny", choices=("tiny",))
     p.add_argument("--data", type=Path, help="Yambda root (default: synthesize one under --out)")
     p.add_argument("--size", default="50m", help="dataset size folder under flat/ (default 50m)")
@@ -54,6 +54,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def model_crosses(model: hstu_model.ModelConfig) -> tuple[yambda_data.CrossFeature, ...]:
+    """yambda-data's cross features hashed into the model's contextual tables (name -> rows)."""
+    specs = {spec.name: spec for spec in yambda_data.CROSS_FEATURES}
+    tables = model.contextual_tables()
+    unknown = sorted(set(tables) - set(specs))
+    if unknown:
+        raise ValueError(f"model.contextual_features: yambda-data has no cross named {unknown}")
+    return tuple(
+        yambda_data.CrossFeature(name, specs[name].keys, rows, specs[name].salt)
+        for name, rows in tables.items()
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -97,8 +110,10 @@ def run(args: argparse.Namespace, mllog: MLPerfLogger, tracker: RunTracker) -> d
         f"{eval_samples} eval samples, vocab {store.vocab}"
     )
 
+    crosses = model_crosses(cfg.model)  # the model's table sizes, not the reference's
+
     def loader(plan: yambda_data.BatchPlan):
-        return make_loader(store.path, sample_cfg, plan, num_workers=args.workers)
+        return make_loader(store.path, sample_cfg, plan, num_workers=args.workers, crosses=crosses)
 
     def train_stream():
         # One pass over the windows is an epoch; a run longer than that starts a new pass.

@@ -24,7 +24,10 @@ def measure(cfg: hstu_model.HSTUConfig, batch_size: int, steps: int) -> tuple[fl
     hstu_model.seed_everything(0)
     trainer = hstu_model.Trainer(hstu_model.HSTURanker(cfg.model, VOCAB), cfg)
     lengths = [cfg.model.history_length] * batch_size
-    batches = [random_batch(lengths, VOCAB, seed=i) for i in range(steps + 2)]
+    tables = cfg.model.contextual_tables()
+    batches = [
+        random_batch(lengths, VOCAB, seed=i, contextual_tables=tables) for i in range(steps + 2)
+    ]
     for batch in batches[:2]:
         trainer.train_step(batch)
     start = time.perf_counter()

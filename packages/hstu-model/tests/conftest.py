@@ -44,8 +44,8 @@ def tiny_config():
             "num_heads": 2,
             "preprocessor_hidden_dim": 16,
             "history_length": 12,
-            "max_seq_len": 16,
-            "position_buckets": 16,
+            "max_seq_len": 24,
+            "position_buckets": 24,
             "time_buckets": 32,
         }
     )

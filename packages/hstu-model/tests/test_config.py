@@ -1,6 +1,25 @@
 import pytest
 
-from hstu_model import ConfigError, ModelConfig, OptimizerConfig, TrainConfig, preset
+from hstu_model import (
+    ConfigError,
+    ContextualFeature,
+    FeatureNames,
+    ModelConfig,
+    OptimizerConfig,
+    TrainConfig,
+    preset,
+)
+from hstu_model.config import TINY_CONTEXTUAL_FEATURES, YAMBDA_5B_CONTEXTUAL_FEATURES
+
+CROSS_NAMES = [
+    "user_x_artist",
+    "user_x_album",
+    "user_x_hour",
+    "item_x_hour",
+    "artist_x_hour",
+    "user_x_is_organic",
+    "user_x_artist_x_hour",
+]
 
 
 def test_sequence_budget_error_names_max_seq_len():
@@ -83,3 +102,86 @@ def test_save_json_round_trips_with_extra_entries(tmp_path):
     assert saved["run"] == {"seed": 3}
     assert saved["model"]["history_length"] == cfg.model.history_length
     assert [p.name for p in tmp_path.iterdir()] == ["config.json"]
+
+
+def test_presets_have_the_reference_contextual_features():
+    big, tiny = preset("yambda-5b").model, preset("tiny").model
+    assert big.contextual_seq_len == tiny.contextual_seq_len == 8
+    assert big.contextual_tables() == {
+        "user_x_artist": 100_000_000,
+        "user_x_album": 40_000_000,
+        "user_x_hour": 24_000_000,
+        "item_x_hour": 40_000_000,
+        "artist_x_hour": 32_000_000,
+        "user_x_is_organic": 2_000_000,
+        "user_x_artist_x_hour": 40_000_000,
+    }
+    assert big.contextual_features == YAMBDA_5B_CONTEXTUAL_FEATURES
+    assert tiny.contextual_features == TINY_CONTEXTUAL_FEATURES
+    assert list(big.contextual_tables()) == list(tiny.contextual_tables()) == CROSS_NAMES
+    for name, rows in tiny.contextual_tables().items():
+        assert 2_000 <= rows <= 10_000, name
+        assert rows == max(big.contextual_tables()[name] // 10_000, 2_000)
+    # The default model has the uid as its only contextual token.
+    assert ModelConfig().contextual_seq_len == 1 and ModelConfig().contextual_tables() == {}
+
+
+def test_contextual_seq_len_must_match_the_features():
+    one = (ContextualFeature("user_x_hour", 24),)
+    assert ModelConfig(contextual_seq_len=2, contextual_features=one).contextual_tables() == {
+        "user_x_hour": 24
+    }
+    with pytest.raises(
+        ConfigError,
+        match=r"^contextual_seq_len: must equal the number of contextual tokens, 1 \(the uid\) "
+        r"\+ len\(contextual_features\) = 2, got 8",
+    ):
+        ModelConfig(contextual_seq_len=8, contextual_features=one)
+    with pytest.raises(ConfigError, match=r"^contextual_seq_len: .* = 1, got 0"):
+        ModelConfig(contextual_seq_len=0)
+    with pytest.raises(ConfigError, match=r"^contextual_seq_len: .* = 8, got 1"):
+        preset("tiny").replace(model={"contextual_seq_len": 1})
+
+
+@pytest.mark.parametrize(
+    ("features", "pattern"),
+    [
+        (
+            (ContextualFeature("a", 5), ContextualFeature("a", 6)),
+            r"^contextual_features: duplicate name\(s\) \['a'\]",
+        ),
+        ((ContextualFeature("uid", 5),), r"^contextual_features: name\(s\) \['uid'\] already"),
+        (
+            (ContextualFeature("item_candidate_id", 5),),
+            r"^contextual_features: name\(s\) \['item_candidate_id'\] already",
+        ),
+        ([ContextualFeature("a", 5)], r"^contextual_features: must be a tuple of Contextual"),
+        ((("a", 5),), r"^contextual_features: must be a tuple of ContextualFeature"),
+    ],
+)
+def test_contextual_feature_names_are_checked(features, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        ModelConfig(contextual_seq_len=1 + len(features), contextual_features=features)
+
+
+def test_contextual_names_may_not_shadow_renamed_inputs():
+    with pytest.raises(ConfigError, match=r"\['user'\] already name"):
+        ModelConfig(
+            contextual_seq_len=2,
+            contextual_features=(ContextualFeature("user", 3),),
+            features=FeatureNames(uid="user"),
+        )
+
+
+def test_contextual_feature_is_validated_and_parsed():
+    with pytest.raises(ConfigError, match=r"^ContextualFeature\[a\]\.num_embeddings: must be"):
+        ContextualFeature("a", 0)
+    with pytest.raises(ConfigError, match=r"^ContextualFeature\.name: must be a non-empty"):
+        ContextualFeature("", 3)
+    with pytest.raises(ConfigError, match=r"num_embeddings: must be an int >= 1, got True"):
+        ContextualFeature("a", True)
+    assert ContextualFeature.parse(" user_x_hour = 24_000 ") == ContextualFeature(
+        "user_x_hour", 24_000
+    )
+    with pytest.raises(ConfigError, match=r"^contextual_features: expected name=rows, got 'x'"):
+        ContextualFeature.parse("x")

@@ -1,7 +1,44 @@
 import pytest
 import torch
+from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor
 
-from hstu_model import HSTURanker, Trainer, time_features
+from hstu_model import HSTURanker, Trainer, preset, time_features
+from hstu_model.config import YAMBDA_5B_VOCAB
+from hstu_model.testing import random_batch
+
+UIH_KEYS = [
+    "uid",
+    "user_x_artist",
+    "user_x_album",
+    "user_x_hour",
+    "item_x_hour",
+    "artist_x_hour",
+    "user_x_is_organic",
+    "user_x_artist_x_hour",
+    "item_id",
+    "artist_id",
+    "album_id",
+    "action_weight",
+    "action_timestamp",
+    "dummy_watch_time",
+    "dummy_query_time",
+]
+"""yambda-data's UIH keys in its order (hstu-model does not import yambda-data)."""
+CANDIDATE_KEYS = [
+    "item_candidate_id",
+    "item_candidate_artist_id",
+    "item_candidate_album_id",
+    "item_query_time",
+    "item_action_weight",
+    "item_dummy_watchtime",
+]
+
+
+def replaced(kjt: KeyedJaggedTensor, key: str, values: torch.Tensor) -> KeyedJaggedTensor:
+    """`kjt` with the values of `key` replaced (same lengths, same key order)."""
+    jts = kjt.to_dict()
+    jts[key] = JaggedTensor(values=values, lengths=jts[key].lengths())
+    return KeyedJaggedTensor.from_jt_dict(jts)
 
 
 def test_logits_shape_and_empty_history(tiny_config, make_batch, build):
@@ -17,9 +54,17 @@ def test_every_parameter_gets_a_gradient(tiny_config, make_batch, build):
     batch = make_batch([5, 7, 2], seed=1)
     logits = model(batch.uih, batch.candidates).logits
     model.loss(logits, batch.labels).backward()
+    names = []
     for name, param in model.named_parameters():
         assert param.grad is not None, name
         assert param.grad.abs().sum() > 0, name
+        names.append(name)
+    tables = [n.split(".")[2] for n in names if n.startswith("embedding_collection.")]
+    assert tables == [t.name for t in model.tables]
+    assert tables[4:] == UIH_KEYS[1:8]  # one table per cross feature
+    # Each contextual token has its own projection, and each got a gradient.
+    grad = model.contextual_projection.weight.grad
+    assert grad.shape[0] == 8 and all(grad[i].abs().sum() > 0 for i in range(8))
 
 
 def test_same_seed_same_model_and_outputs(tiny_config, make_batch, build):
@@ -132,3 +177,95 @@ def test_warmup_sets_both_learning_rates(tiny_config, make_batch, build):
     trainer.train_step(make_batch([2, 3]))
     assert trainer.dense_optimizer.param_groups[0]["lr"] == pytest.approx(1e-4)
     assert trainer.sparse_optimizer.param_groups[0]["lr"] == pytest.approx(0.05)
+
+
+def test_random_batch_has_yambda_data_keys_and_ids_below_table_sizes(tiny_config, vocab):
+    batch = random_batch([3, 0, 5], vocab, seed=3)
+    assert batch.uih.keys() == UIH_KEYS
+    assert batch.candidates.keys() == CANDIDATE_KEYS
+    uih, cand = batch.uih.to_dict(), batch.candidates.to_dict()
+    for key, rows in tiny_config.model.contextual_tables().items():
+        assert uih[key].lengths().tolist() == [1, 1, 1]
+        assert int(uih[key].values().min()) >= 0 and int(uih[key].values().max()) < rows
+    assert uih["dummy_watch_time"].lengths().tolist() == [3, 0, 5]
+    assert not uih["dummy_watch_time"].values().any()
+    times = uih["action_timestamp"].values()
+    query = cand["item_query_time"].values()
+    assert uih["dummy_query_time"].values().tolist() == [times[2], query[1], times[-1]]
+    bits = cand["item_action_weight"].values()
+    assert bits.tolist() == [1 if y else 4 for y in batch.labels.tolist()]
+
+
+def test_contextual_features_change_the_score(tiny_config, make_batch, build):
+    model = build(tiny_config).eval()
+    batch = make_batch([4, 6], seed=8)
+    base = model(batch.uih, batch.candidates).logits
+    rows = tiny_config.model.contextual_tables()
+    for key in ["uid", *rows]:
+        values = batch.uih[key].values()
+        limit = rows.get(key, 11)  # conftest's VOCAB has 11 users
+        uih = replaced(batch.uih, key, (values + 1) % limit)
+        assert not torch.allclose(model(uih, batch.candidates).logits, base), key
+
+
+def test_candidate_label_bits_do_not_change_the_logits(tiny_config, make_batch, build):
+    """item_action_weight is the candidate's label: the model must not read it."""
+    model = build(tiny_config).eval()
+    batch = make_batch([3, 0, 7, 2], seed=11)
+    base = model(batch.uih, batch.candidates).logits
+    for bits in (0, 1, 4, 7):
+        candidates = replaced(
+            batch.candidates, "item_action_weight", torch.full((4,), bits, dtype=torch.int64)
+        )
+        assert torch.equal(model(batch.uih, candidates).logits, base)
+    dropped = KeyedJaggedTensor.from_jt_dict(
+        {k: v for k, v in batch.candidates.to_dict().items() if k != "item_action_weight"}
+    )
+    assert torch.equal(model(batch.uih, dropped).logits, base)
+
+
+def test_missing_contextual_key_is_named(tiny_config, make_batch, build):
+    model = build(tiny_config)
+    batch = make_batch([2, 3])
+    uih = KeyedJaggedTensor.from_jt_dict(
+        {k: v for k, v in batch.uih.to_dict().items() if k != "user_x_hour"}
+    )
+    with pytest.raises(ValueError, match=r"uih: the batch lacks the key\(s\) \['user_x_hour'\]"):
+        model(uih, batch.candidates)
+
+
+def test_contextual_feature_needs_one_value_per_sample(tiny_config, make_batch, build):
+    model = build(tiny_config)
+    batch = make_batch([2, 3])
+    jts = batch.uih.to_dict()
+    jts["item_x_hour"] = JaggedTensor(values=torch.tensor([1, 2, 3]), lengths=torch.tensor([2, 1]))
+    uih = KeyedJaggedTensor.from_jt_dict(jts)
+    with pytest.raises(ValueError, match=r"item_x_hour: a contextual feature needs one value"):
+        model(uih, batch.candidates)
+
+
+def test_yambda_5b_builds_on_meta_with_exact_tables():
+    cfg = preset("yambda-5b").model
+    model = HSTURanker(cfg, YAMBDA_5B_VOCAB, device=torch.device("meta"))
+    rows = {
+        name: tuple(module.weight.shape)
+        for name, module in model.embedding_collection.embeddings.items()
+    }
+    expected = {
+        "item_id": 9_390_624,
+        "artist_id": 1_293_395,
+        "album_id": 3_367_692,
+        "uid": 1_000_001,
+        "user_x_artist": 100_000_000,
+        "user_x_album": 40_000_000,
+        "user_x_hour": 24_000_000,
+        "item_x_hour": 40_000_000,
+        "artist_x_hour": 32_000_000,
+        "user_x_is_organic": 2_000_000,
+        "user_x_artist_x_hour": 40_000_000,
+    }
+    assert rows == {name: (n, 512) for name, n in expected.items()}
+    assert all(p.is_meta for p in model.parameters())
+    assert sum(p.numel() for p in model.embedding_parameters()) == 293_051_712 * 512
+    assert model.contextual_projection.weight.shape == (8, 512, 512)
+    assert model.contextual_keys == tuple(UIH_KEYS[:8])

@@ -165,24 +165,56 @@ def test_dense_count_does_not_depend_on_vocab():
     assert counts == {dense_parameter_count(cfg)}
 
 
-def test_describe_yambda_5b_uses_reference_table_sizes(capsys):
+def test_describe_yambda_5b_lists_all_eleven_tables(capsys):
     out = run_describe(capsys, "--preset", "yambda-5b")
     rows = {t["name"]: t["rows"] for t in out["embedding_tables"]}
-    assert (
-        rows
-        == YAMBDA_5B_VOCAB
-        == {
-            "item_id": 9_390_624,
-            "artist_id": 1_293_395,
-            "album_id": 3_367_692,
-            "uid": 1_000_001,
-        }
-    )
-    expected = (9_390_624 + 1_293_395 + 3_367_692 + 1_000_001) * 512
-    assert out["parameters"]["embedding_total"] == expected
-    assert out["parameters"]["dense"] > 0
+    expected = {
+        "item_id": 9_390_624,
+        "artist_id": 1_293_395,
+        "album_id": 3_367_692,
+        "uid": 1_000_001,
+        "user_x_artist": 100_000_000,
+        "user_x_album": 40_000_000,
+        "user_x_hour": 24_000_000,
+        "item_x_hour": 40_000_000,
+        "artist_x_hour": 32_000_000,
+        "user_x_is_organic": 2_000_000,
+        "user_x_artist_x_hour": 40_000_000,
+    }
+    assert rows == expected and list(rows) == list(expected)
+    assert {k: rows[k] for k in YAMBDA_5B_VOCAB} == YAMBDA_5B_VOCAB
+    features = {t["name"]: t["features"] for t in out["embedding_tables"]}
+    assert features["item_id"] == ["item_id", "item_candidate_id"]
+    assert features["user_x_artist"] == ["user_x_artist"]
+    assert all(t["dim"] == 512 for t in out["embedding_tables"])
+    params = out["parameters"]
+    assert params["embedding"] == {name: n * 512 for name, n in expected.items()}
+    assert params["embedding_total"] == 293_051_712 * 512
+    assert params["dense"] == dense_parameter_count(preset("yambda-5b").model) > 0
+    assert params["total"] == params["embedding_total"] + params["dense"]
     assert out["config"]["model"]["contextual_seq_len"] == 8
-    assert "contextual_seq_len = 8" in out["notes"][0]
+    assert out["notes"] == []
+
+
+def test_describe_counts_the_contextual_projection_per_token(capsys):
+    eight = run_describe(capsys, "--preset", "tiny")
+    one = run_describe(
+        capsys,
+        "--preset",
+        "tiny",
+        "--set",
+        "model.contextual_features=",
+        "--set",
+        "model.contextual_seq_len=1",
+    )
+    dim = preset("tiny").model.embedding_dim
+    assert [t["name"] for t in one["embedding_tables"]] == [
+        "item_id",
+        "artist_id",
+        "album_id",
+        "uid",
+    ]
+    assert eight["parameters"]["dense"] - one["parameters"]["dense"] == 7 * (dim * dim + dim)
 
 
 def test_describe_reports_errors(capsys):
@@ -190,6 +222,15 @@ def test_describe_reports_errors(capsys):
     assert "'model.layers=2': model: unknown field 'layers'" in capsys.readouterr().err
     assert main(["describe", "--preset", "tiny", "--vocab", "users=3"]) == 2
     assert "unknown table(s) users" in capsys.readouterr().err
+    assert main(["describe", "--preset", "tiny", "--vocab", "user_x_hour=3"]) == 2
+    assert "contextual tables take their rows from model.contextual_features" in (
+        capsys.readouterr().err
+    )
+    bad = ["--set", "model.contextual_features=user_x_hour=5"]
+    assert main(["describe", "--preset", "tiny", *bad]) == 2
+    assert "contextual_seq_len: must equal the number of contextual tokens" in (
+        capsys.readouterr().err
+    )
 
 
 def test_cli_surface_is_frozen():
@@ -204,3 +245,102 @@ def test_cli_surface_is_frozen():
         (["--set"], "overrides"),
         (["--vocab"], "vocab"),
     ]
+
+
+def test_contextual_features_from_every_layer(tmp_path):
+    toml = write(
+        tmp_path,
+        "c.toml",
+        "[model]\ncontextual_seq_len = 3\n"
+        '[[model.contextual_features]]\nname = "user_x_artist"\nnum_embeddings = 100\n'
+        '[[model.contextual_features]]\nname = "user_x_hour"\nnum_embeddings = 24\n',
+    )
+    js = write(
+        tmp_path,
+        "c.json",
+        json.dumps(
+            {
+                "model": {
+                    "contextual_seq_len": 3,
+                    "contextual_features": [
+                        {"name": "user_x_artist", "num_embeddings": 100},
+                        "user_x_hour=24",
+                    ],
+                }
+            }
+        ),
+    )
+    expected = {"user_x_artist": 100, "user_x_hour": 24}
+    for path in (toml, js):
+        assert resolve_config("tiny", file=path, environ={}).model.contextual_tables() == expected
+    env = {"HSTU_MODEL__CONTEXTUAL_FEATURES": "a=1_000,b=7", "HSTU_MODEL__CONTEXTUAL_SEQ_LEN": "3"}
+    assert resolve_config("tiny", environ=env).model.contextual_tables() == {"a": 1000, "b": 7}
+    cli = ["model.contextual_features=[a=5]", "model.contextual_seq_len=2"]
+    assert resolve_config("tiny", environ={}, cli=cli).model.contextual_tables() == {"a": 5}
+    # The saved form of a config (to_dict, then JSON) reads back as an overrides file.
+    saved = preset("yambda-5b").save_json(tmp_path / "saved.json")
+    model = json.loads(saved.read_text())["model"]
+    path = write(
+        tmp_path,
+        "back.json",
+        json.dumps(
+            {
+                "model": {
+                    "contextual_features": model["contextual_features"],
+                    "contextual_seq_len": model["contextual_seq_len"],
+                }
+            }
+        ),
+    )
+    back = resolve_config("tiny", file=path, environ={}).model
+    assert back.contextual_features == preset("yambda-5b").model.contextual_features
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    [
+        (
+            {"cli": ["model.contextual_features=a"]},
+            r"model\.contextual_features: expected name=rows, got 'a'",
+        ),
+        (
+            {"cli": ["model.contextual_features=a=x"]},
+            r"expected name=rows, got 'a=x'",
+        ),
+        (
+            {"cli": ["model.contextual_features=a=0", "model.contextual_seq_len=2"]},
+            r"ContextualFeature\[a\]\.num_embeddings: must be an int >= 1",
+        ),
+        (
+            {"cli": ["model.contextual_features=a=1,a=2", "model.contextual_seq_len=3"]},
+            r"contextual_features: duplicate name\(s\) \['a'\]",
+        ),
+        (
+            {"cli": ["model.contextual_features=item_id=9", "model.contextual_seq_len=2"]},
+            r"contextual_features: name\(s\) \['item_id'\] already name",
+        ),
+        (
+            {"environ": {"HSTU_MODEL__CONTEXTUAL_SEQ_LEN": "2"}},
+            r"HSTU_MODEL__CONTEXTUAL_SEQ_LEN: contextual_seq_len: must equal .* = 8, got 2",
+        ),
+    ],
+)
+def test_contextual_feature_errors_name_source_and_field(kwargs, pattern):
+    kwargs.setdefault("environ", {})
+    with pytest.raises(ConfigError, match=pattern):
+        resolve_config("tiny", **kwargs)
+
+
+def test_contextual_feature_file_errors(tmp_path):
+    path = write(
+        tmp_path, "c.json", json.dumps({"model": {"contextual_features": [{"name": "a"}]}})
+    )
+    with pytest.raises(ConfigError, match=r"c\.json: model\.contextual_features: .*exactly"):
+        resolve_config("tiny", file=path, environ={})
+    path = write(
+        tmp_path,
+        "d.json",
+        json.dumps({"model": {"contextual_features": [{"name": "a", "num_embeddings": 1.5}]}}),
+    )
+    with pytest.raises(ConfigError, match=r"d\.json: model\.contextual_features: expected int"):
+        resolve_config("tiny", file=path, environ={})

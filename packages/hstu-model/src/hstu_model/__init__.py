@@ -2,6 +2,7 @@
 
 from hstu_model.config import (
     ConfigError,
+    ContextualFeature,
     EmbeddingTable,
     FeatureNames,
     HSTUConfig,
@@ -18,6 +19,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConfigError",
+    "ContextualFeature",
     "EmbeddingTable",
     "EvalResult",
     "FeatureNames",

@@ -1,10 +1,9 @@
 """`python -m hstu_model describe --preset NAME [--config FILE] [--set section.field=value ...]`.
 
 Prints one JSON object: the effective config (preset < file < environment < --set), every
-embedding table with its rows, width and features, and the parameter counts. Embedding counts
-are rows * dim, computed without allocating the tables; the dense count comes from building the
-model's dense part on the meta device over one-row tables (dense parameters do not depend on the
-table sizes).
+embedding table (the id tables and one per contextual feature) with its rows, width and
+features, and the parameter counts. The counts come from building the whole model on the meta
+device, which allocates no storage (the yambda-5b tables alone would take about 600 GB).
 """
 
 from __future__ import annotations
@@ -18,16 +17,19 @@ from typing import Any
 
 import torch
 
-from hstu_model.config import DEFAULT_VOCABS, PRESETS, ConfigError, HSTUConfig, ModelConfig
-from hstu_model.model import HSTURanker, embedding_tables
+from hstu_model.config import (
+    DEFAULT_VOCABS,
+    ID_TABLES,
+    PRESETS,
+    ConfigError,
+    ContextualFeature,
+    HSTUConfig,
+    ModelConfig,
+)
+from hstu_model.model import HSTURanker
 from hstu_model.overrides import resolve_config
 
-CONTEXTUAL_NOTE = (
-    "contextual_seq_len = {n}: HSTURanker builds only one contextual token (the uid), so the "
-    "dense count was taken with contextual_seq_len = 1; no parameter of this model depends on "
-    "contextual_seq_len, so the count is the same. The reference's seven hashed cross tables "
-    "are not modelled and not counted."
-)
+META = torch.device("meta")
 
 
 def parse_vocab(text: str) -> dict[str, int]:
@@ -45,29 +47,34 @@ def parse_vocab(text: str) -> dict[str, int]:
 
 
 def dense_parameter_count(model: ModelConfig) -> int:
-    """Parameters outside the id tables, counted on the meta device (nothing is allocated)."""
-    buildable = dataclasses.replace(model, contextual_seq_len=1)
+    """Parameters outside the embedding tables, counted on the meta device over one-row tables
+    (nothing is allocated; the dense part does not depend on the table sizes)."""
+    one_row = tuple(ContextualFeature(f.name, 1) for f in model.contextual_features)
     ranker = HSTURanker(
-        buildable,
-        {name: 1 for name in ("uid", "item_id", "artist_id", "album_id")},
-        device=torch.device("meta"),
+        dataclasses.replace(model, contextual_features=one_row),
+        dict.fromkeys(ID_TABLES, 1),
+        device=META,
     )
     return sum(p.numel() for p in ranker.dense_parameters())
 
 
 def describe(preset_name: str, config: HSTUConfig, vocab: Mapping[str, int]) -> dict[str, Any]:
-    """The JSON-ready description of `config` with tables of `vocab` rows."""
+    """The JSON-ready description of `config` with id tables of `vocab` rows."""
     dim = config.model.embedding_dim
-    tables = embedding_tables(config.model.features, vocab)
-    unknown = sorted(set(vocab) - {t.name for t in tables})
+    unknown = sorted(set(vocab) - set(ID_TABLES))
     if unknown:
-        raise ConfigError(f"--vocab: unknown table(s) {', '.join(unknown)}")
-    per_table = {t.name: t.num_embeddings * dim for t in tables}
+        raise ConfigError(
+            f"--vocab: unknown table(s) {', '.join(unknown)} (known: {', '.join(ID_TABLES)}; "
+            "contextual tables take their rows from model.contextual_features)"
+        )
+    # The whole model on the meta device: every parameter has its shape, none has storage.
+    ranker = HSTURanker(config.model, vocab, device=META)
+    tables = ranker.tables
+    weights = ranker.embedding_collection.embeddings
+    per_table = {t.name: weights[t.name].weight.numel() for t in tables}
     embedding_total = sum(per_table.values())
-    dense = dense_parameter_count(config.model)
-    notes = []
-    if config.model.contextual_seq_len != 1:
-        notes.append(CONTEXTUAL_NOTE.format(n=config.model.contextual_seq_len))
+    dense = sum(p.numel() for p in ranker.dense_parameters())
+    notes: list[str] = []
     return {
         "preset": preset_name,
         "config": config.to_dict(),

@@ -76,6 +76,53 @@ class FeatureNames:
     """Time of the request for which the candidates are scored, in seconds."""
 
 
+ID_TABLES: tuple[str, ...] = ("item_id", "artist_id", "album_id", "uid")
+"""The id tables whose rows the data decides (the model's `vocab_sizes` keys)."""
+
+
+@dataclass(frozen=True)
+class ContextualFeature:
+    """A contextual feature after the user id: one id per sample, looked up in its own table.
+
+    In the DLRMv4 reference these are the seven hashed crosses (user_x_artist, ...); the data
+    pipeline hashes each into `[0, num_embeddings)`, so both sides must agree on the sizes
+    (`ModelConfig.contextual_tables()` lists them for the data side).
+    """
+
+    name: str
+    """UIH KeyedJaggedTensor key (one value per sample) and name of its embedding table."""
+    num_embeddings: int
+    """Rows of its table; every id must be below it (for a hashed cross: the hash modulus)."""
+
+    def __post_init__(self) -> None:
+        _require(
+            isinstance(self.name, str) and bool(self.name),
+            "ContextualFeature.name",
+            f"must be a non-empty string, got {self.name!r}",
+        )
+        _require(
+            isinstance(self.num_embeddings, int)
+            and not isinstance(self.num_embeddings, bool)
+            and self.num_embeddings >= 1,
+            f"ContextualFeature[{self.name}].num_embeddings",
+            f"must be an int >= 1, got {self.num_embeddings!r}",
+        )
+
+    @classmethod
+    def parse(cls, text: str) -> ContextualFeature:
+        """`"user_x_artist=100000"` (underscores allowed in the number) -> a ContextualFeature."""
+        name, sep, rows = text.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            num_embeddings = int(rows.strip())
+        except ValueError:
+            raise ConfigError(
+                f"contextual_features: expected name=rows, got {text.strip()!r}"
+            ) from None
+        return cls(name.strip(), num_embeddings)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Shape and regularisation of the HSTU ranking model."""
@@ -97,7 +144,12 @@ class ModelConfig:
     history_length: int = 4086
     """Longest user history fed to the model."""
     contextual_seq_len: int = 1
-    """Leading contextual tokens per sequence (here: the user id), attended by every token."""
+    """Leading contextual tokens per sequence, attended by every token: the user id, then one
+    token per entry of `contextual_features`, so it must equal 1 + len(contextual_features)."""
+    contextual_features: tuple[ContextualFeature, ...] = ()
+    """Contextual features after the user id, in token order, each with its own table (the
+    reference's seven hashed crosses in the presets). The uid table's rows come from the
+    model's `vocab_sizes`, as the data decides them; these tables' rows are fixed here."""
     num_candidates: int = 1
     """Candidate items appended after each history."""
     input_dropout: float = 0.2
@@ -133,7 +185,7 @@ class ModelConfig:
         )
         _require(self.history_length >= 1, "history_length", "must be >= 1")
         _require(self.num_candidates >= 1, "num_candidates", "must be >= 1")
-        _require(self.contextual_seq_len >= 0, "contextual_seq_len", "must be >= 0")
+        self._check_contextual_features()
         needed = self.contextual_seq_len + self.history_length + self.num_candidates
         _require(
             needed <= self.max_seq_len,
@@ -167,6 +219,37 @@ class ModelConfig:
             f"needs one weight per task ({self.num_tasks}), got {self.task_weights}",
         )
         _require(self.kernel in ("pytorch", "native"), "kernel", f"unknown kernel {self.kernel!r}")
+
+    def _check_contextual_features(self) -> None:
+        features = self.contextual_features
+        _require(
+            isinstance(features, tuple) and all(isinstance(f, ContextualFeature) for f in features),
+            "contextual_features",
+            f"must be a tuple of ContextualFeature, got {features!r}",
+        )
+        names = [f.name for f in features]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        _require(not duplicates, "contextual_features", f"duplicate name(s) {duplicates}")
+        # A contextual table must not share a name with an id table or a KJT key of the model.
+        taken = set(ID_TABLES) | set(dataclasses.asdict(self.features).values())
+        clashes = sorted(set(names) & taken)
+        _require(
+            not clashes,
+            "contextual_features",
+            f"name(s) {clashes} already name an id table or input feature of the model",
+        )
+        expected = 1 + len(features)
+        _require(
+            self.contextual_seq_len == expected,
+            "contextual_seq_len",
+            f"must equal the number of contextual tokens, 1 (the uid) + len(contextual_features) "
+            f"= {expected}, got {self.contextual_seq_len}",
+        )
+
+    def contextual_tables(self) -> dict[str, int]:
+        """Rows of each table of `contextual_features`, in token order: name -> rows. The data
+        side hashes its cross features into these sizes."""
+        return {f.name: f.num_embeddings for f in self.contextual_features}
 
 
 @dataclass(frozen=True)
@@ -271,10 +354,35 @@ class HSTUConfig:
         return dataclasses.replace(self, **updates)
 
 
+YAMBDA_5B_CONTEXTUAL_FEATURES: tuple[ContextualFeature, ...] = (
+    ContextualFeature("user_x_artist", 100_000_000),
+    ContextualFeature("user_x_album", 40_000_000),
+    ContextualFeature("user_x_hour", 24_000_000),
+    ContextualFeature("item_x_hour", 40_000_000),
+    ContextualFeature("artist_x_hour", 32_000_000),
+    ContextualFeature("user_x_is_organic", 2_000_000),
+    ContextualFeature("user_x_artist_x_hour", 40_000_000),
+)
+"""The reference's seven hashed cross features and their table sizes (facts.md section 3), in
+its order; with the uid they are its 8 contextual tokens."""
+
+TINY_CONTEXTUAL_FEATURES: tuple[ContextualFeature, ...] = tuple(
+    ContextualFeature(f.name, max(f.num_embeddings // 10_000, 2_000))
+    for f in YAMBDA_5B_CONTEXTUAL_FEATURES
+)
+"""The same crosses with 1/10,000 of the reference's rows, at least 2,000 (10,000 for
+user_x_artist down to 2,000 for user_x_is_organic): small enough to train on a CPU."""
+
+
 def yambda_5b() -> HSTUConfig:
     """The MLPerf DLRMv4 reference defaults (8 contextual tokens, 3 layers, batch 1024/rank)."""
     return HSTUConfig(
-        model=ModelConfig(contextual_seq_len=8, history_length=4086, max_seq_len=4096),
+        model=ModelConfig(
+            contextual_seq_len=1 + len(YAMBDA_5B_CONTEXTUAL_FEATURES),
+            contextual_features=YAMBDA_5B_CONTEXTUAL_FEATURES,
+            history_length=4086,
+            max_seq_len=4096,
+        ),
         optimizer=OptimizerConfig(),
         train=TrainConfig(batch_size=1024, eval_batch_size=1024, autocast_bf16=True),
     )
@@ -295,6 +403,8 @@ def tiny() -> HSTUConfig:
             preprocessor_hidden_dim=64,
             max_seq_len=64,
             history_length=32,
+            contextual_seq_len=1 + len(TINY_CONTEXTUAL_FEATURES),
+            contextual_features=TINY_CONTEXTUAL_FEATURES,
             position_buckets=64,
             time_buckets=256,
             input_dropout=0.0,
@@ -313,9 +423,8 @@ YAMBDA_5B_VOCAB: dict[str, int] = {
     "album_id": 3_367_692,
     "uid": 1_000_001,
 }
-"""Rows of the id tables of the reference (facts.md section 3). The reference's seven hashed cross
-tables (user_x_artist, user_x_album, user_x_hour, item_x_hour, artist_x_hour, user_x_is_organic,
-user_x_artist_x_hour) are not modelled yet, so they are not listed here."""
+"""Rows of the id tables of the reference (facts.md section 3). The seven hashed cross tables are
+part of the preset's config (`YAMBDA_5B_CONTEXTUAL_FEATURES`), not of the vocabulary."""
 
 TINY_VOCAB: dict[str, int] = {"uid": 400, "item_id": 80_000, "artist_id": 8_000, "album_id": 20_000}
 """Default table rows for the `tiny` preset (the ones its benchmark trains with)."""

@@ -2,13 +2,15 @@
 
 A sequence is built per sample as [contextual tokens][history][candidates] in jagged form
 (values [total_tokens, D] plus offsets) and run through causal HSTU attention in which each
-candidate sees the whole history and itself but not the other candidates.
+candidate sees the contextual tokens, the whole history and itself but not the other
+candidates. The contextual tokens are the user id and then `ModelConfig.contextual_features`
+(the reference's seven hashed crosses), one token each.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -19,16 +21,19 @@ from torchrec.modules.embedding_modules import EmbeddingCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 import hstu_ops
-from hstu_model.config import EmbeddingTable, FeatureNames, ModelConfig
+from hstu_model.config import ContextualFeature, EmbeddingTable, FeatureNames, ModelConfig
 
 SECONDS_PER_HOUR = 3600
 SECONDS_PER_DAY = 86_400
 
 
 def embedding_tables(
-    features: FeatureNames, vocab_sizes: Mapping[str, int]
+    features: FeatureNames,
+    vocab_sizes: Mapping[str, int],
+    contextual_features: Sequence[ContextualFeature] = (),
 ) -> list[EmbeddingTable]:
-    """The tables of the model; `vocab_sizes` maps uid/item_id/artist_id/album_id to rows."""
+    """The tables of the model: the id tables, whose rows `vocab_sizes` gives (uid, item_id,
+    artist_id, album_id), then one table per contextual feature, named as its feature."""
     layout = {
         "item_id": (features.item_id, features.candidate_item_id),
         "artist_id": (features.artist_id, features.candidate_artist_id),
@@ -38,7 +43,9 @@ def embedding_tables(
     missing = sorted(set(layout) - set(vocab_sizes))
     if missing:
         raise ValueError(f"vocab_sizes: missing table size(s) for {', '.join(missing)}")
-    return [EmbeddingTable(name, int(vocab_sizes[name]), names) for name, names in layout.items()]
+    tables = [EmbeddingTable(name, int(vocab_sizes[name]), names) for name, names in layout.items()]
+    tables += [EmbeddingTable(f.name, f.num_embeddings, (f.name,)) for f in contextual_features]
+    return tables
 
 
 class SwishLayerNorm(nn.Module):
@@ -50,6 +57,32 @@ class SwishLayerNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.sigmoid(self.norm(x))
+
+
+class ContextualProjection(nn.Module):
+    """One affine map D -> D per contextual token: [B, C, D] -> [B, C, D].
+
+    Follows the reference's ContextualPreprocessor (facebookresearch/generative-recommenders,
+    generative_recommenders/modules/preprocessors.py, used by DlrmHSTU): each contextual feature's
+    embedding gets its own linear map and bias (a batched matmul over the C contextual slots),
+    weights drawn from N(0, 2 / (D_in + D_out)), biases zero. The reference's hidden-256 MLP
+    (`preprocessor_hidden_dim`) is applied to the sequence embeddings, not to the contextual ones;
+    here that is `HSTURanker.content_encoder`.
+    """
+
+    def __init__(self, num_tokens: int, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num_tokens, dim, dim))
+        self.bias = nn.Parameter(torch.empty(num_tokens, dim))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        dim = self.weight.shape[-1]
+        nn.init.normal_(self.weight, std=math.sqrt(2.0 / (dim + dim)))
+        nn.init.zeros_(self.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("bcd,cde->bce", x, self.weight) + self.bias
 
 
 class STULayer(nn.Module):
@@ -109,16 +142,17 @@ class HSTURanker(nn.Module):
         device: torch.device | None = None,
     ) -> None:
         super().__init__()
-        if config.contextual_seq_len != 1:
-            raise ValueError(
-                "contextual_seq_len: this model has one contextual token (the user id), "
-                f"got {config.contextual_seq_len}"
-            )
         self.config = config
         self.features = config.features
         self.kernel = hstu_ops.Kernel[config.kernel.upper()]
         d = config.embedding_dim
-        self.tables = embedding_tables(config.features, vocab_sizes)
+        self.tables = embedding_tables(config.features, vocab_sizes, config.contextual_features)
+        self.contextual_keys: tuple[str, ...] = (
+            config.features.uid,
+            *(f.name for f in config.contextual_features),
+        )
+        """UIH keys of the contextual tokens, in token order (the config checks that there are
+        contextual_seq_len of them)."""
         self.embedding_collection = EmbeddingCollection(
             tables=[
                 EmbeddingConfig(
@@ -141,7 +175,7 @@ class HSTURanker(nn.Module):
         )
         self.action_embeddings = nn.Parameter(torch.empty(len(config.action_weights), d))
         self.candidate_action_embedding = nn.Parameter(torch.empty(d))
-        self.contextual_projection = nn.Linear(d, d)
+        self.contextual_projection = ContextualProjection(len(self.contextual_keys), d)
         self.position_embeddings = nn.Embedding(config.position_buckets, d)
         self.time_embeddings = nn.Embedding(config.time_buckets, d)
         self.layers = nn.ModuleList(STULayer(config) for _ in range(config.num_layers))
@@ -162,6 +196,7 @@ class HSTURanker(nn.Module):
         nn.init.normal_(self.candidate_action_embedding, std=std)
         nn.init.normal_(self.position_embeddings.weight, std=std)
         nn.init.normal_(self.time_embeddings.weight, std=std)
+        self.contextual_projection.reset_parameters()
         for table in self.embedding_collection.embeddings.values():
             nn.init.uniform_(table.weight, -std, std)
 
@@ -176,8 +211,12 @@ class HSTURanker(nn.Module):
 
     def _lookup(self, uih_jts: dict, cand_jts: dict) -> dict:
         f = self.features
-        id_keys = [f.uid, f.item_id, f.artist_id, f.album_id]
+        id_keys = [*self.contextual_keys, f.item_id, f.artist_id, f.album_id]
         cand_keys = [f.candidate_item_id, f.candidate_artist_id, f.candidate_album_id]
+        for kind, keys, jts in (("uih", id_keys, uih_jts), ("candidates", cand_keys, cand_jts)):
+            missing = [k for k in keys if k not in jts]
+            if missing:
+                raise ValueError(f"{kind}: the batch lacks the key(s) {missing} the model reads")
         ids = KeyedJaggedTensor.from_jt_dict(
             {k: uih_jts[k] for k in id_keys} | {k: cand_jts[k] for k in cand_keys}
         )
@@ -222,7 +261,15 @@ class HSTURanker(nn.Module):
         )
         history_tokens = history_content + action_mask @ self.action_embeddings
         candidate_tokens = candidate_content + self.candidate_action_embedding
-        contextual_tokens = self.contextual_projection(emb[f.uid])
+        for key in self.contextual_keys:
+            if emb[key].shape[0] != batch_size:
+                raise ValueError(
+                    f"{key}: a contextual feature needs one value per sample ({batch_size}), "
+                    f"got {emb[key].shape[0]}"
+                )
+        contextual_tokens = self.contextual_projection(
+            torch.stack([emb[key] for key in self.contextual_keys], dim=1)
+        ).reshape(batch_size * cfg.contextual_seq_len, -1)
 
         # One table of tokens, gathered into per-sample [contextual][history][candidates] order
         # through the merged index of the three jagged streams.
@@ -230,7 +277,7 @@ class HSTURanker(nn.Module):
         query_time = cand_jts[f.query_time].values().to(torch.int64)
         token_times = torch.cat(
             [
-                query_time[:: cfg.num_candidates],
+                query_time[:: cfg.num_candidates].repeat_interleave(cfg.contextual_seq_len),
                 uih_jts[f.action_timestamp].values().to(torch.int64),
                 query_time,
             ]

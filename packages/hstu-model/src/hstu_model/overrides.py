@@ -14,7 +14,11 @@ name or command-line item) and the field.
 
 Text values (environment, command line, and strings in a file for non-string fields) are parsed
 to the field's type: int, float, bool (true/false, 1/0, yes/no, on/off), str, and tuples written
-as comma-separated items (`1,2,4`, brackets optional).
+as comma-separated items (`1,2,4`, brackets optional). `model.contextual_features` items are
+written `name=rows` (`user_x_artist=10000,user_x_hour=2400`); in a file they may also be tables
+`{name = "...", num_embeddings = ...}`. Changing their number needs the matching
+`model.contextual_seq_len` (1 + the number of items) in the same layer (each layer is
+validated on its own).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hstu_model.config import ConfigError, HSTUConfig, preset
+from hstu_model.config import ConfigError, ContextualFeature, HSTUConfig, preset
 
 SECTIONS = ("model", "optimizer", "train")
 NESTED = {("model", "features")}
@@ -76,6 +80,12 @@ def _resolve_path(path: _Path, source: str) -> Any:
 
 def _parse_scalar(text: str, kind: type, where: str) -> Any:
     text = text.strip()
+    if kind is ContextualFeature:
+        try:
+            return ContextualFeature.parse(text)
+        except ConfigError as exc:
+            message = str(exc).removeprefix("contextual_features: ")
+            raise ConfigError(f"{where}: {message}") from None
     if kind is bool:
         lowered = text.lower()
         if lowered in _TRUE:
@@ -118,6 +128,21 @@ def _check_native(value: Any, field_type: Any, where: str) -> Any:
         args = typing.get_args(field_type)
         elem = args[0]
         return tuple(_check_native(v, elem, where) for v in value)
+    if field_type is ContextualFeature and isinstance(value, Mapping):
+        known = {f.name for f in dataclasses.fields(ContextualFeature)}
+        unknown = sorted(set(value) - known)
+        missing = sorted(known - set(value))
+        if unknown or missing:
+            raise ConfigError(
+                f"{where}: a contextual feature needs exactly the keys name and num_embeddings"
+                f", got {sorted(value)}"
+            )
+        name = _check_native(value["name"], str, where)
+        rows = _check_native(value["num_embeddings"], int, where)
+        try:
+            return ContextualFeature(name, rows)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
     if field_type is float and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if field_type is int and isinstance(value, int) and not isinstance(value, bool):

@@ -8,7 +8,19 @@ from dataclasses import dataclass
 import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from hstu_model.config import FeatureNames
+from hstu_model.config import TINY_CONTEXTUAL_FEATURES, FeatureNames
+
+DUMMY_WATCH_TIME = "dummy_watch_time"
+"""UIH key the model does not read: zeros, one per history event (as yambda-data emits it)."""
+DUMMY_QUERY_TIME = "dummy_query_time"
+"""UIH key the model does not read: the last history timestamp, one per sample."""
+CANDIDATE_ACTION_WEIGHT = "item_action_weight"
+"""Candidate key the model must not read: the candidate's action bits, i.e. its label."""
+CANDIDATE_WATCH_TIME = "item_dummy_watchtime"
+"""Candidate key the model does not read: ones."""
+
+LISTEN_PLUS, SKIP = 1, 4
+"""Action bits of the candidate's item_action_weight for a positive and a negative label."""
 
 
 @dataclass
@@ -25,64 +37,89 @@ def random_batch(
     vocab_sizes: Mapping[str, int],
     seed: int = 0,
     names: FeatureNames | None = None,
+    contextual_tables: Mapping[str, int] | None = None,
 ) -> Batch:
-    """Uniform ids below `vocab_sizes`, one candidate per sample, times on a 5 s grid."""
+    """Uniform ids below the table sizes, one candidate per sample, times on a 5 s grid.
+
+    The keys and their order are yambda-data's: UIH `uid`, the contextual features of
+    `contextual_tables` (name -> rows; default: the `tiny` preset's seven crosses), `item_id`,
+    `artist_id`, `album_id`, `action_weight`, `action_timestamp`, `dummy_watch_time`,
+    `dummy_query_time`; candidates `item_candidate_id`, `item_candidate_artist_id`,
+    `item_candidate_album_id`, `item_query_time`, `item_action_weight` (the label's action bit,
+    1 or 4), `item_dummy_watchtime`. `vocab_sizes` gives the rows of uid, item_id, artist_id and
+    album_id.
+    """
     names = names or FeatureNames()
+    if contextual_tables is None:
+        contextual_tables = {f.name: f.num_embeddings for f in TINY_CONTEXTUAL_FEATURES}
     g = torch.Generator().manual_seed(seed)
     batch_size, total = len(history_lengths), sum(history_lengths)
     lengths = torch.tensor(history_lengths, dtype=torch.int64)
     ones = torch.ones(batch_size, dtype=torch.int64)
 
-    def ids(table: str, n: int) -> torch.Tensor:
-        return torch.randint(0, vocab_sizes[table], (n,), generator=g)
+    def ids(rows: int, n: int) -> torch.Tensor:
+        return torch.randint(0, rows, (n,), generator=g)
 
     query_time = 1_000_000 + 5 * torch.randint(0, 100_000, (batch_size,), generator=g)
-    action_time = torch.cat(
-        [
-            torch.sort(query_time[b] - 5 * torch.randint(1, 50_000, (n,), generator=g)).values
-            for b, n in enumerate(history_lengths)
-        ]
-        or [torch.empty(0, dtype=torch.int64)]
+    per_sample_times = [
+        torch.sort(query_time[b] - 5 * torch.randint(1, 50_000, (n,), generator=g)).values
+        for b, n in enumerate(history_lengths)
+    ]
+    action_time = torch.cat(per_sample_times or [torch.empty(0, dtype=torch.int64)])
+    last_time = torch.tensor(
+        [int(t[-1] if t.numel() else query_time[b]) for b, t in enumerate(per_sample_times)],
+        dtype=torch.int64,
     )
+    contextual = {name: ids(rows, batch_size) for name, rows in contextual_tables.items()}
     uih = KeyedJaggedTensor.from_lengths_sync(
         keys=[
             names.uid,
+            *contextual,
             names.item_id,
             names.artist_id,
             names.album_id,
             names.action_weight,
             names.action_timestamp,
+            DUMMY_WATCH_TIME,
+            DUMMY_QUERY_TIME,
         ],
         values=torch.cat(
             [
-                ids("uid", batch_size),
-                ids("item_id", total),
-                ids("artist_id", total),
-                ids("album_id", total),
+                ids(vocab_sizes["uid"], batch_size),
+                *contextual.values(),
+                ids(vocab_sizes["item_id"], total),
+                ids(vocab_sizes["artist_id"], total),
+                ids(vocab_sizes["album_id"], total),
                 torch.tensor([1, 2, 4, 3], dtype=torch.int64)[
                     torch.randint(0, 4, (total,), generator=g)
                 ],
                 action_time,
+                torch.zeros(total, dtype=torch.int64),
+                last_time,
             ]
         ),
-        lengths=torch.cat([ones, lengths, lengths, lengths, lengths, lengths]),
+        lengths=torch.cat([ones] * (1 + len(contextual)) + [lengths] * 6 + [ones]),
     )
+    labels = torch.randint(0, 2, (batch_size,), generator=g).to(torch.float32)
     candidates = KeyedJaggedTensor.from_lengths_sync(
         keys=[
             names.candidate_item_id,
             names.candidate_artist_id,
             names.candidate_album_id,
             names.query_time,
+            CANDIDATE_ACTION_WEIGHT,
+            CANDIDATE_WATCH_TIME,
         ],
         values=torch.cat(
             [
-                ids("item_id", batch_size),
-                ids("artist_id", batch_size),
-                ids("album_id", batch_size),
+                ids(vocab_sizes["item_id"], batch_size),
+                ids(vocab_sizes["artist_id"], batch_size),
+                ids(vocab_sizes["album_id"], batch_size),
                 query_time,
+                torch.where(labels > 0, LISTEN_PLUS, SKIP).to(torch.int64),
+                ones,
             ]
         ),
-        lengths=torch.cat([ones, ones, ones, ones]),
+        lengths=torch.cat([ones] * 6),
     )
-    labels = torch.randint(0, 2, (batch_size,), generator=g).to(torch.float32)
     return Batch(uih, candidates, labels)
