@@ -42,10 +42,12 @@ def write_closed_run(
     run_stop: bool = True,
     first_eval_offset: int = 0,
     aucs: Iterable[float] = (0.712, 0.7431, 0.7504),
+    values: dict[str, object] | None = None,
 ) -> Path:
     """Write a closed DLRMv4 run: init, hyperparameters, blocks with evals on the rule grid.
 
-    ``first_eval_offset`` moves every eval off the grid by that many samples.
+    ``first_eval_offset`` moves every eval off the grid by that many samples; ``values``
+    replaces some of the run values (``CLOSED_VALUES``).
     """
     dropped = set(drop_keys)
     interval = eval_interval_samples(CLOSED_GBS)
@@ -54,7 +56,8 @@ def write_closed_run(
         log.cache_clear(True)
         log.init_start()
         log.submission_info(org="Example Org", platform="8xExampleGPU", division="closed")
-        keys = [kv for kv in dlrmv4_run_start_keys(CLOSED_VALUES) if kv[0] not in dropped]
+        run_values = CLOSED_VALUES | (values or {})
+        keys = [kv for kv in dlrmv4_run_start_keys(run_values) if kv[0] not in dropped]
         log.hyperparameters(keys)
         log.init_stop()
         log.run_start()

@@ -48,6 +48,54 @@ def test_eval_off_the_grid_fails(closed_run: WriteRun) -> None:
     assert "eval_accuracy" in joined and "eval_interval_samples" in joined
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        "eval_samples",
+        "lowest_numerical_precision_in_attn",
+        "tensor_parallelism",
+        "micro_batch_size",
+        "config_filename",
+    ],
+)
+def test_each_required_key_is_enforced(closed_run: WriteRun, key: str) -> None:
+    result = check_log(closed_run(f"no_{key}.log", drop_keys=[key]))
+    assert not result.passed
+    assert result.summary() == [f"Required EXACTLY_ONE occurrence of '{key}' but found 0"], (
+        result.output
+    )
+
+
+def test_second_run_start_fails(closed_run: WriteRun, tmp_path: Path) -> None:
+    good = closed_run("two_run_starts_source.log")
+    lines = good.read_text().splitlines(keepends=True)
+    run_start = next(line for line in lines if '"key": "run_start"' in line)
+    doubled = tmp_path / "two_run_starts.log"
+    at = lines.index(run_start) + 1
+    doubled.write_text("".join([*lines[:at], run_start, *lines[at:]]))
+    result = check_log(doubled)
+    # The official checker only warns about the repeated equal record; this package fails it.
+    assert result.returncode == 0
+    assert not result.passed
+    [verdict] = [r for r in result.failed_rules if r.rule == "one_run_per_log"]
+    assert verdict.key == "run_start" and verdict.line == at + 1
+
+
+@pytest.mark.parametrize("learning_rate", [1e-7, 2e-6])
+def test_learning_rate_outside_the_band_fails(closed_run: WriteRun, learning_rate: float) -> None:
+    # The closed band at global batch 8192 is 0.5x..1.5x of 1e-6.
+    result = check_log(
+        closed_run(f"lr_{learning_rate}.log", values={"learning_rate": learning_rate})
+    )
+    assert not result.passed
+    assert any("opt_base_learning_rate" in m for m in result.messages), result.output
+
+
+def test_learning_rate_inside_the_band_passes(closed_run: WriteRun) -> None:
+    result = check_log(closed_run("lr_ok.log", values={"learning_rate": 1.4e-6}))
+    assert result.passed, result.output
+
+
 def test_cli_module_exit_status(closed_run: WriteRun, tmp_path: Path) -> None:
     good = closed_run("cli_good.log")
     proc = subprocess.run(

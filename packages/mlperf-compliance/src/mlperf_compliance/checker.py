@@ -267,6 +267,10 @@ def _record_key(text: str) -> str | None:
     return key if isinstance(key, str) else None
 
 
+_ONCE_PER_RUN = ("init_start", "init_stop", "run_start", "run_stop")
+"""Keys this package requires exactly once even where the official checker only warns."""
+
+
 def _one_line(text: str, limit: int = 300) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
@@ -567,6 +571,24 @@ def check_log(
         verdicts.append(expectation)
         findings.append(expectation)
         passed = False
+    for once in _ONCE_PER_RUN:
+        repeats = scan.all(once)
+        if len(repeats) > 1:
+            # The official checker only warns about a repeated key with equal values, which is
+            # how a resumed run that restarted its log would look; that is a second run.
+            second = repeats[1]
+            verdict = RuleVerdict(
+                rule="one_run_per_log",
+                passed=False,
+                message=f"'{once}' appears {len(repeats)} times: a log holds exactly one run",
+                line=second.line,
+                key=once,
+                severity="error",
+                detail=f"{name}:{second.line}: a second '{once}' record",
+            )
+            verdicts.append(verdict)
+            findings.append(verdict)
+            passed = False
     return CheckResult(
         passed=passed,
         messages=[f.detail for f in findings],
