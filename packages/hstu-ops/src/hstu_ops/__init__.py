@@ -1,9 +1,10 @@
-"""HSTU kernels: PyTorch references and native (C++/CUDA/HIP) ops.
+"""HSTU kernels: PyTorch references, native (C++/CUDA/HIP) ops and Triton kernels.
 
 Every op takes ``kernel=`` (a :class:`Kernel`, or None for the process default set with
 :func:`set_default_kernel`). The PYTORCH kernels in :mod:`hstu_ops.pytorch` are the
 specification; the NATIVE kernels come from the compiled extension and are also reachable as
-``torch.ops.hstu_ops.*`` once this package is imported.
+``torch.ops.hstu_ops.*`` once this package is imported. The TRITON kernels
+(:mod:`hstu_ops.triton`) are imported on first use, so this package imports without triton.
 """
 
 from hstu_ops import pytorch
@@ -13,6 +14,7 @@ from hstu_ops._native import (
     native_available,
     native_build_info,
 )
+from hstu_ops._triton import TritonUnavailableError, triton_available
 from hstu_ops.hstu_attention import hstu_mha
 from hstu_ops.jagged import complete_cumsum, concat_1d_jagged, split_1d_jagged
 
@@ -21,6 +23,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Kernel",
     "NativeExtensionError",
+    "TritonUnavailableError",
     "__version__",
     "complete_cumsum",
     "concat_1d_jagged",
@@ -31,4 +34,5 @@ __all__ = [
     "pytorch",
     "set_default_kernel",
     "split_1d_jagged",
+    "triton_available",
 ]

@@ -1,7 +1,8 @@
 """Kernel selection: which implementation of an op runs.
 
 Every op has a ``PYTORCH`` kernel, the readable reference in :mod:`hstu_ops.pytorch`. Some ops
-also have a ``NATIVE`` kernel (C++/CUDA/HIP, registered under ``torch.ops.hstu_ops``).
+also have a ``NATIVE`` kernel (C++/CUDA/HIP, registered under ``torch.ops.hstu_ops``) or a
+``TRITON`` kernel (:mod:`hstu_ops.triton`, imported only when first used).
 
 An op called with ``kernel=None`` uses the process default (:func:`set_default_kernel`). When
 an op has no kernel of the default kind it runs its ``PYTORCH`` kernel, so a process may set
@@ -25,6 +26,9 @@ class Kernel(enum.Enum):
 
     NATIVE = "native"
     """C++ (CPU, OpenMP) and CUDA/HIP kernels from the compiled extension ``hstu_ops._C``."""
+
+    TRITON = "triton"
+    """Triton kernels (:mod:`hstu_ops.triton`) for CUDA/ROCm tensors; needs the triton package."""
 
 
 _default_kernel: Kernel = Kernel.PYTORCH

@@ -1,7 +1,8 @@
 """Jagged HSTU multi-head attention, dispatched by kernel.
 
-Only the PYTORCH reference exists so far; see :mod:`hstu_ops.pytorch.pt_hstu_attention` for
-the semantics and the exact mask.
+Kernels: PYTORCH (the reference, :mod:`hstu_ops.pytorch.pt_hstu_attention`, which states the
+semantics and the exact mask) and TRITON (:mod:`hstu_ops.triton.triton_hstu_attention`,
+imported on first use).
 """
 
 from __future__ import annotations
@@ -9,11 +10,12 @@ from __future__ import annotations
 import torch
 
 from hstu_ops._kernel import Kernel, resolve_kernel
+from hstu_ops._triton import load_triton_module
 from hstu_ops.pytorch.pt_hstu_attention import pytorch_hstu_mha
 
 __all__ = ["hstu_mha"]
 
-_KERNELS = (Kernel.PYTORCH,)
+_KERNELS = (Kernel.PYTORCH, Kernel.TRITON)
 
 
 def hstu_mha(
@@ -47,13 +49,19 @@ def hstu_mha(
         max_attn_len: if > 0, the largest rank distance a token looks across.
         contextual_seq_len: number of leading contextual tokens, which see all non-target
             tokens and are seen by all tokens.
-        kernel: ``Kernel.PYTORCH`` (the only one so far) or None for the process default.
+        kernel: ``Kernel.PYTORCH``, ``Kernel.TRITON`` or None for the process default. TRITON
+            needs CUDA/ROCm tensors of dtype float16, bfloat16 or float32 and does not
+            implement dropout (``dropout_pr`` must be 0 while ``training``); it raises
+            TritonUnavailableError when triton is not installed.
 
     Returns:
         [total, heads, hidden_dim].
     """
-    resolve_kernel("hstu_mha", kernel, _KERNELS)
-    return pytorch_hstu_mha(
+    chosen = resolve_kernel("hstu_mha", kernel, _KERNELS)
+    impl = pytorch_hstu_mha
+    if chosen is Kernel.TRITON:
+        impl = load_triton_module("hstu_mha", "triton_hstu_attention").triton_hstu_mha
+    return impl(
         max_seq_len,
         alpha,
         q,

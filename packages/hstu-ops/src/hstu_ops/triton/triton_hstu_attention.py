@@ -1,0 +1,1014 @@
+"""Triton kernels of jagged HSTU attention, forward and backward (op family 1).
+
+Semantics are those of the PyTorch reference :mod:`hstu_ops.pytorch.pt_hstu_attention`: for
+each sequence and head, ``out = (silu(alpha * q k^T) / max_seq_len, masked) @ v`` with the
+same mask (causal, ``num_targets``, ``max_attn_len``, ``contextual_seq_len``). Dropout is not
+implemented here (``dropout_pr`` must be 0 while ``training``).
+
+Layout of the work:
+
+* forward: one program per (query block, head, sequence). It loads its query block once, loops
+  over the key blocks that the mask can reach and accumulates ``w @ v`` in float32, ``w`` being
+  the masked SiLU weights, which are never written to memory.
+* backward, deterministic, no atomics: one kernel with a program per (key block, head,
+  sequence) that loops over query blocks and accumulates dk and dv; a second kernel with a
+  program per (query block, head, sequence) that loops over key blocks and accumulates dq. Both
+  recompute the weights from q and k (nothing but q, k, v and the offsets is saved).
+
+Key (or query) ranges are derived from the ranks of the mask (see the reference's docstring):
+ranks never decrease along a sequence, so a causal query block needs keys up to its own last
+row only (all keys when it holds contextual rows), and ``max_attn_len`` bounds the ranks, hence
+the positions, a block can reach from either side. Blocks outside those ranges are never loaded;
+the element mask is applied inside the ranges.
+
+Importing this module imports ``triton``. Whether the kernels run compiled (CUDA/ROCm tensors)
+or in Triton's interpreter (CPU tensors) is fixed when this module is imported, by the
+environment variable ``TRITON_INTERPRET=1`` (read by ``triton.jit``). The kernels call only
+``triton.language`` builtins and this module's own ``@triton.jit`` helpers, never the library's
+jit-compiled functions (``tl.sigmoid``, ``tl.zeros``, ...), which are fixed when ``triton`` itself
+is imported: so the mode depends on the variable at this module's import alone.
+"""
+
+# Kernels branch on tl.constexpr flags with if/else statements, which Triton resolves at compile
+# time; they stay statements rather than the conditional expressions SIM108 asks for.
+# ruff: noqa: SIM108
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from hstu_ops.pytorch.pt_hstu_attention import _check_inputs
+
+__all__ = [
+    "INTERPRETED",
+    "BlockConfig",
+    "HSTUAttentionFunction",
+    "default_block_config",
+    "hstu_attention_bwd",
+    "hstu_attention_fwd",
+    "triton_hstu_mha",
+]
+
+_OP = "hstu_mha"
+
+
+def _interpreting() -> bool:
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+INTERPRETED: bool = _interpreting()
+"""Whether the kernels of this module were created for Triton's interpreter (CPU tensors)."""
+
+
+# --------------------------------------------------------------------------------------------
+# The mask, as in the reference: ranks, then the rule on rank differences.
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _rank(pos, c, h, HAS_CTX: tl.constexpr, HAS_TARGETS: tl.constexpr):
+    """Rank of position(s) ``pos``: contextual tokens share rank 0, targets share rank h."""
+    if HAS_CTX:
+        pos = tl.maximum(pos - c + 1, 0)
+    if HAS_TARGETS:
+        pos = tl.minimum(pos, h)
+    return pos
+
+
+@triton.jit
+def _first_pos_with_rank_ge(r, c, HAS_CTX: tl.constexpr):
+    """A position p such that every position of rank >= r is >= p (r may be <= 0)."""
+    if HAS_CTX:
+        p = r + c - 1
+    else:
+        p = r
+    return tl.where(r <= 0, 0, p)
+
+
+@triton.jit
+def _end_pos_with_rank_le(r, c, h, n, HAS_CTX: tl.constexpr, HAS_TARGETS: tl.constexpr):
+    """An exclusive end e <= n such that every position of rank <= r is < e."""
+    if HAS_CTX:
+        e = r + c
+    else:
+        e = r + 1
+    e = tl.where(r < 0, 0, e)
+    if HAS_TARGETS:
+        # The targets all have rank h: when h <= r they are all in, and they end the sequence.
+        e = tl.where(h <= r, n, e)
+    return tl.minimum(e, n)
+
+
+@triton.jit
+def _allowed(
+    pos_q,
+    pos_k,
+    n,
+    c,
+    h,
+    max_attn_len,
+    CAUSAL: tl.constexpr,
+    HAS_CTX: tl.constexpr,
+    HAS_TARGETS: tl.constexpr,
+    HAS_MAX_ATTN_LEN: tl.constexpr,
+):
+    """Whether query pos_q may attend key pos_k (broadcast shapes), both real tokens."""
+    # The ranks of _rank, inlined: this runs in every iteration of the inner loops.
+    r_q = pos_q
+    r_k = pos_k
+    if HAS_CTX:
+        r_q = tl.maximum(r_q - c + 1, 0)
+        r_k = tl.maximum(r_k - c + 1, 0)
+    if HAS_TARGETS:
+        r_q = tl.minimum(r_q, h)
+        r_k = tl.minimum(r_k, h)
+    d = r_q - r_k
+    if CAUSAL:
+        ok = d > 0
+    else:
+        ok = d != 0
+    if HAS_MAX_ATTN_LEN:
+        ok = ok & (tl.abs(d) <= max_attn_len)
+    ok = ok | (pos_q == pos_k)
+    if HAS_CTX:
+        # Contextual tokens (rank 0) see every non-target token.
+        ok = ok | ((r_q == 0) & (r_k < h))
+    return ok & (pos_q < n) & (pos_k < n)
+
+
+@triton.jit
+def _key_range(
+    m0,
+    n,
+    c,
+    h,
+    max_attn_len,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_CTX: tl.constexpr,
+    HAS_TARGETS: tl.constexpr,
+    HAS_MAX_ATTN_LEN: tl.constexpr,
+):
+    """[lo, hi): the keys that query rows [m0, m0 + BLOCK_M) may attend (a superset)."""
+    m_last = tl.minimum(m0 + BLOCK_M, n) - 1
+    lo = m0 * 0
+    if CAUSAL:
+        hi = m_last + 1  # causal: rank(key) < rank(query) implies key < query
+    else:
+        hi = n
+    if HAS_MAX_ATTN_LEN:
+        lo = _first_pos_with_rank_ge(
+            _rank(m0, c, h, HAS_CTX, HAS_TARGETS) - max_attn_len, c, HAS_CTX
+        )
+        if not CAUSAL:
+            hi = _end_pos_with_rank_le(
+                _rank(m_last, c, h, HAS_CTX, HAS_TARGETS) + max_attn_len,
+                c,
+                h,
+                n,
+                HAS_CTX,
+                HAS_TARGETS,
+            )
+    if HAS_CTX:
+        # A block holding contextual rows sees every non-target key.
+        lo = tl.where(m0 < c, 0, lo)
+        hi = tl.where(m0 < c, n, hi)
+    lo = (lo // BLOCK_N) * BLOCK_N
+    return lo, hi
+
+
+@triton.jit
+def _sequence(seq_offsets, num_targets, b, c, HAS_CTX: tl.constexpr, HAS_TARGETS: tl.constexpr):
+    """(first row, length, target rank h) of sequence b."""
+    seq_start = tl.load(seq_offsets + b).to(tl.int64)
+    n = (tl.load(seq_offsets + b + 1).to(tl.int64) - seq_start).to(tl.int32)
+    if HAS_TARGETS:
+        t = tl.load(num_targets + b).to(tl.int32)
+    else:
+        t = 0
+    if HAS_CTX:
+        h = n - t - c + 1
+    else:
+        h = n - t
+    return seq_start, n, h
+
+
+@triton.jit
+def _dot(a, b, DOT_PRECISION: tl.constexpr, INTERPRET_BF16: tl.constexpr):
+    """a @ b accumulated in float32.
+
+    INTERPRET_BF16 (bfloat16 inputs under the interpreter only): the interpreter multiplies the
+    raw bit patterns of bfloat16 operands (triton-lang/triton#11584), so they are widened to
+    float32 first. A product of two bfloat16 values is exact in float32, so this computes what
+    the tensor cores do, up to the order of the float32 additions.
+    """
+    if INTERPRET_BF16:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    return tl.dot(a, b, input_precision=DOT_PRECISION)
+
+
+@triton.jit
+def _cast(x, dtype: tl.constexpr, INTERPRET_BF16: tl.constexpr):
+    """x.to(dtype), rounding to nearest even as compiled Triton does.
+
+    INTERPRET_BF16: the interpreter truncates float32 -> bfloat16 instead of rounding, so x
+    (float32) is first rounded to the nearest bfloat16 value on its bits (finite values).
+    """
+    if INTERPRET_BF16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
+        x = bits.to(tl.float32, bitcast=True)
+    return x.to(dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# Forward
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _hstu_attn_fwd_kernel(
+    Q,
+    K,
+    V,
+    Out,
+    seq_offsets,
+    num_targets,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_ot,
+    stride_oh,
+    alpha,
+    inv_max_seq_len,
+    max_attn_len,
+    c,
+    ATTN_DIM,
+    HIDDEN_DIM,
+    CAUSAL: tl.constexpr,
+    HAS_CTX: tl.constexpr,
+    HAS_TARGETS: tl.constexpr,
+    HAS_MAX_ATTN_LEN: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_DQK: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    INTERPRET_BF16: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    head = tl.program_id(1)
+    b = tl.program_id(2)
+    seq_start, n, h = _sequence(seq_offsets, num_targets, b, c, HAS_CTX, HAS_TARGETS)
+    m0 = pid_m * BLOCK_M
+    if m0 < n:
+        # Scalar (64-bit) offset to the sequence and head; tile offsets below stay 32-bit.
+        Q += seq_start * stride_qt + head * stride_qh
+        K += seq_start * stride_kt + head * stride_kh
+        V += seq_start * stride_vt + head * stride_vh
+        Out += seq_start * stride_ot + head * stride_oh
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        offs_dqk = tl.arange(0, BLOCK_DQK)
+        offs_dv = tl.arange(0, BLOCK_DV)
+        q = tl.load(
+            Q + offs_m[:, None] * stride_qt + offs_dqk[None, :],
+            mask=(offs_m[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
+            other=0.0,
+        )
+        acc = tl.full([BLOCK_M, BLOCK_DV], 0.0, dtype=tl.float32)
+        lo, hi = _key_range(
+            m0,
+            n,
+            c,
+            h,
+            max_attn_len,
+            BLOCK_M,
+            BLOCK_N,
+            CAUSAL,
+            HAS_CTX,
+            HAS_TARGETS,
+            HAS_MAX_ATTN_LEN,
+        )
+        for start_n in range(lo, hi, BLOCK_N):
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            k = tl.load(
+                K + offs_n[:, None] * stride_kt + offs_dqk[None, :],
+                mask=(offs_n[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
+                other=0.0,
+            )
+            v = tl.load(
+                V + offs_n[:, None] * stride_vt + offs_dv[None, :],
+                mask=(offs_n[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
+                other=0.0,
+            )
+            z = _dot(q, tl.trans(k), DOT_PRECISION, INTERPRET_BF16) * alpha
+            w = z / (1.0 + tl.exp(-z)) * inv_max_seq_len  # silu(z) / max_seq_len
+            ok = _allowed(
+                offs_m[:, None],
+                offs_n[None, :],
+                n,
+                c,
+                h,
+                max_attn_len,
+                CAUSAL,
+                HAS_CTX,
+                HAS_TARGETS,
+                HAS_MAX_ATTN_LEN,
+            )
+            w = tl.where(ok, w, 0.0)
+            acc += _dot(_cast(w, v.dtype, INTERPRET_BF16), v, DOT_PRECISION, INTERPRET_BF16)
+        tl.store(
+            Out + offs_m[:, None] * stride_ot + offs_dv[None, :],
+            _cast(acc, Out.dtype.element_ty, INTERPRET_BF16),
+            mask=(offs_m[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Backward: dk, dv per key block
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _hstu_attn_bwd_dkdv_rows(
+    dk,
+    dv,
+    k,
+    v,
+    offs_n,
+    row_lo,
+    row_hi,
+    Q,
+    DO,
+    stride_qt,
+    stride_qh,
+    stride_dot,
+    stride_doh,
+    n,
+    c,
+    h,
+    max_attn_len,
+    alpha,
+    inv_max_seq_len,
+    ATTN_DIM,
+    HIDDEN_DIM,
+    CAUSAL: tl.constexpr,
+    HAS_CTX: tl.constexpr,
+    HAS_TARGETS: tl.constexpr,
+    HAS_MAX_ATTN_LEN: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_DQK: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    INTERPRET_BF16: tl.constexpr,
+):
+    """Adds the contributions of query rows [row_lo, row_hi) to dk, dv (transposed tiles)."""
+    offs_dqk = tl.arange(0, BLOCK_DQK)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    for start_m in range(row_lo, row_hi, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        row_ok = offs_m < row_hi
+        q = tl.load(
+            Q + offs_m[:, None] * stride_qt + offs_dqk[None, :],
+            mask=row_ok[:, None] & (offs_dqk[None, :] < ATTN_DIM),
+            other=0.0,
+        )
+        do = tl.load(
+            DO + offs_m[:, None] * stride_dot + offs_dv[None, :],
+            mask=row_ok[:, None] & (offs_dv[None, :] < HIDDEN_DIM),
+            other=0.0,
+        )
+        z_t = _dot(k, tl.trans(q), DOT_PRECISION, INTERPRET_BF16) * alpha  # [BLOCK_N, BLOCK_M]
+        sig_t = 1.0 / (1.0 + tl.exp(-z_t))
+        ok_t = (
+            _allowed(
+                offs_m[None, :],
+                offs_n[:, None],
+                n,
+                c,
+                h,
+                max_attn_len,
+                CAUSAL,
+                HAS_CTX,
+                HAS_TARGETS,
+                HAS_MAX_ATTN_LEN,
+            )
+            & row_ok[None, :]
+        )
+        w_t = tl.where(ok_t, z_t * sig_t * inv_max_seq_len, 0.0)
+        dv += _dot(_cast(w_t, do.dtype, INTERPRET_BF16), do, DOT_PRECISION, INTERPRET_BF16)
+        dw_t = _dot(v, tl.trans(do), DOT_PRECISION, INTERPRET_BF16)
+        # d silu(z) / dz = sig * (1 + z * (1 - sig)); dz / d(q.k) = alpha.
+        dz_t = dw_t * sig_t * (1.0 + z_t * (1.0 - sig_t)) * (alpha * inv_max_seq_len)
+        dz_t = tl.where(ok_t, dz_t, 0.0)
+        dk += _dot(_cast(dz_t, q.dtype, INTERPRET_BF16), q, DOT_PRECISION, INTERPRET_BF16)
+    return dk, dv
+
+
+@triton.jit
+def _hstu_attn_bwd_dkdv_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    DK,
+    DV,
+    seq_offsets,
+    num_targets,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_dot,
+    stride_doh,
+    stride_dkt,
+    stride_dkh,
+    stride_dvt,
+    stride_dvh,
+    alpha,
+    inv_max_seq_len,
+    max_attn_len,
+    c,
+    ATTN_DIM,
+    HIDDEN_DIM,
+    CAUSAL: tl.constexpr,
+    HAS_CTX: tl.constexpr,
+    HAS_TARGETS: tl.constexpr,
+    HAS_MAX_ATTN_LEN: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_DQK: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    INTERPRET_BF16: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    head = tl.program_id(1)
+    b = tl.program_id(2)
+    seq_start, n, h = _sequence(seq_offsets, num_targets, b, c, HAS_CTX, HAS_TARGETS)
+    n0 = pid_n * BLOCK_N
+    if n0 < n:
+        # Scalar (64-bit) offset to the sequence and head; tile offsets below stay 32-bit.
+        Q += seq_start * stride_qt + head * stride_qh
+        K += seq_start * stride_kt + head * stride_kh
+        V += seq_start * stride_vt + head * stride_vh
+        DO += seq_start * stride_dot + head * stride_doh
+        DK += seq_start * stride_dkt + head * stride_dkh
+        DV += seq_start * stride_dvt + head * stride_dvh
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        offs_dqk = tl.arange(0, BLOCK_DQK)
+        offs_dv = tl.arange(0, BLOCK_DV)
+        k = tl.load(
+            K + offs_n[:, None] * stride_kt + offs_dqk[None, :],
+            mask=(offs_n[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
+            other=0.0,
+        )
+        v = tl.load(
+            V + offs_n[:, None] * stride_vt + offs_dv[None, :],
+            mask=(offs_n[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
+            other=0.0,
+        )
+        # Query rows that may attend these keys, apart from the contextual rows: [lo, hi).
+        n_last = tl.minimum(n0 + BLOCK_N, n) - 1
+        if CAUSAL:
+            lo = n0  # rank(query) > rank(key) implies query > key
+        else:
+            lo = n0 * 0
+        hi = n + 0 * n0
+        if HAS_MAX_ATTN_LEN:
+            lo = tl.maximum(
+                lo,
+                _first_pos_with_rank_ge(
+                    _rank(n0, c, h, HAS_CTX, HAS_TARGETS) - max_attn_len, c, HAS_CTX
+                ),
+            )
+            hi = _end_pos_with_rank_le(
+                _rank(n_last, c, h, HAS_CTX, HAS_TARGETS) + max_attn_len,
+                c,
+                h,
+                n,
+                HAS_CTX,
+                HAS_TARGETS,
+            )
+        lo = (lo // BLOCK_M) * BLOCK_M
+        dk = tl.full([BLOCK_N, BLOCK_DQK], 0.0, dtype=tl.float32)
+        dv = tl.full([BLOCK_N, BLOCK_DV], 0.0, dtype=tl.float32)
+        dk, dv = _hstu_attn_bwd_dkdv_rows(
+            dk,
+            dv,
+            k,
+            v,
+            offs_n,
+            lo,
+            hi,
+            Q,
+            DO,
+            stride_qt,
+            stride_qh,
+            stride_dot,
+            stride_doh,
+            n,
+            c,
+            h,
+            max_attn_len,
+            alpha,
+            inv_max_seq_len,
+            ATTN_DIM,
+            HIDDEN_DIM,
+            CAUSAL,
+            HAS_CTX,
+            HAS_TARGETS,
+            HAS_MAX_ATTN_LEN,
+            BLOCK_M,
+            BLOCK_DQK,
+            BLOCK_DV,
+            DOT_PRECISION,
+            INTERPRET_BF16,
+        )
+        if HAS_CTX:
+            # The contextual rows [0, c) not visited above see every non-target key.
+            dk, dv = _hstu_attn_bwd_dkdv_rows(
+                dk,
+                dv,
+                k,
+                v,
+                offs_n,
+                0,
+                tl.minimum(tl.minimum(lo, c), n),
+                Q,
+                DO,
+                stride_qt,
+                stride_qh,
+                stride_dot,
+                stride_doh,
+                n,
+                c,
+                h,
+                max_attn_len,
+                alpha,
+                inv_max_seq_len,
+                ATTN_DIM,
+                HIDDEN_DIM,
+                CAUSAL,
+                HAS_CTX,
+                HAS_TARGETS,
+                HAS_MAX_ATTN_LEN,
+                BLOCK_M,
+                BLOCK_DQK,
+                BLOCK_DV,
+                DOT_PRECISION,
+                INTERPRET_BF16,
+            )
+        tl.store(
+            DK + offs_n[:, None] * stride_dkt + offs_dqk[None, :],
+            _cast(dk, DK.dtype.element_ty, INTERPRET_BF16),
+            mask=(offs_n[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
+        )
+        tl.store(
+            DV + offs_n[:, None] * stride_dvt + offs_dv[None, :],
+            _cast(dv, DV.dtype.element_ty, INTERPRET_BF16),
+            mask=(offs_n[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Backward: dq per query block
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _hstu_attn_bwd_dq_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    DQ,
+    seq_offsets,
+    num_targets,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_dot,
+    stride_doh,
+    stride_dqt,
+    stride_dqh,
+    alpha,
+    inv_max_seq_len,
+    max_attn_len,
+    c,
+    ATTN_DIM,
+    HIDDEN_DIM,
+    CAUSAL: tl.constexpr,
+    HAS_CTX: tl.constexpr,
+    HAS_TARGETS: tl.constexpr,
+    HAS_MAX_ATTN_LEN: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_DQK: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    INTERPRET_BF16: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    head = tl.program_id(1)
+    b = tl.program_id(2)
+    seq_start, n, h = _sequence(seq_offsets, num_targets, b, c, HAS_CTX, HAS_TARGETS)
+    m0 = pid_m * BLOCK_M
+    if m0 < n:
+        # Scalar (64-bit) offset to the sequence and head; tile offsets below stay 32-bit.
+        Q += seq_start * stride_qt + head * stride_qh
+        K += seq_start * stride_kt + head * stride_kh
+        V += seq_start * stride_vt + head * stride_vh
+        DO += seq_start * stride_dot + head * stride_doh
+        DQ += seq_start * stride_dqt + head * stride_dqh
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        offs_dqk = tl.arange(0, BLOCK_DQK)
+        offs_dv = tl.arange(0, BLOCK_DV)
+        q = tl.load(
+            Q + offs_m[:, None] * stride_qt + offs_dqk[None, :],
+            mask=(offs_m[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
+            other=0.0,
+        )
+        do = tl.load(
+            DO + offs_m[:, None] * stride_dot + offs_dv[None, :],
+            mask=(offs_m[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
+            other=0.0,
+        )
+        dq = tl.full([BLOCK_M, BLOCK_DQK], 0.0, dtype=tl.float32)
+        lo, hi = _key_range(
+            m0,
+            n,
+            c,
+            h,
+            max_attn_len,
+            BLOCK_M,
+            BLOCK_N,
+            CAUSAL,
+            HAS_CTX,
+            HAS_TARGETS,
+            HAS_MAX_ATTN_LEN,
+        )
+        for start_n in range(lo, hi, BLOCK_N):
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            k = tl.load(
+                K + offs_n[:, None] * stride_kt + offs_dqk[None, :],
+                mask=(offs_n[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
+                other=0.0,
+            )
+            v = tl.load(
+                V + offs_n[:, None] * stride_vt + offs_dv[None, :],
+                mask=(offs_n[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
+                other=0.0,
+            )
+            z = _dot(q, tl.trans(k), DOT_PRECISION, INTERPRET_BF16) * alpha
+            sig = 1.0 / (1.0 + tl.exp(-z))
+            dw = _dot(do, tl.trans(v), DOT_PRECISION, INTERPRET_BF16)
+            ok = _allowed(
+                offs_m[:, None],
+                offs_n[None, :],
+                n,
+                c,
+                h,
+                max_attn_len,
+                CAUSAL,
+                HAS_CTX,
+                HAS_TARGETS,
+                HAS_MAX_ATTN_LEN,
+            )
+            dz = dw * sig * (1.0 + z * (1.0 - sig)) * (alpha * inv_max_seq_len)
+            dz = tl.where(ok, dz, 0.0)
+            dq += _dot(_cast(dz, k.dtype, INTERPRET_BF16), k, DOT_PRECISION, INTERPRET_BF16)
+        tl.store(
+            DQ + offs_m[:, None] * stride_dqt + offs_dqk[None, :],
+            _cast(dq, DQ.dtype.element_ty, INTERPRET_BF16),
+            mask=(offs_m[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Launchers
+# --------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class BlockConfig:
+    """Tile sizes (powers of 2, >= 16) and warps of the three kernels.
+
+    ``fwd``: forward, tiles of BLOCK_M queries by BLOCK_N keys. ``dkdv``: program per key block
+    of ``dkdv_block_n`` rows, looping over query blocks of ``dkdv_block_m``. ``dq``: program per
+    query block of ``dq_block_m`` rows, looping over key blocks of ``dq_block_n``.
+    """
+
+    fwd_block_m: int = 64
+    fwd_block_n: int = 32
+    dkdv_block_m: int = 32
+    dkdv_block_n: int = 32
+    dq_block_m: int = 32
+    dq_block_n: int = 32
+    fwd_warps: int = 4
+    dkdv_warps: int = 4
+    dq_warps: int = 4
+    num_stages: int = 2
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name.endswith(("_m", "_n")) and (value < 16 or value & (value - 1)):
+                raise ValueError(
+                    f"BlockConfig.{field.name} must be a power of 2 >= 16, got {value}"
+                )
+
+
+def default_block_config(attn_dim: int, hidden_dim: int, dtype: torch.dtype) -> BlockConfig:
+    """The tiles used when ``block_config`` is not given.
+
+    Under the interpreter: 16 x 16 tiles (many blocks per sequence, which is what the tests
+    want). On a GPU: not autotuned and not yet timed. The tiles are ones for which ``ptxas``
+    reports no local memory (no register spills) on sm_90 with bfloat16: for head dims <= 64
+    the shapes of Triton's fused-attention tutorial (tall query tiles forward and for dq, tall
+    key tiles for dk/dv); above that, short key tiles for dk/dv, whose two float32 accumulators
+    spill otherwise. float32 (exact IEEE products, no tensor cores) gets small tiles.
+    """
+    if INTERPRETED:
+        return BlockConfig(16, 16, 16, 16, 16, 16, 1, 1, 1, num_stages=1)
+    d = max(attn_dim, hidden_dim)
+    if dtype == torch.float32:
+        return BlockConfig(32, 32, 32, 32, 32, 32, 4, 4, 4)
+    if d <= 64:
+        return BlockConfig(128, 64, 64, 128, 128, 64, 4, 8, 8)
+    if d <= 128:
+        return BlockConfig(128, 64, 64, 32, 64, 64, 8, 4, 4)
+    return BlockConfig(64, 64, 64, 32, 32, 32, 8, 8, 4)
+
+
+def _block_d(dim: int) -> int:
+    return max(16, triton.next_power_of_2(dim))
+
+
+def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def _check_tile_offsets(max_len: int, *tensors: torch.Tensor) -> None:
+    """The kernels address rows within one sequence with 32-bit offsets."""
+    for x in tensors:
+        if (max_len + 256) * max(x.stride(0), 1) + x.stride(1) * x.shape[1] >= 2**31:
+            raise ValueError(
+                f"{_OP}: the TRITON kernel addresses a sequence's rows with 32-bit offsets; "
+                f"{max_len} rows of stride {x.stride(0)} do not fit"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Problem:
+    """Scalar arguments shared by the three kernels."""
+
+    seq_offsets: torch.Tensor
+    num_targets: torch.Tensor | None
+    max_len: int  # longest sequence of the batch (sets the grid)
+    max_seq_len: int
+    alpha: float
+    causal: bool
+    max_attn_len: int
+    contextual_seq_len: int
+    config: BlockConfig
+
+    def common_args(self, attn_dim: int, hidden_dim: int) -> tuple:
+        return (
+            float(self.alpha),
+            1.0 / float(self.max_seq_len),
+            int(self.max_attn_len),
+            int(self.contextual_seq_len),
+            attn_dim,
+            hidden_dim,
+        )
+
+    def flags(self, dtype: torch.dtype, attn_dim: int, hidden_dim: int) -> dict:
+        return {
+            "CAUSAL": bool(self.causal),
+            "HAS_CTX": self.contextual_seq_len > 0,
+            "HAS_TARGETS": self.num_targets is not None,
+            # A bound at least as long as every sequence bounds nothing.
+            "HAS_MAX_ATTN_LEN": 0 < self.max_attn_len < self.max_len,
+            "BLOCK_DQK": _block_d(attn_dim),
+            "BLOCK_DV": _block_d(hidden_dim),
+            # float32 inputs: exact float32 products (no TF32), like the reference. 16-bit
+            # inputs: the backend's default (naming "tf32" would be refused by AMD backends).
+            "DOT_PRECISION": "ieee" if dtype == torch.float32 else None,
+            "INTERPRET_BF16": INTERPRETED and dtype == torch.bfloat16,
+            "num_stages": self.config.num_stages,
+        }
+
+    def targets_arg(self) -> torch.Tensor:
+        # Never read when HAS_TARGETS is False; any tensor of the device will do.
+        return self.num_targets if self.num_targets is not None else self.seq_offsets
+
+
+def hstu_attention_fwd(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p: _Problem
+) -> torch.Tensor:
+    """Forward launcher: q, k [total, heads, attn_dim], v [total, heads, hidden_dim]."""
+    total, heads, attn_dim = q.shape
+    hidden_dim = v.shape[2]
+    out = torch.empty((total, heads, hidden_dim), dtype=v.dtype, device=v.device)
+    batch = p.seq_offsets.numel() - 1
+    if total == 0 or heads == 0 or p.max_len == 0 or hidden_dim == 0:
+        return out.zero_()
+    cfg = p.config
+    grid = (triton.cdiv(p.max_len, cfg.fwd_block_m), heads, batch)
+    _hstu_attn_fwd_kernel[grid](
+        q,
+        k,
+        v,
+        out,
+        p.seq_offsets,
+        p.targets_arg(),
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        out.stride(0),
+        out.stride(1),
+        *p.common_args(attn_dim, hidden_dim),
+        BLOCK_M=cfg.fwd_block_m,
+        BLOCK_N=cfg.fwd_block_n,
+        num_warps=cfg.fwd_warps,
+        **p.flags(q.dtype, attn_dim, hidden_dim),
+    )
+    return out
+
+
+def hstu_attention_bwd(
+    dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p: _Problem
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Backward launchers: (dq, dk, dv) from the output gradient, deterministic."""
+    total, heads, attn_dim = q.shape
+    hidden_dim = v.shape[2]
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+    dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    batch = p.seq_offsets.numel() - 1
+    if total == 0 or heads == 0 or p.max_len == 0 or attn_dim == 0 or hidden_dim == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    dout = _last_dim_contiguous(dout)
+    _check_tile_offsets(p.max_len, dout)
+    cfg = p.config
+    common = p.common_args(attn_dim, hidden_dim)
+    flags = p.flags(q.dtype, attn_dim, hidden_dim)
+    grid = (triton.cdiv(p.max_len, cfg.dkdv_block_n), heads, batch)
+    _hstu_attn_bwd_dkdv_kernel[grid](
+        q,
+        k,
+        v,
+        dout,
+        dk,
+        dv,
+        p.seq_offsets,
+        p.targets_arg(),
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        dout.stride(0),
+        dout.stride(1),
+        dk.stride(0),
+        dk.stride(1),
+        dv.stride(0),
+        dv.stride(1),
+        *common,
+        BLOCK_M=cfg.dkdv_block_m,
+        BLOCK_N=cfg.dkdv_block_n,
+        num_warps=cfg.dkdv_warps,
+        **flags,
+    )
+    grid = (triton.cdiv(p.max_len, cfg.dq_block_m), heads, batch)
+    _hstu_attn_bwd_dq_kernel[grid](
+        q,
+        k,
+        v,
+        dout,
+        dq,
+        p.seq_offsets,
+        p.targets_arg(),
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        dout.stride(0),
+        dout.stride(1),
+        dq.stride(0),
+        dq.stride(1),
+        *common,
+        BLOCK_M=cfg.dq_block_m,
+        BLOCK_N=cfg.dq_block_n,
+        num_warps=cfg.dq_warps,
+        **flags,
+    )
+    return dq, dk, dv
+
+
+class HSTUAttentionFunction(torch.autograd.Function):
+    """Autograd wrapper of the kernels: saves q, k, v and recomputes the weights backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, problem: _Problem):  # type: ignore[override]
+        out = hstu_attention_fwd(q, k, v, problem)
+        ctx.save_for_backward(q, k, v)
+        ctx.problem = problem
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):  # type: ignore[override]
+        q, k, v = ctx.saved_tensors
+        dq, dk, dv = hstu_attention_bwd(dout, q, k, v, ctx.problem)
+        return dq, dk, dv, None
+
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def triton_hstu_mha(
+    max_seq_len: int,
+    alpha: float,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    seq_offsets: torch.Tensor,
+    causal: bool = True,
+    dropout_pr: float = 0.0,
+    training: bool = True,
+    num_targets: torch.Tensor | None = None,
+    max_attn_len: int = 0,
+    contextual_seq_len: int = 0,
+    *,
+    block_config: BlockConfig | None = None,
+) -> torch.Tensor:
+    """Jagged HSTU attention with the Triton kernels; arguments as ``hstu_ops.hstu_mha``.
+
+    float16, bfloat16 and float32 inputs, accumulated in float32. ``dropout_pr`` must be 0
+    while ``training`` (dropout is not implemented; with ``training=False`` it is a no-op).
+    ``block_config`` overrides :func:`default_block_config`.
+    """
+    lengths = _check_inputs(
+        max_seq_len,
+        q,
+        k,
+        v,
+        seq_offsets,
+        dropout_pr,
+        num_targets,
+        max_attn_len,
+        contextual_seq_len,
+    )
+    if dropout_pr > 0.0 and training:
+        raise NotImplementedError(
+            f"{_OP}: the TRITON kernel does not implement dropout (dropout_pr = {dropout_pr} "
+            "while training); use Kernel.PYTORCH, dropout_pr=0.0 or training=False"
+        )
+    if q.dtype not in _DTYPES:
+        raise TypeError(
+            f"{_OP}: the TRITON kernel supports float16, bfloat16 and float32, got {q.dtype}"
+        )
+    if not INTERPRETED and q.device.type != "cuda":
+        raise ValueError(
+            f"{_OP}: the TRITON kernel needs CUDA or ROCm tensors, got {q.device.type} tensors "
+            "(set TRITON_INTERPRET=1 before hstu_ops' Triton backend is first used to run it "
+            "in Triton's CPU interpreter)"
+        )
+    if not (q.device == k.device == v.device):
+        raise ValueError(
+            f"{_OP}: q, k, v must be on one device, got {q.device}, {k.device}, {v.device}"
+        )
+    if lengths.numel() > 65535:
+        raise ValueError(
+            f"{_OP}: the TRITON kernel takes at most 65535 sequences per call (one grid "
+            f"dimension), got {lengths.numel()}"
+        )
+    max_len = int(lengths.max()) if lengths.numel() else 0
+    problem = _Problem(
+        seq_offsets=seq_offsets.to(q.device).contiguous(),
+        num_targets=None if num_targets is None else num_targets.to(q.device).contiguous(),
+        max_len=max_len,
+        max_seq_len=int(max_seq_len),
+        alpha=float(alpha),
+        causal=bool(causal),
+        max_attn_len=int(max_attn_len),
+        contextual_seq_len=int(contextual_seq_len),
+        config=block_config or default_block_config(q.shape[2], v.shape[2], q.dtype),
+    )
+    q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))
+    _check_tile_offsets(max_len, q, k, v)
+    return HSTUAttentionFunction.apply(q, k, v, problem)

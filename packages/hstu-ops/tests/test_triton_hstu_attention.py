@@ -1,0 +1,619 @@
+"""TRITON hstu_mha (forward and backward) against the PyTorch reference.
+
+Without a GPU the kernels run in Triton's interpreter on CPU tensors. ``triton.jit`` decides
+between compiled and interpreted kernels when it decorates them, i.e. when
+``hstu_ops.triton.triton_hstu_attention`` is imported, from ``TRITON_INTERPRET``; the kernels
+call no jit function of triton's own library (those are fixed when ``triton`` is imported), so
+that import alone decides. These tests therefore import the module themselves
+(``triton_backend``): a separate module object per mode, imported with the variable set (or
+cleared), installed in ``sys.modules`` only while a test runs and removed afterwards. This works
+inside one pytest process whatever imported triton before, and nothing leaks into other tests
+(GPU tests of other packages keep their compiled kernels). A subprocess test covers the
+documented way, ``TRITON_INTERPRET=1`` in the environment before Python starts; another one
+``import hstu_ops`` without triton.
+
+Tolerances: float32 ``atol=1e-5, rtol=1e-4`` (the kernels multiply in IEEE float32, no TF32);
+bfloat16 and float16 the flash-attention oracle ``max|out - ref32| <= 2 * max|ref16 - ref32| +
+1e-4`` for out, dq, dk and dv, where ref32 is the float32 reference on the upcast inputs and
+ref16 the reference run in the low precision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import hstu_ops
+from hstu_ops import Kernel
+from hstu_ops.pytorch import pytorch_hstu_mha
+
+BACKEND = "hstu_ops.triton.triton_hstu_attention"
+HAVE_TRITON = importlib.util.find_spec("triton") is not None
+needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
+
+FP32_TOL = {"atol": 1e-5, "rtol": 1e-4}
+BF16_ATOL = 1e-4
+
+_modules: dict[bool, object] = {}
+
+
+@contextlib.contextmanager
+def triton_backend(interpret: bool = True):
+    """The Triton attention module, interpreted or compiled, as the one hstu_mha dispatches to."""
+    import hstu_ops.triton as package
+
+    saved_module = sys.modules.get(BACKEND)
+    saved_attr = package.__dict__.get("triton_hstu_attention")
+    saved_env = os.environ.get("TRITON_INTERPRET")
+    try:
+        if interpret:
+            os.environ["TRITON_INTERPRET"] = "1"
+        else:
+            os.environ.pop("TRITON_INTERPRET", None)
+        module = _modules.get(interpret)
+        if module is None:
+            sys.modules.pop(BACKEND, None)
+            module = importlib.import_module(BACKEND)
+            assert module.INTERPRETED is interpret
+            _modules[interpret] = module
+        sys.modules[BACKEND] = module
+        yield module
+    finally:
+        if saved_module is None:
+            sys.modules.pop(BACKEND, None)
+        else:
+            sys.modules[BACKEND] = saved_module
+        if saved_attr is None:
+            package.__dict__.pop("triton_hstu_attention", None)
+        else:
+            package.triton_hstu_attention = saved_attr
+        if saved_env is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved_env
+
+
+@pytest.fixture
+def tt():
+    with triton_backend(interpret=True) as module:
+        yield module
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs and comparisons
+# --------------------------------------------------------------------------------------------
+def jagged_inputs(lengths, heads, attn_dim, hidden_dim, dtype=torch.float32, seed=0, device="cpu"):
+    gen = torch.Generator().manual_seed(seed)
+    offsets = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int64)
+    total = int(offsets[-1])
+    q = torch.randn(total, heads, attn_dim, generator=gen)
+    k = torch.randn(total, heads, attn_dim, generator=gen)
+    v = torch.randn(total, heads, hidden_dim, generator=gen)
+    dout = torch.randn(total, heads, hidden_dim, generator=gen)
+    move = lambda x: x.to(device=device, dtype=dtype)  # noqa: E731
+    return move(q), move(k), move(v), offsets.to(device), move(dout)
+
+
+def forward_backward(fn, q, k, v, dout, *args, **kwargs):
+    """(out, (dq, dk, dv)) of fn(..., q, k, v, ...) for the output gradient dout."""
+    q, k, v = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    out = fn(args[0], args[1], q, k, v, *args[2:], **kwargs)
+    if not out.requires_grad:  # the reference's result for a batch without tokens
+        return out, tuple(torch.zeros_like(x) for x in (q, k, v))
+    grads = torch.autograd.grad(out, (q, k, v), dout, allow_unused=True)
+    grads = tuple(
+        torch.zeros_like(x) if g is None else g for x, g in zip((q, k, v), grads, strict=True)
+    )
+    return out.detach(), grads
+
+
+def assert_matches_fp32(
+    tt, lengths, heads, attn_dim, hidden_dim, seed, cfg=None, device="cpu", tol=None, **options
+):
+    q, k, v, offsets, dout = jagged_inputs(
+        lengths, heads, attn_dim, hidden_dim, seed=seed, device=device
+    )
+    tol = tol or FP32_TOL
+    max_seq_len = max([*lengths, 1]) + 3
+    args = (max_seq_len, 0.4, offsets)
+    got, got_grads = forward_backward(
+        tt.triton_hstu_mha, q, k, v, dout, *args, block_config=cfg, **options
+    )
+    ref, ref_grads = forward_backward(pytorch_hstu_mha, q, k, v, dout, *args, **options)
+    torch.testing.assert_close(got, ref, **tol)
+    for name, g, r in zip("qkv", got_grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, **tol, msg=lambda m, name=name: f"d{name}: {m}")
+
+
+def bf16_oracle(
+    tt, lengths, heads, attn_dim, hidden_dim, seed, cfg=None, device="cpu", dtype=None, **options
+):
+    """Checks the flash-attention oracle for out, dq, dk, dv (bfloat16 unless dtype says)."""
+    dtype = dtype or torch.bfloat16
+    q, k, v, offsets, dout = jagged_inputs(
+        lengths, heads, attn_dim, hidden_dim, seed=seed, device=device
+    )
+    q, k, v, dout = (x.to(dtype) for x in (q, k, v, dout))
+    args = (max(lengths) + 1, 1.0 / attn_dim**0.5, offsets)
+    got = forward_backward(tt.triton_hstu_mha, q, k, v, dout, *args, block_config=cfg, **options)
+    ref16 = forward_backward(pytorch_hstu_mha, q, k, v, dout, *args, **options)
+    q32, k32, v32, dout32 = (x.float() for x in (q, k, v, dout))
+    ref32 = forward_backward(pytorch_hstu_mha, q32, k32, v32, dout32, *args, **options)
+    for name, g, r16, r32 in zip(
+        ("out", "dq", "dk", "dv"),
+        (got[0], *got[1]),
+        (ref16[0], *ref16[1]),
+        (ref32[0], *ref32[1]),
+        strict=True,
+    ):
+        assert g.dtype == dtype
+        err = (g.float() - r32).abs().max().item()
+        ref_err = (r16.float() - r32).abs().max().item()
+        assert err <= 2 * ref_err + BF16_ATOL, f"{name}: |triton - fp32| = {err:.3g}, " + (
+            f"|torch bf16 - fp32| = {ref_err:.3g}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Without triton, and the kernel enum
+# --------------------------------------------------------------------------------------------
+def test_kernel_enum_and_dispatch_list():
+    assert Kernel("triton") is Kernel.TRITON
+    q = torch.randn(3, 1, 2)
+    with pytest.raises(ValueError, match=r"kernels available for hstu_mha: PYTORCH, TRITON"):
+        hstu_ops.hstu_mha(4, 1.0, q, q, q, torch.tensor([0, 3]), kernel=Kernel.NATIVE)
+    with pytest.raises(ValueError, match=r"complete_cumsum has no TRITON kernel"):
+        hstu_ops.complete_cumsum(torch.tensor([1]), kernel=Kernel.TRITON)
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_import_and_clear_error_without_triton():
+    script = textwrap.dedent(
+        """
+        import sys
+        sys.modules["triton"] = None  # any `import triton` now fails
+        import torch
+        import hstu_ops
+        from hstu_ops import Kernel, TritonUnavailableError
+        assert "triton" not in [m for m in sys.modules if sys.modules[m] is not None]
+        q = torch.randn(4, 1, 16)
+        offsets = torch.tensor([0, 4])
+        try:
+            hstu_ops.hstu_mha(8, 1.0, q, q, q, offsets, kernel=Kernel.TRITON)
+        except TritonUnavailableError as exc:
+            print(exc)
+        else:
+            raise AssertionError("no error")
+        assert not hstu_ops.triton_available()
+        # The default kernel may be TRITON: ops without a TRITON kernel run PYTORCH.
+        hstu_ops.set_default_kernel("triton")
+        assert hstu_ops.complete_cumsum(torch.tensor([1, 2])).tolist() == [0, 1, 3]
+        out = hstu_ops.hstu_mha(8, 1.0, q, q, q, offsets, kernel="pytorch")
+        assert out.shape == (4, 1, 16)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "hstu_mha: the TRITON kernel needs the `triton` package, which is not installed" in (
+        result.stdout
+    )
+
+
+@pytest.mark.slow  # a fresh interpreter
+@needs_triton
+def test_interpreter_from_the_environment_in_a_fresh_process():
+    """The documented way: TRITON_INTERPRET=1 before Python starts; dispatch by hstu_mha."""
+    script = textwrap.dedent(
+        """
+        import torch
+        import hstu_ops
+        from hstu_ops import Kernel
+        assert hstu_ops.triton_available()
+        gen = torch.Generator().manual_seed(0)
+        offsets = torch.tensor([0, 5, 5, 24])
+        q, k = (torch.randn(24, 2, 16, generator=gen, requires_grad=True) for _ in range(2))
+        v = torch.randn(24, 2, 32, generator=gen, requires_grad=True)
+        kw = dict(num_targets=torch.tensor([1, 0, 4]), contextual_seq_len=1, max_attn_len=6)
+        outs = [hstu_ops.hstu_mha(30, 0.5, q, k, v, offsets, kernel=kern, **kw)
+                for kern in (Kernel.TRITON, Kernel.PYTORCH)]
+        torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-4)
+        grads = [torch.autograd.grad(o.square().sum(), (q, k, v)) for o in outs]
+        for a, b in zip(*grads):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+        print("ok")
+        """
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "ok"
+
+
+@needs_triton
+def test_interpreted_although_triton_was_imported_without_the_variable():
+    """Only this module's jit functions are used, so its import alone decides the mode."""
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        assert isinstance(tl.sigmoid, JITFunction)  # the library's own jit functions: compiled
+    with triton_backend(interpret=True) as tt:
+        q, k, v, offsets, _ = jagged_inputs([3], 1, 16, 16)
+        out = tt.triton_hstu_mha(4, 1.0, q, k, v, offsets)
+    torch.testing.assert_close(out, pytorch_hstu_mha(4, 1.0, q, k, v, offsets), **FP32_TOL)
+
+
+# --------------------------------------------------------------------------------------------
+# float32 against the reference, every mask option, odd shapes
+# --------------------------------------------------------------------------------------------
+LENGTHS = [0, 1, 6, 42, 123]
+TARGETS = [0, 1, 6, 7, 40]  # two all-target sequences, one target block longer than a tile
+# Non-square tiles, different in every kernel, so no range can hide behind an aligned bound.
+MIXED_TILES = dict(
+    fwd_block_m=32,
+    fwd_block_n=16,
+    dkdv_block_m=16,
+    dkdv_block_n=32,
+    dq_block_m=32,
+    dq_block_n=16,
+)
+
+MASK_OPTIONS = [
+    pytest.param(causal, targets, max_attn_len, ctx, id=f"{tag}-{tgt}-m{max_attn_len}-c{ctx}")
+    for causal, tag in ((True, "causal"), (False, "full"))
+    for targets, tgt in ((False, "notargets"), (True, "targets"))
+    for max_attn_len, ctx in ((0, 0), (0, 3), (9, 1), (4, 3))
+]
+
+
+@needs_triton
+@pytest.mark.parametrize(("causal", "with_targets", "max_attn_len", "ctx"), MASK_OPTIONS)
+def test_fp32_matches_reference(tt, causal, with_targets, max_attn_len, ctx):
+    assert_matches_fp32(
+        tt,
+        LENGTHS,
+        heads=1,
+        attn_dim=16,
+        hidden_dim=32,
+        seed=1000 * causal + 100 * with_targets + 10 * max_attn_len + ctx,
+        cfg=tt.BlockConfig(**MIXED_TILES),
+        causal=causal,
+        num_targets=torch.tensor(TARGETS) if with_targets else None,
+        max_attn_len=max_attn_len,
+        contextual_seq_len=ctx,
+    )
+
+
+@needs_triton
+def test_fp32_two_heads_default_tiles_and_dispatch(tt):
+    """Through hstu_mha(kernel="triton") with the interpreter's 16 x 16 tiles, two heads."""
+    q, k, v, offsets, dout = jagged_inputs([42, 0, 17, 1], 2, 32, 16, seed=7)
+    options = dict(num_targets=torch.tensor([5, 0, 17, 1]), max_attn_len=11, contextual_seq_len=2)
+    got, got_grads = forward_backward(
+        hstu_ops.hstu_mha, q, k, v, dout, 50, 0.3, offsets, kernel="triton", **options
+    )
+    ref, ref_grads = forward_backward(pytorch_hstu_mha, q, k, v, dout, 50, 0.3, offsets, **options)
+    torch.testing.assert_close(got, ref, **FP32_TOL)
+    for g, r in zip(got_grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, **FP32_TOL)
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dims", [(32, 64), (128, 96)])
+def test_gpu_default_tiles_in_the_interpreter(tt, dtype, dims):
+    """The tiles a GPU would use (large, one block per short sequence) give the same result."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tt, "INTERPRETED", False)
+        cfg = tt.default_block_config(*dims, dtype)
+    assert cfg.fwd_block_m >= 32
+    if dtype == torch.float32:
+        assert_matches_fp32(
+            tt, [70, 3, 0, 33], 1, *dims, seed=3, cfg=cfg, num_targets=torch.tensor([4, 3, 0, 0])
+        )
+    else:
+        bf16_oracle(tt, [70, 3, 0, 33], 1, *dims, seed=3, cfg=cfg, contextual_seq_len=2)
+
+
+@needs_triton
+def test_max_attn_len_longer_than_every_sequence_is_no_limit(tt):
+    assert_matches_fp32(
+        tt, [20, 5], 1, 16, 16, seed=1, max_attn_len=200, contextual_seq_len=1, causal=False
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# bfloat16 (and float16): the flash-attention oracle
+# --------------------------------------------------------------------------------------------
+@needs_triton
+@pytest.mark.parametrize(
+    ("dtype", "causal", "with_targets", "max_attn_len", "ctx"),
+    [
+        (torch.bfloat16, True, True, 0, 0),
+        (torch.bfloat16, True, True, 9, 3),
+        (torch.bfloat16, False, False, 0, 1),
+        (torch.bfloat16, False, True, 5, 0),
+        (torch.float16, True, True, 4, 1),
+    ],
+    ids=["causal-targets", "causal-targets-m9-c3", "full-c1", "full-targets-m5", "fp16"],
+)
+def test_low_precision_flash_attention_oracle(tt, dtype, causal, with_targets, max_attn_len, ctx):
+    bf16_oracle(
+        tt,
+        LENGTHS,
+        heads=2,
+        attn_dim=32,
+        hidden_dim=16,
+        seed=11,
+        cfg=tt.BlockConfig(**MIXED_TILES),
+        dtype=dtype,
+        causal=causal,
+        num_targets=torch.tensor(TARGETS) if with_targets else None,
+        max_attn_len=max_attn_len,
+        contextual_seq_len=ctx,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Random problems
+# --------------------------------------------------------------------------------------------
+@needs_triton
+def test_random_problems_hypothesis():
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+
+    @st.composite
+    def problems(draw):
+        lengths = draw(st.lists(st.integers(0, 50), min_size=1, max_size=4))
+        targets = None
+        if draw(st.booleans()):
+            targets = [draw(st.integers(0, n)) for n in lengths]
+        tiles = draw(st.sampled_from([16, 32]))
+        return dict(
+            lengths=lengths,
+            heads=draw(st.integers(1, 2)),
+            attn_dim=draw(st.sampled_from([8, 16, 24, 32])),
+            hidden_dim=draw(st.sampled_from([8, 16, 20, 32])),
+            seed=draw(st.integers(0, 2**16)),
+            cfg=dict(
+                fwd_block_m=tiles,
+                fwd_block_n=48 - tiles,
+                dkdv_block_m=48 - tiles,
+                dkdv_block_n=tiles,
+                dq_block_m=tiles,
+                dq_block_n=tiles,
+            ),
+            causal=draw(st.booleans()),
+            num_targets=None if targets is None else torch.tensor(targets),
+            max_attn_len=draw(st.sampled_from([0, 1, 3, 8, 60])),
+            contextual_seq_len=draw(st.integers(0, 3)),
+        )
+
+    @hypothesis.settings(max_examples=6, deadline=None, derandomize=True, database=None)
+    @hypothesis.given(problems())
+    def check(problem):
+        with triton_backend(interpret=True) as tt:
+            problem["cfg"] = tt.BlockConfig(**problem["cfg"])
+            assert_matches_fp32(tt, **problem)
+
+    check()
+
+
+# --------------------------------------------------------------------------------------------
+# Layouts, edge cases, errors
+# --------------------------------------------------------------------------------------------
+@needs_triton
+def test_strided_inputs_int32_offsets_and_expanded_gradient(tt):
+    """q, k, v sliced from one projection (row stride > width), int32 offsets, sum() backward."""
+    gen = torch.Generator().manual_seed(5)
+    lengths = [9, 0, 20]
+    total, heads, attn_dim, hidden_dim = sum(lengths), 2, 16, 24
+    fused = torch.randn(total, heads, 2 * attn_dim + hidden_dim, generator=gen)
+    offsets = torch.tensor([0, 9, 9, 29], dtype=torch.int32)
+    results = []
+    for fn in (tt.triton_hstu_mha, pytorch_hstu_mha):
+        x = fused.clone().requires_grad_()
+        q, k, v = x.split([attn_dim, attn_dim, hidden_dim], dim=-1)
+        assert not q.is_contiguous()
+        out = fn(32, 0.5, q, k, v, offsets, num_targets=torch.tensor([2, 0, 3], dtype=torch.int32))
+        (grad,) = torch.autograd.grad(out.sum(), x)  # the output gradient has stride 0
+        results.append((out, grad))
+    torch.testing.assert_close(results[0][0], results[1][0], **FP32_TOL)
+    torch.testing.assert_close(results[0][1], results[1][1], **FP32_TOL)
+
+
+@needs_triton
+def test_empty_batches_give_zeros_and_zero_gradients(tt):
+    for lengths in ([], [0, 0]):
+        q, k, v, offsets, dout = jagged_inputs(lengths, 2, 16, 8)
+        out, grads = forward_backward(tt.triton_hstu_mha, q, k, v, dout, 4, 1.0, offsets)
+        assert out.shape == (0, 2, 8)
+        assert [g.shape for g in grads] == [(0, 2, 16), (0, 2, 16), (0, 2, 8)]
+
+
+@needs_triton
+def test_backward_is_deterministic(tt):
+    q, k, v, offsets, dout = jagged_inputs([37, 12], 2, 16, 16, seed=2)
+    first = forward_backward(tt.triton_hstu_mha, q, k, v, dout, 40, 1.0, offsets)
+    second = forward_backward(tt.triton_hstu_mha, q, k, v, dout, 40, 1.0, offsets)
+    for a, b in zip((first[0], *first[1]), (second[0], *second[1]), strict=True):
+        assert torch.equal(a, b)
+
+
+@needs_triton
+def test_default_kernel_triton_runs_triton_for_hstu_mha(tt, monkeypatch):
+    calls = []
+    real = tt.triton_hstu_mha
+    monkeypatch.setattr(tt, "triton_hstu_mha", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    q, k, v, offsets, _ = jagged_inputs([5, 3], 1, 16, 16)
+    hstu_ops.set_default_kernel(Kernel.TRITON)
+    got = hstu_ops.hstu_mha(8, 1.0, q, k, v, offsets)
+    assert calls == [1]
+    torch.testing.assert_close(got, pytorch_hstu_mha(8, 1.0, q, k, v, offsets), **FP32_TOL)
+    # Ops without a TRITON kernel run their PYTORCH kernel.
+    assert hstu_ops.complete_cumsum(torch.tensor([2, 1])).tolist() == [0, 2, 3]
+
+
+@needs_triton
+def test_dropout_and_dtype_errors(tt):
+    q, k, v, offsets, _ = jagged_inputs([5, 3], 1, 16, 16)
+    with pytest.raises(NotImplementedError, match=r"TRITON kernel does not implement dropout"):
+        hstu_ops.hstu_mha(8, 1.0, q, k, v, offsets, dropout_pr=0.1, kernel=Kernel.TRITON)
+    # Not training: dropout is the identity, which the kernel supports.
+    torch.testing.assert_close(
+        hstu_ops.hstu_mha(
+            8, 1.0, q, k, v, offsets, dropout_pr=0.1, training=False, kernel=Kernel.TRITON
+        ),
+        pytorch_hstu_mha(8, 1.0, q, k, v, offsets),
+        **FP32_TOL,
+    )
+    with pytest.raises(
+        TypeError, match=r"supports float16, bfloat16 and float32, got torch.float64"
+    ):
+        hstu_ops.hstu_mha(8, 1.0, q.double(), k.double(), v.double(), offsets, kernel="triton")
+    # The argument checks are the reference's, with its messages.
+    with pytest.raises(ValueError, match=r"sequence 0 has 5 tokens, more than max_seq_len = 4"):
+        hstu_ops.hstu_mha(4, 1.0, q, k, v, offsets, kernel="triton")
+    with pytest.raises(ValueError, match=r"num_targets\[1\] = 4 is outside \[0, 3\]"):
+        hstu_ops.hstu_mha(
+            8, 1.0, q, k, v, offsets, num_targets=torch.tensor([0, 4]), kernel="triton"
+        )
+    with pytest.raises(ValueError, match=r"power of 2 >= 16, got 24"):
+        tt.BlockConfig(fwd_block_m=24)
+
+
+@needs_triton
+def test_cpu_tensors_without_the_interpreter_are_refused():
+    with triton_backend(interpret=False) as compiled:
+        assert not compiled.INTERPRETED
+        q, k, v, offsets, _ = jagged_inputs([5, 3], 1, 16, 16)
+        with pytest.raises(ValueError, match=r"needs CUDA or ROCm tensors, got cpu tensors"):
+            hstu_ops.hstu_mha(8, 1.0, q, k, v, offsets, kernel=Kernel.TRITON)
+
+
+@needs_triton
+def test_backend_module_and_environment_are_restored():
+    before = (sys.modules.get(BACKEND), os.environ.get("TRITON_INTERPRET"))
+    for interpret in (True, False):
+        with triton_backend(interpret=interpret) as module:
+            assert sys.modules[BACKEND] is module
+            assert module.INTERPRETED is interpret
+        assert (sys.modules.get(BACKEND), os.environ.get("TRITON_INTERPRET")) == before
+
+
+# --------------------------------------------------------------------------------------------
+# Compilation for a GPU target, without a GPU
+# --------------------------------------------------------------------------------------------
+def _backend_available(module: str) -> bool:
+    if not HAVE_TRITON:
+        return False
+    try:
+        importlib.import_module(f"triton.backends.{module}.compiler")
+    except Exception:
+        return False
+    return True
+
+
+# (target, binary kind, shared memory per block): H100, and MI300 (64 KiB of LDS).
+GPU_TARGETS = [
+    pytest.param(
+        ("cuda", 90, 32),
+        "cubin",
+        227 * 1024,
+        id="cuda-sm90",
+        marks=pytest.mark.skipif(not _backend_available("nvidia"), reason="no NVIDIA backend"),
+    ),
+    pytest.param(
+        ("hip", "gfx942", 64),
+        "hsaco",
+        64 * 1024,
+        id="hip-gfx942",
+        marks=pytest.mark.skipif(not _backend_available("amd"), reason="no AMD backend"),
+    ),
+]
+
+
+@pytest.mark.slow
+@needs_triton
+@pytest.mark.parametrize(("target", "binary_kind", "max_shared"), GPU_TARGETS)
+def test_kernels_compile_for_gpus(target, binary_kind, max_shared):
+    """The interpreter does not type-check like the compiler: compile the real thing, no GPU."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    with triton_backend(interpret=False) as compiled:
+        cfg = compiled.default_block_config(128, 128, torch.bfloat16)
+        kernels = (
+            (compiled._hstu_attn_fwd_kernel, cfg.fwd_block_m, cfg.fwd_block_n, cfg.fwd_warps),
+            (
+                compiled._hstu_attn_bwd_dkdv_kernel,
+                cfg.dkdv_block_m,
+                cfg.dkdv_block_n,
+                cfg.dkdv_warps,
+            ),
+            (compiled._hstu_attn_bwd_dq_kernel, cfg.dq_block_m, cfg.dq_block_n, cfg.dq_warps),
+        )
+        for kernel, block_m, block_n, warps in kernels:
+            constants = dict(
+                CAUSAL=True,
+                HAS_CTX=True,
+                HAS_TARGETS=True,
+                HAS_MAX_ATTN_LEN=True,
+                BLOCK_M=block_m,
+                BLOCK_N=block_n,
+                BLOCK_DQK=128,
+                BLOCK_DV=128,
+                DOT_PRECISION=None,
+                INTERPRET_BF16=False,
+            )
+            signature = {}
+            for name in kernel.arg_names:
+                if name in constants:
+                    signature[name] = "constexpr"
+                elif name in ("Q", "K", "V", "Out", "DO", "DQ", "DK", "DV"):
+                    signature[name] = "*bf16"
+                elif name in ("seq_offsets", "num_targets"):
+                    signature[name] = "*i64"
+                elif name in ("alpha", "inv_max_seq_len"):
+                    signature[name] = "fp32"
+                else:
+                    signature[name] = "i32"
+            binary = triton.compile(
+                ASTSource(kernel, signature, constexprs=constants),
+                target=GPUTarget(*target),
+                options={"num_warps": warps, "num_stages": cfg.num_stages},
+            )
+            assert binary.asm[binary_kind], kernel.__name__
+            assert binary.metadata.shared <= max_shared, (kernel.__name__, binary.metadata.shared)
+
+
+# --------------------------------------------------------------------------------------------
+# On a GPU: compiled kernels
+# --------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@needs_cuda
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_matches_reference(dtype):
+    lengths = [0, 1, 100, 513, 1000, 77]
+    options = dict(num_targets=torch.tensor([0, 1, 10, 20, 64, 0]).cuda(), contextual_seq_len=3)
+    with triton_backend(interpret=False) as compiled:
+        for dims in ((64, 64), (128, 96)):
+            if dtype == torch.float32:
+                tol = {"atol": 1e-4, "rtol": 1e-3}
+                assert_matches_fp32(
+                    compiled, lengths, 2, *dims, 1, device="cuda", tol=tol, **options
+                )
+            else:
+                bf16_oracle(compiled, lengths, 2, *dims, seed=2, device="cuda", **options)
