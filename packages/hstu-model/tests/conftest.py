@@ -1,6 +1,13 @@
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+import torch.distributed as dist
 
 from hstu_model import FeatureNames, HSTURanker, preset, seed_everything
 from hstu_model.testing import random_batch
@@ -49,3 +56,52 @@ def tiny_config():
             "time_buckets": 32,
         }
     )
+
+
+@pytest.fixture(name="run_distributed", scope="session")
+def run_distributed_fixture(tmp_path_factory):
+    """run_distributed(script, nproc, *args) -> [rank 0's result, rank 1's, ...].
+
+    Launches `python -m torch.distributed.run --standalone --nproc-per-node nproc script
+    OUT_DIR *args` in a subprocess (a standalone script: nothing to pickle into spawned
+    processes) and reads back the `OUT_DIR/rank<r>.json` each rank writes. Fails with the
+    launcher's output when a rank fails or writes nothing.
+    """
+
+    def run(script: Path, nproc: int, *args: str, timeout: float = 300.0) -> list[dict]:
+        out_dir = tmp_path_factory.mktemp(script.stem)
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(nproc),
+            str(script),
+            str(out_dir),
+            *args,
+        ]
+        proc = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, env=env, check=False
+        )
+        files = [out_dir / f"rank{rank}.json" for rank in range(nproc)]
+        if proc.returncode != 0 or not all(f.exists() for f in files):
+            pytest.fail(
+                f"{' '.join(command)} exited with {proc.returncode}\n"
+                f"--- stdout ---\n{proc.stdout[-5000:]}\n--- stderr ---\n{proc.stderr[-10000:]}"
+            )
+        return [json.loads(f.read_text()) for f in files]
+
+    return run
+
+
+@pytest.fixture(name="gloo_world_1")
+def gloo_world_1_fixture(tmp_path):
+    """A one-process gloo world group in this process, destroyed afterwards."""
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()

@@ -8,11 +8,14 @@ from hstu_model.config import (
     HSTUConfig,
     ModelConfig,
     OptimizerConfig,
+    ShardingConfig,
+    TableOption,
     TrainConfig,
     preset,
 )
 from hstu_model.metrics import binary_auc
 from hstu_model.model import HSTURanker, ModelOutput, embedding_tables, time_features
+from hstu_model.sharding import ShardingError, shard_model
 from hstu_model.training import EvalResult, Trainer, seed_everything
 
 __version__ = "0.1.0"
@@ -28,11 +31,15 @@ __all__ = [
     "ModelConfig",
     "ModelOutput",
     "OptimizerConfig",
+    "ShardingConfig",
+    "ShardingError",
+    "TableOption",
     "TrainConfig",
     "Trainer",
     "binary_auc",
     "embedding_tables",
     "preset",
     "seed_everything",
+    "shard_model",
     "time_features",
 ]

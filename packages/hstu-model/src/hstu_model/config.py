@@ -311,6 +311,155 @@ class TrainConfig:
         _require(self.seed >= 0, "seed", "must be >= 0")
 
 
+SHARDING_TYPES: tuple[str, ...] = ("row_wise", "column_wise", "table_wise", "data_parallel")
+"""Sharding types a table may be given (TorchRec `ShardingType` values that its
+EmbeddingCollection sharder supports on both CPU and CUDA)."""
+
+COMPUTE_KERNELS: dict[str, tuple[str, ...]] = {
+    "cpu": ("fused",),
+    "cuda": ("fused", "fused_uvm", "fused_uvm_caching"),
+}
+"""Compute kernels (weight placements) a sharded table may be given on each compute device
+(TorchRec `EmbeddingComputeKernel` values): `fused` keeps the weights in device memory (host
+memory on CPU), `fused_uvm` in unified (host) memory, `fused_uvm_caching` in host memory with
+a device-memory cache. A data_parallel table always uses the `dense` kernel."""
+
+
+@dataclass(frozen=True)
+class TableOption:
+    """One per-table choice: `table=value` (a sharding type or a compute kernel)."""
+
+    table: str
+    """Embedding table name: an id table (uid, item_id, artist_id, album_id) or a contextual
+    feature's table."""
+    value: str
+    """The choice for that table."""
+
+    def __post_init__(self) -> None:
+        for name in ("table", "value"):
+            value = getattr(self, name)
+            _require(
+                isinstance(value, str) and bool(value.strip()),
+                f"TableOption.{name}",
+                f"must be a non-empty string, got {value!r}",
+            )
+
+    @classmethod
+    def parse(cls, text: str, field_name: str = "table option") -> TableOption:
+        """`"item_id=row_wise"` -> TableOption("item_id", "row_wise")."""
+        table, sep, value = text.partition("=")
+        if not sep or not table.strip() or not value.strip():
+            raise ConfigError(f"{field_name}: expected table=value, got {text.strip()!r}")
+        return cls(table.strip(), value.strip())
+
+
+def _check_table_options(
+    options: tuple[TableOption, ...], field_name: str, allowed: tuple[str, ...]
+) -> None:
+    _require(
+        isinstance(options, tuple) and all(isinstance(o, TableOption) for o in options),
+        field_name,
+        f"must be a tuple of TableOption, got {options!r}",
+    )
+    tables = [o.table for o in options]
+    duplicates = sorted({t for t in tables if tables.count(t) > 1})
+    _require(not duplicates, field_name, f"table(s) {duplicates} given more than once")
+    for option in options:
+        _require(
+            option.value in allowed,
+            field_name,
+            f"{option.table}={option.value}: unknown value {option.value!r}; "
+            f"allowed: {', '.join(allowed)}",
+        )
+
+
+@dataclass(frozen=True)
+class ShardingConfig:
+    """How `hstu_model.sharding.shard_model` distributes the embedding tables (TorchRec
+    DistributedModelParallel). Tables without an override are left to TorchRec's planner."""
+
+    compute_device: str = "cpu"
+    """Device the model runs on: "cpu" (with a gloo process group) or "cuda" (one GPU per
+    rank, NCCL). It decides which sharding types and compute kernels the planner may use."""
+    sharding_types: tuple[TableOption, ...] = ()
+    """Per-table sharding type, `table=type` with type one of row_wise, column_wise, table_wise,
+    data_parallel (the planner may pick any of them for the other tables). data_parallel
+    needs compute_device cuda (on cpu the planner is not offered it either)."""
+    compute_kernels: tuple[TableOption, ...] = ()
+    """Per-table compute kernel, i.e. where the weights are placed: `table=kernel` with kernel
+    `fused` (device memory; host memory on CPU), or on cuda also `fused_uvm` (unified host
+    memory) or `fused_uvm_caching` (host memory behind a device cache). Not allowed for a
+    data_parallel table, whose kernel is always `dense`."""
+    hbm_cap_gb: float = 0.0
+    """Device memory (HBM) per rank the planner may fill, in GB (10^9 bytes); 0 keeps
+    TorchRec's default (32 GiB). Used with compute_device "cuda"; a CPU topology has no HBM
+    (tables go to host memory), so the planner ignores it there."""
+    fp16_all_to_all: bool = False
+    """Send the embedding all-to-all in fp16 in forward and backward (TorchRec qcomm codecs).
+    When set, `shard_model` raises on every rank unless every table's lookup really goes
+    through an fp16 all-to-all."""
+
+    def __post_init__(self) -> None:
+        _require(
+            self.compute_device in COMPUTE_KERNELS,
+            "compute_device",
+            f"must be one of {', '.join(COMPUTE_KERNELS)}, got {self.compute_device!r}",
+        )
+        _check_table_options(self.sharding_types, "sharding_types", SHARDING_TYPES)
+        _check_table_options(
+            self.compute_kernels,
+            "compute_kernels",
+            COMPUTE_KERNELS["cuda"],
+        )
+        for option in self.compute_kernels:
+            _require(
+                option.value in COMPUTE_KERNELS[self.compute_device],
+                "compute_kernels",
+                f"{option.table}={option.value} needs compute_device cuda (on "
+                f"{self.compute_device} only {', '.join(COMPUTE_KERNELS[self.compute_device])})",
+            )
+        data_parallel = {o.table for o in self.sharding_types if o.value == "data_parallel"}
+        _require(
+            not data_parallel or self.compute_device != "cpu",
+            "sharding_types",
+            f"{', '.join(sorted(data_parallel))}: data_parallel needs compute_device cuda: "
+            "on CPU fbgemm's dense kernel returns pooled embeddings (one per sample and "
+            "feature) instead of one per id, so TorchRec's data_parallel EmbeddingCollection "
+            "computes wrong embeddings",
+        )
+        clash = sorted(data_parallel & {o.table for o in self.compute_kernels})
+        _require(
+            not clash,
+            "compute_kernels",
+            f"table(s) {clash} are data_parallel, whose kernel is always dense; "
+            "drop their compute kernel",
+        )
+        _require(
+            isinstance(self.hbm_cap_gb, int | float)
+            and not isinstance(self.hbm_cap_gb, bool)
+            and self.hbm_cap_gb >= 0,
+            "hbm_cap_gb",
+            f"must be a number >= 0 (0: the planner's default), got {self.hbm_cap_gb!r}",
+        )
+        _require(
+            isinstance(self.fp16_all_to_all, bool),
+            "fp16_all_to_all",
+            f"must be a bool, got {self.fp16_all_to_all!r}",
+        )
+
+    def sharding_type_of(self, table: str) -> str | None:
+        """The sharding type override of `table`, or None when the planner chooses."""
+        return next((o.value for o in self.sharding_types if o.table == table), None)
+
+    def compute_kernel_of(self, table: str) -> str | None:
+        """The compute kernel override of `table`, or None when the planner chooses."""
+        return next((o.value for o in self.compute_kernels if o.table == table), None)
+
+    def tables(self) -> set[str]:
+        """Every table named by an override."""
+        return {o.table for o in (*self.sharding_types, *self.compute_kernels)}
+
+
 @dataclass(frozen=True)
 class HSTUConfig:
     """Everything needed to build and train the model."""
@@ -318,6 +467,19 @@ class HSTUConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    sharding: ShardingConfig = field(default_factory=ShardingConfig)
+    """Distribution of the embedding tables over ranks (`hstu_model.sharding.shard_model`)."""
+
+    def __post_init__(self) -> None:
+        known = (*ID_TABLES, *self.model.contextual_tables())
+        for field_name in ("sharding_types", "compute_kernels"):
+            options = getattr(self.sharding, field_name)
+            unknown = sorted({o.table for o in options} - set(known))
+            _require(
+                not unknown,
+                field_name,
+                f"unknown table(s) {unknown}; the model's tables are {', '.join(known)}",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -375,7 +537,8 @@ user_x_artist down to 2,000 for user_x_is_organic): small enough to train on a C
 
 
 def yambda_5b() -> HSTUConfig:
-    """The MLPerf DLRMv4 reference defaults (8 contextual tokens, 3 layers, batch 1024/rank)."""
+    """The MLPerf DLRMv4 reference defaults (8 contextual tokens, 3 layers, batch 1024/rank,
+    tables sharded over GPUs by the planner with an fp16 embedding all-to-all)."""
     return HSTUConfig(
         model=ModelConfig(
             contextual_seq_len=1 + len(YAMBDA_5B_CONTEXTUAL_FEATURES),
@@ -385,6 +548,7 @@ def yambda_5b() -> HSTUConfig:
         ),
         optimizer=OptimizerConfig(),
         train=TrainConfig(batch_size=1024, eval_batch_size=1024, autocast_bf16=True),
+        sharding=ShardingConfig(compute_device="cuda", fp16_all_to_all=True),
     )
 
 

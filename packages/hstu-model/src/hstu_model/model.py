@@ -132,6 +132,12 @@ class ModelOutput:
     """[num_candidates_total, num_tasks] logits, candidates in batch order."""
 
 
+# A pytree node, so that DistributedDataParallel finds the logits in the output: with TorchRec's
+# default static_graph=True it only all-reduces the gradients through the output's tensors,
+# and an opaque dataclass would leave each rank with its own dense gradients.
+torch.utils._pytree.register_dataclass(ModelOutput)
+
+
 class HSTURanker(nn.Module):
     """HSTU ranking model over a user-history KJT and a candidate KJT."""
 
@@ -191,6 +197,11 @@ class HSTURanker(nn.Module):
             self.to(device)
 
     def reset_parameters(self) -> None:
+        # The constant buffers too: DistributedModelParallel materialises a model built on the
+        # meta device with zeroed buffers, then calls reset_parameters.
+        with torch.no_grad():
+            self.action_bits.copy_(torch.tensor(self.config.action_weights, dtype=torch.int64))
+            self.task_weights.copy_(torch.tensor(self.config.task_weights, dtype=torch.float32))
         std = 1.0 / math.sqrt(self.config.embedding_dim)
         nn.init.normal_(self.action_embeddings, std=std)
         nn.init.normal_(self.candidate_action_embedding, std=std)

@@ -1,10 +1,10 @@
 """Overrides of a preset from a file, the environment and the command line.
 
 Precedence, lowest first: preset < file < environment < command line. Each layer is a mapping
-`{section: {field: value}}` with sections `model`, `optimizer` and `train`; `model.features` may
-itself be a mapping `{name: value}`. Every layer is applied with `HSTUConfig.replace`, which
-validates the result, and every error names where the bad value came from (file path, variable
-name or command-line item) and the field.
+`{section: {field: value}}` with sections `model`, `optimizer`, `train` and `sharding`;
+`model.features` may itself be a mapping `{name: value}`. Every layer is applied with
+`HSTUConfig.replace`, which validates the result, and every error names where the bad value
+came from (file path, variable name or command-line item) and the field.
 
 - File: TOML (`.toml`), JSON (`.json`) or YAML (`.yaml`/`.yml`, needs PyYAML).
 - Environment: `HSTU_<SECTION>__<FIELD>=value`, e.g. `HSTU_MODEL__NUM_LAYERS=2`,
@@ -18,7 +18,9 @@ as comma-separated items (`1,2,4`, brackets optional). `model.contextual_feature
 written `name=rows` (`user_x_artist=10000,user_x_hour=2400`); in a file they may also be tables
 `{name = "...", num_embeddings = ...}`. Changing their number needs the matching
 `model.contextual_seq_len` (1 + the number of items) in the same layer (each layer is
-validated on its own).
+validated on its own). The per-table `sharding.sharding_types` and `sharding.compute_kernels`
+are written `table=value,...` (`item_id=row_wise,uid=table_wise`); in a file also as a table
+`{item_id = "row_wise"}` or a list of `{table = "...", value = "..."}`.
 """
 
 from __future__ import annotations
@@ -32,11 +34,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hstu_model.config import ConfigError, ContextualFeature, HSTUConfig, preset
+from hstu_model.config import ConfigError, ContextualFeature, HSTUConfig, TableOption, preset
 
-SECTIONS = ("model", "optimizer", "train")
+SECTIONS = ("model", "optimizer", "train", "sharding")
 NESTED = {("model", "features")}
 """(section, field) pairs whose value is itself a dataclass overridable field by field."""
+TABLE_MAPPINGS = {("sharding", "sharding_types"), ("sharding", "compute_kernels")}
+"""(section, field) pairs of `TableOption` tuples, which a file may also write as a mapping
+`{table: value}`."""
 
 Overrides = dict[str, dict[str, Any]]
 _Path = tuple[str, ...]
@@ -86,6 +91,8 @@ def _parse_scalar(text: str, kind: type, where: str) -> Any:
         except ConfigError as exc:
             message = str(exc).removeprefix("contextual_features: ")
             raise ConfigError(f"{where}: {message}") from None
+    if kind is TableOption:
+        return TableOption.parse(text, where)
     if kind is bool:
         lowered = text.lower()
         if lowered in _TRUE:
@@ -122,6 +129,12 @@ def _check_native(value: Any, field_type: Any, where: str) -> Any:
     """A value read from a file, checked against (and lightly converted to) `field_type`."""
     if isinstance(value, str) and field_type is not str:
         return parse_value(value, field_type, where)
+    if (
+        isinstance(value, Mapping)
+        and typing.get_origin(field_type) is tuple
+        and typing.get_args(field_type)[0] is TableOption
+    ):  # a file's {table: value}
+        value = [{"table": k, "value": v} for k, v in value.items()]
     if typing.get_origin(field_type) is tuple:
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
@@ -141,6 +154,18 @@ def _check_native(value: Any, field_type: Any, where: str) -> Any:
         rows = _check_native(value["num_embeddings"], int, where)
         try:
             return ContextualFeature(name, rows)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    if field_type is TableOption and isinstance(value, Mapping):
+        if sorted(value) != ["table", "value"]:
+            raise ConfigError(
+                f"{where}: a table option needs exactly the keys table and value, "
+                f"got {sorted(value)}"
+            )
+        table = _check_native(value["table"], str, where)
+        choice = _check_native(value["value"], str, where)
+        try:
+            return TableOption(table, choice)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
     if field_type is float and isinstance(value, int | float) and not isinstance(value, bool):
@@ -166,7 +191,7 @@ def _flatten(data: Any, source: str, prefix: _Path = ()) -> Iterable[tuple[_Path
         raise ConfigError(f"{source}: expected a mapping of sections, got {type(data).__name__}")
     for key, value in data.items():
         path = (*prefix, str(key))
-        if isinstance(value, Mapping):
+        if isinstance(value, Mapping) and path not in TABLE_MAPPINGS:
             yield from _flatten(value, source, path)
         else:
             yield path, value

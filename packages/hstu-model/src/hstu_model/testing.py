@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
-from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor
 
 from hstu_model.config import TINY_CONTEXTUAL_FEATURES, FeatureNames
 
@@ -123,3 +123,25 @@ def random_batch(
         lengths=torch.cat([ones] * 6),
     )
     return Batch(uih, candidates, labels)
+
+
+def _slice_kjt(kjt: KeyedJaggedTensor, start: int, stop: int) -> KeyedJaggedTensor:
+    jts = {}
+    for key, jt in kjt.to_dict().items():
+        offsets = jt.offsets()
+        lo, hi = int(offsets[start]), int(offsets[stop])
+        jts[key] = JaggedTensor(values=jt.values()[lo:hi], lengths=jt.lengths()[start:stop])
+    return KeyedJaggedTensor.from_jt_dict(jts)
+
+
+def slice_batch(batch: Batch, start: int, stop: int) -> Batch:
+    """Samples `[start, stop)` of `batch` (same keys in the same order), e.g. one rank's share
+    of a global batch: `slice_batch(b, rank * n, (rank + 1) * n)`."""
+    size = batch.labels.shape[0]
+    if not 0 <= start <= stop <= size:
+        raise ValueError(f"slice_batch: [{start}, {stop}) is not within a batch of {size}")
+    return Batch(
+        _slice_kjt(batch.uih, start, stop),
+        _slice_kjt(batch.candidates, start, stop),
+        batch.labels[start:stop],
+    )

@@ -1,4 +1,9 @@
-"""Training machinery: optimizers with a shared warmup, one train step, evaluation."""
+"""Training machinery: optimizers with a shared warmup, one train step, evaluation.
+
+`Trainer` takes either an `HSTURanker` or the DistributedModelParallel that
+`hstu_model.sharding.shard_model` returns; with the latter the sparse optimizer is the DMP's
+fused one (row-wise Adagrad in the backward pass of the sharded tables).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +14,20 @@ from typing import Protocol
 
 import numpy as np
 import torch
+from torch import nn
+from torchrec.distributed.model_parallel import get_unwrapped_module
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from hstu_model.config import HSTUConfig
 from hstu_model.metrics import binary_auc
 from hstu_model.model import HSTURanker
+from hstu_model.sharding import (
+    SPARSE_ADAGRAD_EPS,
+    is_sharded,
+    set_learning_rates,
+    sharded_parameters,
+)
 
 
 class Batch(Protocol):
@@ -41,13 +54,32 @@ class EvalResult:
 
 
 class Trainer:
-    """Dense Adam and sparse row-wise Adagrad over an HSTURanker, one step at a time."""
+    """Dense Adam and sparse row-wise Adagrad over an HSTURanker, one step at a time.
 
-    def __init__(self, model: HSTURanker, config: HSTUConfig) -> None:
+    `model` is an `HSTURanker` or the DistributedModelParallel of `shard_model`. Unsharded, the
+    sparse optimizer is TorchRec's `RowWiseAdagrad`, stepped after backward. Sharded, the
+    sharded tables are updated inside backward by the DMP's `fused_optimizer` (row-wise Adagrad
+    too), and data_parallel tables, if any, by a `RowWiseAdagrad` after backward; DDP averages
+    the gradients of the dense parameters and of the data_parallel tables over the ranks.
+    Every sparse optimizer gets its learning rate from the same warmup as the dense Adam
+    (`set_learning_rates`). `train_step` returns this rank's loss.
+    """
+
+    def __init__(self, model: HSTURanker | nn.Module, config: HSTUConfig) -> None:
         self.model = model
         self.config = config
+        self.module: HSTURanker = get_unwrapped_module(model)
+        """The HSTURanker inside `model` (for its loss)."""
         opt = config.optimizer
-        self._dense_parameters = model.dense_parameters()
+        self._replicated_parameters: list[nn.Parameter] = []
+        if is_sharded(model):
+            self._dense_parameters, self._replicated_parameters = sharded_parameters(model)
+            sparse = [model.fused_optimizer]
+            if self._replicated_parameters:
+                sparse.append(self._row_wise_adagrad(self._replicated_parameters))
+        else:
+            self._dense_parameters = model.dense_parameters()
+            sparse = [self._row_wise_adagrad(model.embedding_parameters())]
         self.dense_optimizer = torch.optim.Adam(
             self._dense_parameters,
             lr=opt.dense_lr,
@@ -55,17 +87,27 @@ class Trainer:
             eps=opt.eps,
             weight_decay=opt.weight_decay,
         )
-        self.sparse_optimizer = RowWiseAdagrad(model.embedding_parameters(), lr=opt.sparse_lr)
+        self.sparse_optimizers: list[torch.optim.Optimizer] = sparse
+        """Row-wise Adagrad of the embedding tables: one optimizer unsharded; the DMP's fused
+        optimizer (plus one for the data_parallel tables, if any) sharded."""
         self.step = 0
 
-    def _set_learning_rates(self) -> float:
-        opt = self.config.optimizer
-        factor = opt.lr_factor(self.step)
-        for group in self.dense_optimizer.param_groups:
-            group["lr"] = opt.dense_lr * factor
-        for group in self.sparse_optimizer.param_groups:
-            group["lr"] = opt.sparse_lr * factor
-        return factor
+    def _row_wise_adagrad(self, parameters: list[nn.Parameter]) -> RowWiseAdagrad:
+        return RowWiseAdagrad(
+            parameters, lr=self.config.optimizer.sparse_lr, eps=SPARSE_ADAGRAD_EPS
+        )
+
+    @property
+    def sparse_optimizer(self) -> torch.optim.Optimizer:
+        """The first sparse optimizer (the only one of an unsharded model)."""
+        return self.sparse_optimizers[0]
+
+    def set_learning_rates(self) -> float:
+        """Set the dense and the sparse learning rates for step `self.step` (peak times the
+        shared warmup factor, which it returns). `train_step` calls it before each step."""
+        return set_learning_rates(
+            self.dense_optimizer, self.sparse_optimizers, self.config.optimizer, self.step
+        )
 
     def _autocast(self):
         enabled = self.config.train.autocast_bf16
@@ -75,18 +117,20 @@ class Trainer:
     def train_step(self, batch: Batch) -> float:
         """One optimizer step on `batch`; returns its loss."""
         self.model.train()
-        self._set_learning_rates()
+        self.set_learning_rates()
         with self._autocast():
             logits = self.model(batch.uih, batch.candidates).logits
-        loss = self.model.loss(logits.float(), batch.labels)
+        loss = self.module.loss(logits.float(), batch.labels)
         self.dense_optimizer.zero_grad(set_to_none=True)
-        self.sparse_optimizer.zero_grad(set_to_none=True)
+        for optimizer in self.sparse_optimizers:
+            optimizer.zero_grad(set_to_none=True)
         loss.backward()
         clip = self.config.optimizer.grad_clip_norm
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(self._dense_parameters, clip)
         self.dense_optimizer.step()
-        self.sparse_optimizer.step()
+        for optimizer in self.sparse_optimizers:
+            optimizer.step()
         self.step += 1
         return float(loss.detach())
 
@@ -98,7 +142,7 @@ class Trainer:
         for batch in batches:
             with self._autocast():
                 logits = self.model(batch.uih, batch.candidates).logits.float()
-            losses.append(float(self.model.loss(logits, batch.labels)))
+            losses.append(float(self.module.loss(logits, batch.labels)))
             scores.append(logits[:, 0].cpu().numpy())
             labels.append(batch.labels.reshape(logits.shape[0], -1)[:, 0].cpu().numpy())
         if not scores:
