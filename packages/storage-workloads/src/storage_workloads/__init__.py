@@ -4,8 +4,11 @@
 - :func:`required_num_files` / :func:`suggested_subfolders`: dataset sizing for a system.
 - :func:`check_overrides` / :func:`verdict`: which parameter changes each division allows.
 - :func:`to_dlio_config` / :func:`write_dlio_config`: DLIO workload YAML for either engine.
+- :data:`OBJECT_WORKLOADS` / :func:`object_workload`: the object-storage workloads (sai3-bench
+  ResNet50 and UNet3D); :mod:`storage_workloads.s3` runs them against an S3 endpoint (boto3,
+  the ``s3`` extra) and :mod:`storage_workloads.objresults` holds their results format.
 
-No torch here: the package imports with only PyYAML installed.
+No torch here: the package imports with only PyYAML installed (boto3 only when a run starts).
 """
 
 from storage_workloads.dlio import (
@@ -14,6 +17,14 @@ from storage_workloads.dlio import (
     Engine,
     to_dlio_config,
     write_dlio_config,
+)
+from storage_workloads.objects import (
+    OBJECT_WORKLOADS,
+    ObjectWorkload,
+    clipped_lognormal_mean,
+    draw_sizes,
+    lognormal_params,
+    object_workload,
 )
 from storage_workloads.rules import (
     CLOSED_PARAMETERS,
@@ -59,6 +70,7 @@ __all__ = [
     "FRAMEWORKS",
     "HOST_MEMORY_FACTOR",
     "MODELS",
+    "OBJECT_WORKLOADS",
     "ODIRECT_MODELS",
     "OPEN_PARAMETERS",
     "RECORD_LENGTH_KEYS",
@@ -66,11 +78,16 @@ __all__ = [
     "Engine",
     "Issue",
     "Level",
+    "ObjectWorkload",
     "UnknownWorkloadError",
     "Verdict",
     "Workload",
     "__version__",
     "check_overrides",
+    "clipped_lognormal_mean",
+    "draw_sizes",
+    "lognormal_params",
+    "object_workload",
     "required_num_files",
     "suggested_subfolders",
     "to_dlio_config",

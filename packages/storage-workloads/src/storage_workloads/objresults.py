@@ -1,0 +1,346 @@
+"""Per-operation measurements of an object-storage run and the results files made from them.
+
+A :class:`Recorder` takes one record per completed operation (bytes moved, latency, completion
+time); recorders of threads and client processes merge exactly, keeping every latency, so the
+percentiles are exact (nearest rank), not estimated from a histogram. :func:`summarize` turns a
+recorder into a phase summary: totals and per-size-bucket ops/s, MiB/s, mean/p50/p90/p95/p99/max
+latency, plus the per-second log. :func:`write_results` writes ``results.json``,
+``results.csv`` and ``per_second.csv`` atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = [
+    "BUCKET_SCHEMES",
+    "PERCENTILES",
+    "RESULTS_CSV_COLUMNS",
+    "RESULTS_FILES",
+    "SCHEMA",
+    "Bucket",
+    "Recorder",
+    "bucket_of",
+    "percentile",
+    "summarize",
+    "write_results",
+]
+
+SCHEMA: Final = "storage-workloads/object-results/1"
+#: Percentiles reported for every bucket, besides the mean and the maximum.
+PERCENTILES: Final = (50, 90, 95, 99)
+#: The size-bucket schemes: ``pow2`` (the default) and ``sai3`` (sai3-bench's buckets).
+BUCKET_SCHEMES: Final = ("pow2", "sai3")
+#: The files :func:`write_results` writes, in the order it writes them (``results.json`` last).
+RESULTS_FILES: Final = ("per_second.csv", "results.csv", "results.json")
+RESULTS_CSV_COLUMNS: Final = (
+    "phase",
+    "op",
+    "bucket",
+    "low_bytes",
+    "high_bytes",
+    "ops",
+    "bytes",
+    "ops_per_s",
+    "mib_per_s",
+    "mean_ms",
+    "p50_ms",
+    "p90_ms",
+    "p95_ms",
+    "p99_ms",
+    "max_ms",
+)
+PER_SECOND_CSV_COLUMNS: Final = ("phase", "op", "second", "ops", "bytes", "mib_per_s")
+
+_SAI3_BOUNDS: Final = (0, 8 << 10, 64 << 10, 512 << 10, 4 << 20, 32 << 20, 256 << 20, 2 << 30)
+_SAI3_LABELS: Final = (
+    "zero",
+    "1B-8KiB",
+    "8KiB-64KiB",
+    "64KiB-512KiB",
+    "512KiB-4MiB",
+    "4MiB-32MiB",
+    "32MiB-256MiB",
+    "256MiB-2GiB",
+    ">2GiB",
+)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A size bucket: sizes ``n`` with ``low < n <= high`` (``high`` ``None``: no bound)."""
+
+    index: int
+    label: str
+    low: int  # exclusive; -1 for the bucket of empty objects
+    high: int | None  # inclusive
+
+
+def _human(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return f"{n}B"
+
+
+def bucket_of(nbytes: int, scheme: str = "pow2") -> Bucket:
+    """The size bucket of an object of ``nbytes`` bytes.
+
+    ``pow2``: bucket ``k`` holds ``2**(k-1) < n <= 2**k`` (labelled e.g. ``128KiB-256KiB``),
+    bucket 0 the one-byte objects and ``empty`` the empty ones (index -1). A 32 KiB object is in
+    ``16KiB-32KiB``, a 1 MiB one in ``512KiB-1MiB``.
+
+    ``sai3``: sai3-bench's nine buckets with bounds growing eightfold: ``zero``, ``1B-8KiB``,
+    ``8KiB-64KiB``, ``64KiB-512KiB``, ``512KiB-4MiB``, ``4MiB-32MiB``, ``32MiB-256MiB``,
+    ``256MiB-2GiB`` and ``>2GiB``, upper bounds inclusive.
+    """
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    if scheme == "pow2":
+        if nbytes == 0:
+            return Bucket(-1, "empty", -1, 0)
+        k = (nbytes - 1).bit_length()
+        high = 1 << k
+        low = high >> 1 if k else 0
+        label = _human(high) if k == 0 else f"{_human(low)}-{_human(high)}"
+        return Bucket(k, label, low, high)
+    if scheme == "sai3":
+        for i, high in enumerate(_SAI3_BOUNDS):
+            if nbytes <= high:
+                low = _SAI3_BOUNDS[i - 1] if i else -1
+                return Bucket(i, _SAI3_LABELS[i], low, high)
+        return Bucket(len(_SAI3_BOUNDS), _SAI3_LABELS[-1], _SAI3_BOUNDS[-1], None)
+    raise ValueError(f"bucket scheme must be one of {BUCKET_SCHEMES}, got {scheme!r}")
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile: the smallest value with at least ``p`` % of the values <= it."""
+    n = len(sorted_values)
+    if n == 0:
+        raise ValueError("percentile of no values")
+    if not 0 < p <= 100:
+        raise ValueError(f"p must be in (0, 100], got {p}")
+    rank = math.ceil(p / 100 * n)
+    return sorted_values[max(rank, 1) - 1]
+
+
+@dataclass
+class Recorder:
+    """Measurements of one thread, client or phase. Mergeable and picklable.
+
+    ``latencies[b]`` holds the latencies (seconds) of the ops in bucket ``b`` and ``nbytes[b]``
+    their bytes; ``per_second[s]`` is ``[ops, bytes]`` of the ops that completed in second
+    ``s`` after the common start; ``end_s`` is the last completion time after the start.
+    """
+
+    scheme: str = "pow2"
+    latencies: dict[int, array] = field(default_factory=dict)
+    nbytes: dict[int, int] = field(default_factory=dict)
+    buckets: dict[int, Bucket] = field(default_factory=dict)
+    per_second: dict[int, list[int]] = field(default_factory=dict)
+    end_s: float = 0.0
+    errors: int = 0
+    error_samples: list[str] = field(default_factory=list)
+
+    def record(self, nbytes: int, latency_s: float, done_s: float) -> None:
+        """One completed operation of ``nbytes`` bytes, ``done_s`` seconds after the start."""
+        bucket = bucket_of(nbytes, self.scheme)
+        b = bucket.index
+        lat = self.latencies.get(b)
+        if lat is None:
+            lat = self.latencies[b] = array("d")
+            self.nbytes[b] = 0
+            self.buckets[b] = bucket
+        lat.append(latency_s)
+        self.nbytes[b] += nbytes
+        second = max(int(done_s), 0)
+        slot = self.per_second.get(second)
+        if slot is None:
+            self.per_second[second] = [1, nbytes]
+        else:
+            slot[0] += 1
+            slot[1] += nbytes
+        if done_s > self.end_s:
+            self.end_s = done_s
+
+    def error(self, message: str, limit: int = 10) -> None:
+        """One failed operation; the first ``limit`` distinct messages are kept."""
+        self.errors += 1
+        if len(self.error_samples) < limit and message not in self.error_samples:
+            self.error_samples.append(message)
+
+    def merge(self, other: Recorder) -> None:
+        if other.scheme != self.scheme:
+            raise ValueError(f"cannot merge bucket schemes {self.scheme} and {other.scheme}")
+        for b, lat in other.latencies.items():
+            if b in self.latencies:
+                self.latencies[b].extend(lat)
+                self.nbytes[b] += other.nbytes[b]
+            else:
+                self.latencies[b] = array("d", lat)
+                self.nbytes[b] = other.nbytes[b]
+                self.buckets[b] = other.buckets[b]
+        for s, (ops, nbytes) in other.per_second.items():
+            slot = self.per_second.setdefault(s, [0, 0])
+            slot[0] += ops
+            slot[1] += nbytes
+        self.end_s = max(self.end_s, other.end_s)
+        self.errors += other.errors
+        for message in other.error_samples:
+            if len(self.error_samples) < 10 and message not in self.error_samples:
+                self.error_samples.append(message)
+
+    @property
+    def ops(self) -> int:
+        return sum(len(v) for v in self.latencies.values())
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.nbytes.values())
+
+
+def _stats(latencies: Sequence[float], nbytes: int, elapsed_s: float) -> dict[str, Any]:
+    values = sorted(latencies)
+    n = len(values)
+    row: dict[str, Any] = {
+        "ops": n,
+        "bytes": nbytes,
+        "ops_per_s": n / elapsed_s if elapsed_s > 0 else 0.0,
+        "mib_per_s": nbytes / (1 << 20) / elapsed_s if elapsed_s > 0 else 0.0,
+    }
+    if n:
+        row["mean_ms"] = math.fsum(values) / n * 1e3
+        for p in PERCENTILES:
+            row[f"p{p}_ms"] = percentile(values, p) * 1e3
+        row["max_ms"] = values[-1] * 1e3
+    else:
+        row["mean_ms"] = None
+        for p in PERCENTILES:
+            row[f"p{p}_ms"] = None
+        row["max_ms"] = None
+    return row
+
+
+def summarize(
+    recorder: Recorder, *, phase: str, op: str, elapsed_s: float, **extra: Any
+) -> dict[str, Any]:
+    """The summary of one phase: ``totals``, ``buckets`` (by size) and ``per_second``.
+
+    Rates are over ``elapsed_s``, the time from the common start to the end of the phase, for
+    the totals and for every bucket alike (so the buckets' ops/s add up to the total). The
+    per-second log covers every second from 0 to the last completion, zeros included; its
+    last second is usually partial. ``extra`` keys are added to the summary as they are.
+    """
+    buckets = []
+    for b in sorted(recorder.latencies):
+        info = recorder.buckets[b]
+        buckets.append(
+            {
+                "bucket": info.label,
+                "low_bytes": info.low,
+                "high_bytes": info.high,
+                **_stats(recorder.latencies[b], recorder.nbytes[b], elapsed_s),
+            }
+        )
+    all_latencies: array = array("d")
+    for lat in recorder.latencies.values():
+        all_latencies.extend(lat)
+    last = max(recorder.per_second, default=-1)
+    per_second = [
+        {"second": s, "ops": ops, "bytes": nb}
+        for s in range(last + 1)
+        for ops, nb in [recorder.per_second.get(s, (0, 0))]
+    ]
+    return {
+        "phase": phase,
+        "op": op,
+        "elapsed_s": elapsed_s,
+        "bucket_scheme": recorder.scheme,
+        "totals": _stats(all_latencies, recorder.total_bytes, elapsed_s),
+        "errors": {"count": recorder.errors, "samples": list(recorder.error_samples)},
+        **extra,
+        "buckets": buckets,
+        "per_second": per_second,
+    }
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(round(value, 6))
+    return str(value)
+
+
+def _results_csv(results: dict[str, Any]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(RESULTS_CSV_COLUMNS)
+    for phase in results["phases"]:
+        rows = [{"bucket": "all", "low_bytes": None, "high_bytes": None, **phase["totals"]}]
+        rows += phase["buckets"]
+        for row in rows:
+            full = {"phase": phase["phase"], "op": phase["op"], **row}
+            writer.writerow([_fmt(full[c]) for c in RESULTS_CSV_COLUMNS])
+    return buf.getvalue()
+
+
+def _per_second_csv(results: dict[str, Any]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(PER_SECOND_CSV_COLUMNS)
+    for phase in results["phases"]:
+        for row in phase["per_second"]:
+            mib = row["bytes"] / (1 << 20)
+            writer.writerow(
+                [phase["phase"], phase["op"], row["second"], row["ops"], row["bytes"], _fmt(mib)]
+            )
+    return buf.getvalue()
+
+
+def _atomic_write(target: Path, text: str) -> None:
+    mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_results(out_dir: str | os.PathLike[str], results: dict[str, Any]) -> dict[str, Path]:
+    """Write ``per_second.csv``, ``results.csv`` and ``results.json`` into ``out_dir``.
+
+    Each file is written to a temporary file in ``out_dir``, synced and renamed over the
+    target, so a reader never sees a partial file; ``results.json`` comes last, so its
+    presence means the set is complete. Returns the paths by file name.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    texts = {
+        "per_second.csv": _per_second_csv(results),
+        "results.csv": _results_csv(results),
+        "results.json": json.dumps(results, indent=2, allow_nan=False) + "\n",
+    }
+    paths = {}
+    for name in RESULTS_FILES:
+        paths[name] = out / name
+        _atomic_write(paths[name], texts[name])
+    return paths

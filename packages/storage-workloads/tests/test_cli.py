@@ -1,0 +1,81 @@
+"""The command line without a server: listing, argument errors, and what importing loads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from storage_workloads import OBJECT_WORKLOADS
+from storage_workloads.cli import main
+
+REQUIRED = ["--bucket", "bench", "--out", "out"]
+
+
+def test_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["object", "list"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed == {name: w.as_dict() for name, w in OBJECT_WORKLOADS.items()}
+    assert listed["resnet50_object"]["total_objects"] == 614_400
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--concurrency", "0"], "argument --concurrency: must be >= 1, got 0"),
+        (["--clients", "two"], "argument --clients: must be an integer, got 'two'"),
+        (["--duration", "-1"], "argument --duration: must be > 0 seconds"),
+        (["--duration", "5", "--ops", "9"], "not allowed with argument"),
+        (["--objects", "0"], "argument --objects: must be >= 1"),
+        (["--buckets", "decimal"], "argument --buckets: invalid choice"),
+    ],
+)
+def test_bad_arguments(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["object", "get", "resnet50", *REQUIRED, *args])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_missing_required_options(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["object", "run", "resnet50", "--out", "x"])
+    assert "the following arguments are required: --bucket" in capsys.readouterr().err
+
+
+def test_unknown_workload_and_bad_prefix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = ["--bucket", "bench", "--out", str(tmp_path / "o")]
+    assert main(["object", "get", "bert", *out]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "storage-workloads: error: unknown object workload 'bert'; known object workloads: "
+        "resnet50_object, unet3d_object\n"
+    )
+    assert main(["object", "get", "unet3d", *out, "--prefix", "/abs"]) == 2
+    assert "ObjectWorkload.prefix must not start with '/'" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_module_entry_point() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "storage_workloads", "object", "list"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert set(json.loads(done.stdout)) == set(OBJECT_WORKLOADS)
+
+
+def test_import_loads_neither_boto3_nor_torch() -> None:
+    code = (
+        "import sys, storage_workloads, storage_workloads.s3, storage_workloads.cli\n"
+        "loaded = {'torch', 'boto3', 'botocore', 'moto'} & set(sys.modules)\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,0 +1,188 @@
+"""Size buckets, exact percentiles, the phase summary and the results files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from storage_workloads.objresults import (
+    RESULTS_CSV_COLUMNS,
+    Recorder,
+    bucket_of,
+    percentile,
+    summarize,
+    write_results,
+)
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "label", "low", "high"),
+    [
+        (0, "empty", -1, 0),
+        (1, "1B", 0, 1),
+        (2, "1B-2B", 1, 2),
+        (3, "2B-4B", 2, 4),
+        (32 * KiB, "16KiB-32KiB", 16 * KiB, 32 * KiB),
+        (32 * KiB + 1, "32KiB-64KiB", 32 * KiB, 64 * KiB),
+        (229_376, "128KiB-256KiB", 128 * KiB, 256 * KiB),
+        (MiB, "512KiB-1MiB", 512 * KiB, MiB),
+        (7_235_174, "4MiB-8MiB", 4 * MiB, 8 * MiB),
+        (32 * MiB, "16MiB-32MiB", 16 * MiB, 32 * MiB),
+    ],
+)
+def test_pow2_buckets(nbytes: int, label: str, low: int, high: int) -> None:
+    b = bucket_of(nbytes)
+    assert (b.label, b.low, b.high) == (label, low, high)
+    assert b.low < nbytes <= b.high
+
+
+def test_sai3_buckets_match_sai3_bench() -> None:
+    bounds = [0, 8 * KiB, 64 * KiB, 512 * KiB, 4 * MiB, 32 * MiB, 256 * MiB, 2 * GiB]
+    labels = [
+        "zero",
+        "1B-8KiB",
+        "8KiB-64KiB",
+        "64KiB-512KiB",
+        "512KiB-4MiB",
+        "4MiB-32MiB",
+        "32MiB-256MiB",
+        "256MiB-2GiB",
+        ">2GiB",
+    ]
+    for i, high in enumerate(bounds):
+        assert bucket_of(high, "sai3").label == labels[i]
+        assert bucket_of(high + 1, "sai3").label == labels[i + 1]
+    assert bucket_of(1, "sai3").index == 1
+    assert bucket_of(5 * GiB, "sai3").high is None
+    with pytest.raises(ValueError, match="bucket scheme"):
+        bucket_of(1, "decimal")
+    with pytest.raises(ValueError, match="nbytes"):
+        bucket_of(-1)
+
+
+def test_nearest_rank_percentiles() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert [percentile(values, p) for p in (1, 50, 90, 95, 99, 100)] == [1, 50, 90, 95, 99, 100]
+    assert [percentile([1.0, 2.0, 3.0], p) for p in (33, 34, 50, 67, 90)] == [1, 2, 2, 3, 3]
+    assert percentile([7.0], 99) == 7.0
+    with pytest.raises(ValueError):
+        percentile([], 50)
+    with pytest.raises(ValueError):
+        percentile([1.0], 0)
+
+
+def _synthetic(seed: int, n: int) -> list[tuple[int, float, float]]:
+    rng = random.Random(seed)
+    return [
+        (rng.choice([100, 40 * KiB, 200 * KiB, MiB]), rng.uniform(1e-4, 0.05), rng.uniform(0, 3.7))
+        for _ in range(n)
+    ]
+
+
+def test_recorder_merge_and_summary_are_consistent() -> None:
+    ops = _synthetic(1, 2000)
+    whole = Recorder()
+    parts = [Recorder() for _ in range(3)]
+    for k, (nbytes, lat, done) in enumerate(ops):
+        whole.record(nbytes, lat, done)
+        parts[k % 3].record(nbytes, lat, done)
+    merged = Recorder()
+    for part in parts:
+        merged.merge(part)
+    merged.error("GET x: NoSuchKey")
+    merged.error("GET x: NoSuchKey")
+    elapsed = 4.0
+    a = summarize(whole, phase="get", op="GET", elapsed_s=elapsed)
+    b = summarize(merged, phase="get", op="GET", elapsed_s=elapsed)
+    assert a["buckets"] == b["buckets"] and a["totals"] == b["totals"]
+    assert b["errors"] == {"count": 2, "samples": ["GET x: NoSuchKey"]}
+
+    totals = b["totals"]
+    assert totals["ops"] == 2000
+    assert totals["bytes"] == sum(n for n, _, _ in ops)
+    assert totals["ops_per_s"] == pytest.approx(2000 / elapsed)
+    assert totals["mib_per_s"] == pytest.approx(totals["bytes"] / MiB / elapsed)
+    assert totals["mean_ms"] == pytest.approx(sum(lat for _, lat, _ in ops) / 2000 * 1e3)
+    assert totals["max_ms"] == pytest.approx(max(lat for _, lat, _ in ops) * 1e3)
+    assert [x["bucket"] for x in b["buckets"]] == [
+        "64B-128B",
+        "32KiB-64KiB",
+        "128KiB-256KiB",
+        "512KiB-1MiB",
+    ]
+    assert sum(x["ops"] for x in b["buckets"]) == totals["ops"]
+    assert sum(x["bytes"] for x in b["buckets"]) == totals["bytes"]
+    assert sum(x["ops_per_s"] for x in b["buckets"]) == pytest.approx(totals["ops_per_s"])
+    for row in [totals, *b["buckets"]]:
+        chain = [row[k] for k in ("p50_ms", "p90_ms", "p95_ms", "p99_ms", "max_ms")]
+        assert chain == sorted(chain)
+        assert row["mean_ms"] <= row["max_ms"]
+    seconds = b["per_second"]
+    assert [s["second"] for s in seconds] == [0, 1, 2, 3]
+    assert sum(s["ops"] for s in seconds) == totals["ops"]
+    assert sum(s["bytes"] for s in seconds) == totals["bytes"]
+    assert seconds[1]["ops"] == sum(1 for _, _, d in ops if 1 <= d < 2)
+
+
+def test_empty_summary() -> None:
+    s = summarize(Recorder("sai3"), phase="prepare", op="PUT", elapsed_s=0.0, skipped=3)
+    assert s["totals"]["ops"] == 0 and s["totals"]["p99_ms"] is None
+    assert s["buckets"] == [] and s["per_second"] == [] and s["skipped"] == 3
+    with pytest.raises(ValueError, match="bucket schemes"):
+        Recorder("sai3").merge(Recorder("pow2"))
+
+
+def _results() -> dict[str, object]:
+    rec = Recorder()
+    for nbytes, lat, done in _synthetic(2, 300):
+        rec.record(nbytes, lat, done)
+    phase = summarize(rec, phase="get", op="GET", elapsed_s=3.9)
+    return {"schema": "test", "phases": [phase]}
+
+
+def test_write_results_files_agree(tmp_path: Path) -> None:
+    results = _results()
+    paths = write_results(tmp_path / "out", results)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "per_second.csv",
+        "results.csv",
+        "results.json",
+    ]
+    assert json.loads(paths["results.json"].read_text()) == results
+    rows = list(csv.DictReader(paths["results.csv"].open()))
+    assert tuple(rows[0]) == RESULTS_CSV_COLUMNS
+    phase = results["phases"][0]  # type: ignore[index]
+    assert rows[0]["bucket"] == "all" and int(rows[0]["ops"]) == phase["totals"]["ops"]
+    assert [r["bucket"] for r in rows[1:]] == [b["bucket"] for b in phase["buckets"]]
+    for row, bucket in zip(rows[1:], phase["buckets"], strict=True):
+        assert int(row["bytes"]) == bucket["bytes"]
+        assert float(row["p99_ms"]) == pytest.approx(bucket["p99_ms"], abs=1e-6)
+    per_second = list(csv.DictReader(paths["per_second.csv"].open()))
+    assert [int(r["ops"]) for r in per_second] == [s["ops"] for s in phase["per_second"]]
+    assert sum(int(r["bytes"]) for r in per_second) == phase["totals"]["bytes"]
+    assert paths["results.json"].stat().st_mode & 0o777 == 0o644
+
+
+def test_write_results_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_results(tmp_path, {"schema": "old", "phases": []})
+
+    def failing_replace(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk full"):
+        write_results(tmp_path, _results())
+    monkeypatch.undo()
+    assert json.loads((tmp_path / "results.json").read_text())["schema"] == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "per_second.csv",
+        "results.csv",
+        "results.json",
+    ]  # no temporary file left behind

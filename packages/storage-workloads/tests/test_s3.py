@@ -1,0 +1,281 @@
+"""The object-storage runner against a local S3 server (moto's server mode on loopback)."""
+
+from __future__ import annotations
+
+import collections
+import csv
+import json
+import logging
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from storage_workloads import OBJECT_WORKLOADS
+from storage_workloads.cli import main
+from storage_workloads.objresults import bucket_of
+from storage_workloads.s3 import ObjectStoreError, S3Target, get, prepare, run
+
+BUCKET = "bench"
+SEED = 11
+# A few hundred small objects in a 4 x 4 tree of 20 objects per leaf directory, sizes scaled
+# down from the ResNet50 workload (the lognormal and its clipping are tested on their own).
+SMALL = OBJECT_WORKLOADS["resnet50_object"].override(
+    prefix="small/",
+    width=4,
+    depth=2,
+    files_per_dir=20,
+    size_mean=6_000,
+    size_stdev=4_000,
+    size_min=1_024,
+    size_max=24_576,
+    concurrency=4,
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+            mp.delenv(name, raising=False)
+        mp.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        port = _free_port()
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def prepared(endpoint: str) -> dict[str, Any]:
+    """SMALL prepared once in BUCKET; the prepare summary."""
+    return prepare(SMALL, S3Target(bucket=BUCKET, endpoint=endpoint), seed=SEED)
+
+
+def _s3(endpoint: str) -> Any:
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+
+
+def _check_consistent(summary: dict[str, Any]) -> None:
+    """Buckets add up to the totals, percentiles are ordered, the per-second log sums up."""
+    totals, buckets = summary["totals"], summary["buckets"]
+    assert sum(b["ops"] for b in buckets) == totals["ops"]
+    assert sum(b["bytes"] for b in buckets) == totals["bytes"]
+    for row in [totals, *buckets]:
+        chain = [row[k] for k in ("p50_ms", "p90_ms", "p95_ms", "p99_ms", "max_ms")]
+        assert chain == sorted(chain) and chain[0] > 0
+        assert 0 < row["mean_ms"] <= row["max_ms"]
+    for b in buckets:
+        assert b["ops"] > 0
+    seconds = summary["per_second"]
+    assert [s["second"] for s in seconds] == list(range(len(seconds)))
+    assert sum(s["ops"] for s in seconds) == totals["ops"]
+    assert sum(s["bytes"] for s in seconds) == totals["bytes"]
+    assert totals["ops_per_s"] == pytest.approx(totals["ops"] / summary["elapsed_s"])
+    assert len(seconds) <= summary["elapsed_s"] + 1
+
+
+def _bucket_counts(sizes: list[int]) -> dict[str, int]:
+    return dict(collections.Counter(bucket_of(n).label for n in sizes))
+
+
+# -- prepare -----------------------------------------------------------------------------------
+
+
+def test_prepare_uploads_the_tree(endpoint: str, prepared: dict[str, Any]) -> None:
+    sizes = SMALL.object_sizes(SEED)
+    assert SMALL.total_objects == 320
+    assert prepared["phase"] == "prepare" and prepared["op"] == "PUT"
+    assert prepared["bucket_created"] is True
+    assert (prepared["objects"], prepared["uploaded"], prepared["skipped"]) == (320, 320, 0)
+    assert prepared["errors"] == {"count": 0, "samples": []}
+    assert prepared["totals"]["ops"] == 320
+    assert prepared["totals"]["bytes"] == prepared["sizes"]["total_bytes"] == sum(sizes)
+    assert {b["bucket"]: b["ops"] for b in prepared["buckets"]} == _bucket_counts(sizes)
+    _check_consistent(prepared)
+
+    listed: dict[str, int] = {}
+    for page in _s3(endpoint).get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
+        listed.update({o["Key"]: o["Size"] for o in page.get("Contents", ())})
+    assert listed == {SMALL.object_key(i): sizes[i] for i in range(320)}
+    leaves = collections.Counter(key.rsplit("/", 1)[0] for key in listed)
+    assert len(leaves) == 16 and set(leaves.values()) == {20}
+    assert {key.split("/")[1] for key in listed} == {f"scan.d1_w{i}.dir" for i in (1, 2, 3, 4)}
+
+
+def test_prepare_skips_what_is_there(endpoint: str, prepared: dict[str, Any]) -> None:
+    again = prepare(
+        SMALL, S3Target(bucket=BUCKET, endpoint=endpoint), seed=SEED, skip_existing=True
+    )
+    assert (again["uploaded"], again["skipped"], again["bucket_created"]) == (0, 320, False)
+    assert again["totals"]["ops"] == 0 and again["per_second"] == []
+
+
+# -- get ---------------------------------------------------------------------------------------
+
+
+def test_get_op_count_one_client_fetches_the_planned_objects(
+    endpoint: str, prepared: dict[str, Any]
+) -> None:
+    w = SMALL.override(ops=200, clients=1)
+    summary = get(w, S3Target(bucket=BUCKET, endpoint=endpoint), seed=SEED)
+    sizes = SMALL.object_sizes(SEED)
+    fetched = [sizes[i] for i in w.planned_get_indices(SEED)]
+    assert summary["mode"] == "ops" and summary["requested_ops"] == 200
+    assert summary["errors"]["count"] == 0
+    assert summary["totals"]["ops"] == 200
+    assert summary["totals"]["bytes"] == sum(fetched)
+    assert {b["bucket"]: b["ops"] for b in summary["buckets"]} == _bucket_counts(fetched)
+    _check_consistent(summary)
+
+
+def test_get_timed_two_clients(endpoint: str, prepared: dict[str, Any]) -> None:
+    w = SMALL.override(duration_s=1.0, clients=2, concurrency=3)
+    summary = get(w, S3Target(bucket=BUCKET, endpoint=endpoint), seed=SEED)
+    totals = summary["totals"]
+    assert summary["mode"] == "duration" and summary["requested_duration_s"] == 1.0
+    assert summary["clients"] == 2 and summary["errors"]["count"] == 0
+    assert totals["ops"] > 10
+    assert 1.0 <= summary["elapsed_s"] < 10
+    assert SMALL.size_min * totals["ops"] <= totals["bytes"] <= SMALL.size_max * totals["ops"]
+    possible = set(_bucket_counts(SMALL.object_sizes(SEED)))
+    assert {b["bucket"] for b in summary["buckets"]} <= possible
+    _check_consistent(summary)
+
+
+# -- the command line, prepare then get --------------------------------------------------------
+
+
+def test_cli_run_prepare_then_get(
+    endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    argv = ["object", "run", "resnet50", "--endpoint", endpoint, "--bucket", "cli-run"]
+    argv += ["--objects", "64", "--ops", "120", "--clients", "2", "--concurrency", "4"]
+    argv += ["--seed", "3", "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    stdout, stderr = capsys.readouterr()
+    assert "prepare (PUT)" in stdout and "get (GET)" in stdout and stderr == ""
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["command"] == "run" and results["seed"] == 3
+    assert results["endpoint"] == endpoint and results["bucket"] == "cli-run"
+    put, got = results["phases"]
+    w = OBJECT_WORKLOADS["resnet50_object"].override(
+        num_objects=64, ops=120, clients=2, concurrency=4
+    )
+    assert results["workload"] == w.as_dict()
+    sizes = w.object_sizes(3)
+    assert (put["op"], put["totals"]["ops"], put["totals"]["bytes"]) == ("PUT", 64, sum(sizes))
+    assert min(sizes) >= 32 * 1024 and max(sizes) <= 1024 * 1024
+    fetched = [sizes[i] for i in w.planned_get_indices(3)]
+    assert (got["op"], got["totals"]["ops"], got["totals"]["bytes"]) == ("GET", 120, sum(fetched))
+    for phase in (put, got):
+        _check_consistent(phase)
+
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert [(r["phase"], r["bucket"]) for r in rows] == [
+        (p["phase"], b) for p in (put, got) for b in ["all", *(x["bucket"] for x in p["buckets"])]
+    ]
+    assert int(rows[0]["bytes"]) == sum(sizes)
+    seconds = list(csv.DictReader((out / "per_second.csv").open()))
+    for phase in (put, got):
+        mine = [s for s in seconds if s["phase"] == phase["phase"]]
+        assert sum(int(s["ops"]) for s in mine) == phase["totals"]["ops"]
+        assert sum(int(s["bytes"]) for s in mine) == phase["totals"]["bytes"]
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+def test_get_on_a_missing_bucket_names_it(endpoint: str) -> None:
+    with pytest.raises(ObjectStoreError) as exc:
+        get(SMALL.override(ops=5), S3Target(bucket="no-such-bucket", endpoint=endpoint))
+    assert str(exc.value) == (
+        f"bucket 'no-such-bucket' does not exist at {endpoint}; prepare the dataset first "
+        "(storage-workloads object prepare)"
+    )
+
+
+def test_get_beyond_the_prepared_objects_names_the_missing_key(
+    endpoint: str, prepared: dict[str, Any]
+) -> None:
+    with pytest.raises(ObjectStoreError, match="is missing") as exc:
+        get(SMALL.override(num_objects=321, ops=5), S3Target(bucket=BUCKET, endpoint=endpoint))
+    key = SMALL.override(num_objects=321).object_key(320)
+    assert f"object s3://{BUCKET}/{key} is missing at {endpoint}" in str(exc.value)
+
+
+@pytest.mark.parametrize("phase", [prepare, get])
+def test_unreachable_endpoint_names_the_url(endpoint: str, phase: Any) -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    with pytest.raises(ObjectStoreError, match=f"cannot reach the S3 endpoint {url}"):
+        phase(SMALL.override(ops=5), S3Target(bucket=BUCKET, endpoint=url))
+
+
+def test_missing_credentials(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    with pytest.raises(ObjectStoreError, match="no usable AWS credentials"):
+        get(SMALL.override(ops=5), S3Target(bucket=BUCKET, endpoint=endpoint))
+
+
+def test_a_client_process_that_dies_is_reported(
+    endpoint: str, prepared: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'client exploded' >&2\nexit 7\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    with pytest.raises(ObjectStoreError, match="client process") as exc:
+        get(SMALL.override(ops=5), S3Target(bucket=BUCKET, endpoint=endpoint))
+    assert "code 7" in str(exc.value) or "lost a client process" in str(exc.value)
+
+
+def test_cli_errors_are_one_line(
+    endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    base = ["--ops", "5", "--out", str(tmp_path / "o"), "--quiet"]
+    cases = [
+        (["get", "resnet50", "--endpoint", url, "--bucket", BUCKET], f"S3 endpoint {url}"),
+        (["get", "resnet50", "--endpoint", endpoint, "--bucket", "nope-bucket"], "'nope-bucket'"),
+        (["prepare", "resnet50", "--endpoint", endpoint, "--bucket", "ab"], "bucket 'ab'"),
+        (["get", "resnet50", "--endpoint", "ftp://x", "--bucket", BUCKET], "S3Target.endpoint"),
+    ]
+    for args, needle in cases:
+        assert main(["object", *args, *base]) == 2
+        stdout, stderr = capsys.readouterr()
+        assert stdout == ""
+        assert stderr.startswith("storage-workloads: error: ") and needle in stderr, stderr
+        assert stderr.count("\n") == 1 and "Traceback" not in stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_run_keeps_partial_results_when_get_fails(endpoint: str, tmp_path: Path) -> None:
+    w = SMALL.override(num_objects=16, prefix="partial/", ops=4)
+    target = S3Target(bucket=BUCKET, endpoint=endpoint)
+    run("prepare", w, target, out_dir=tmp_path / "p", seed=1)
+    with pytest.raises(ObjectStoreError, match="obj_00000016"):
+        run("get", w.override(num_objects=17), target, out_dir=tmp_path / "g", seed=1)
+    assert not (tmp_path / "g").exists()  # nothing measured, nothing written
+    assert json.loads((tmp_path / "p" / "results.json").read_text())["phases"][0]["uploaded"] == 16
