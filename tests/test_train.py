@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+import hstu_model
+from hstu_model import checkpoint as ck
 from mlperf_compliance import check_log, read_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +44,11 @@ def test_command_line_surface_is_frozen():
         "workers": 1,
         "target_auc": None,
         "out": Path("runs/train"),
+        "checkpoint_dir": None,
+        "checkpoint_every": 100,
+        "checkpoint_seconds": 0.0,
+        "keep_checkpoints": 2,
+        "resume": "never",
     }
 
 
@@ -47,9 +59,28 @@ def test_bad_schedule_is_refused(argv, capsys):
     assert "--evals <= --steps" in capsys.readouterr().err
 
 
-def short_run(out: Path, seed: int = 0, kernel: str = "native") -> dict:
-    args = ["--users", "40", "--steps", "12", "--evals", "2", "--seed", str(seed)]
-    return train.main([*args, "--kernel", kernel, "--out", str(out)])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--resume", "auto"], "--resume auto needs --checkpoint-dir"),
+        (["--checkpoint-dir", "c", "--checkpoint-every", "0"], "--checkpoint-every > 0 or"),
+        (["--keep-checkpoints", "0"], "--keep-checkpoints must be >= 1"),
+    ],
+)
+def test_bad_checkpoint_flags_are_refused(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        train.parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+SHORT = ["--users", "80", "--steps", "12", "--evals", "2"]
+"""A short run: 12 steps of 256 samples, evaluated at steps 6 and 12. With 80 users the time
+window of steps 10 and 11 holds two batches, so a checkpoint at step 10 is mid-window."""
+
+
+def short_run(out: Path, seed: int = 0, kernel: str = "native", extra: tuple = ()) -> dict:
+    args = [*SHORT, "--seed", str(seed), "--kernel", kernel]
+    return train.main([*args, "--out", str(out), *extra])
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +92,7 @@ def first_run(tmp_path_factory):
 def test_short_run_reports_and_logs(first_run, capsys):
     out, summary = first_run
     assert set(summary) >= {"eval_auc", "train_samples", "samples_per_s", "mlperf_log"}
+    assert len(summary["weights_sha256"]) == 64 and summary["resumed_from_step"] is None
     assert 0.0 <= summary["eval_auc"] <= 1.0
     assert summary["train_samples"] == 12 * 256
     records = read_log(summary["mlperf_log"])
@@ -87,6 +119,7 @@ def test_same_seed_same_result(first_run, tmp_path):
     _, summary = first_run
     again = short_run(tmp_path)
     assert again["eval_auc"] == summary["eval_auc"]
+    assert again["weights_sha256"] == summary["weights_sha256"]
 
 
 def test_kernels_give_the_same_run(first_run, tmp_path):
@@ -101,3 +134,83 @@ def test_missing_dataset_is_named_and_the_run_is_logged_aborted(tmp_path):
     records = read_log(out / "mlperf.log")
     assert records[-1]["key"] == "run_stop"
     assert records[-1]["metadata"]["status"] == "aborted"
+
+
+def test_run_killed_after_a_checkpoint_resumes_bit_identical(first_run, tmp_path):
+    """SIGKILL a real run right after its step-10 checkpoint (mid-window) is complete, resume
+    it with --resume auto (and another worker count): the same weights, AUC and a compliant
+    log with one run_start, as the uninterrupted first_run."""
+    _, uninterrupted = first_run
+    out, checkpoints = tmp_path / "run", tmp_path / "checkpoints"
+    argv = [*SHORT, "--out", str(out), "--checkpoint-dir", str(checkpoints)]
+    argv += ["--checkpoint-every", "5", "--resume", "auto"]
+    stderr = tmp_path / "killed.stderr"
+    with open(stderr, "wb") as err:
+        # Its own session: the kill takes the loader's worker process with it.
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tools" / "train.py"), *argv, "--workers", "1"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while (found := ck.latest(checkpoints)) is None or found.step < 10:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"no checkpoint at step 10; stderr:\n{stderr.read_text()[-5000:]}")
+                time.sleep(0.01)
+            os.killpg(proc.pid, signal.SIGKILL)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    killed_keys = [r["key"] for r in read_log(out / "mlperf.log")]
+    assert "run_stop" not in killed_keys, "the run ended before the kill (about 0.8 s later)"
+    resume_from = ck.latest(checkpoints)
+    assert resume_from.step == 10
+    assert resume_from.extra["data"]["consumed"] == 256  # one of the window's two batches
+
+    resumed = train.main([*argv, "--workers", "0"])
+    assert resumed["resumed_from_step"] == 10
+    assert resumed["weights_sha256"] == uninterrupted["weights_sha256"]
+    assert resumed["eval_auc"] == uninterrupted["eval_auc"]
+    assert resumed["train_samples"] == uninterrupted["train_samples"] == 12 * 256
+    keys = [r["key"] for r in read_log(out / "mlperf.log")]
+    for key in ("init_start", "init_stop", "run_start", "run_stop", "global_batch_size"):
+        assert keys.count(key) == 1, key
+    accuracies = [r for r in read_log(out / "mlperf.log") if r["key"] == "eval_accuracy"]
+    assert [r["metadata"]["samples_count"] for r in accuracies] == [6 * 256, 12 * 256]
+    result = check_log(out / "mlperf.log", ruleset="dev")
+    assert result.passed, result.summary()
+    assert [c.step for c in ck.list_checkpoints(checkpoints)] == [5, 10]  # --keep-checkpoints 2
+
+
+def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    out, checkpoints = tmp_path / "run", tmp_path / "checkpoints"
+    argv = [*SHORT, "--workers", "0", "--out", str(out), "--checkpoint-dir", str(checkpoints)]
+    argv += ["--checkpoint-every", "2"]
+    train_step = hstu_model.Trainer.train_step
+
+    def diverging(self, batch):
+        loss = train_step(self, batch)
+        return float("nan") if self.step == 3 else loss
+
+    monkeypatch.setattr(hstu_model.Trainer, "train_step", diverging)
+    with pytest.raises(FloatingPointError, match=r"non-finite loss nan at step 3 .*step-2"):
+        train.main(argv)
+    assert [c.step for c in ck.list_checkpoints(checkpoints)] == [2]
+    assert not any(p.name.endswith("step-3") for p in checkpoints.iterdir())
+    records = read_log(out / "mlperf.log")
+    assert records[-1]["key"] == "run_stop"
+    assert records[-1]["metadata"]["status"] == "aborted"
+
+    # That directory now belongs to this run: a fresh start over it, or a resume with other
+    # settings, is refused before the log is touched.
+    size = (out / "mlperf.log").stat().st_size
+    with pytest.raises(FileExistsError, match="--resume auto"):
+        train.main(argv)
+    with pytest.raises(ValueError, match="--seed 0 then, 1 now"):
+        train.main([*argv, "--resume", "auto", "--seed", "1"])
+    assert (out / "mlperf.log").stat().st_size == size
