@@ -39,7 +39,22 @@ class ChildResult:
     peak_rss_mib: float
     """``ru_maxrss`` of the child: its own peak, or that of its largest waited-for descendant
     (a DataLoader worker), whichever is larger."""
+    cpu_s: float
+    """User plus system time of the child and its waited-for descendants."""
+    others_cores: float | None
+    """Mean number of cores that everything else on the machine kept busy while the child
+    ran (from ``/proc/stat``; None elsewhere): above about 0.1 the figures are disturbed."""
     stdout: str
+
+
+def _busy_seconds() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot (Linux), else None."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def run_child(argv: list[str], *, capture: bool = False) -> ChildResult:
@@ -48,6 +63,7 @@ def run_child(argv: list[str], *, capture: bool = False) -> ChildResult:
     A child of a big parent starts with the parent's RSS as its high-water mark on Linux, so
     callers keep the parent small and do all heavy work in children.
     """
+    busy = _busy_seconds()
     start = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, *argv], stdout=subprocess.PIPE if capture else None, text=True
@@ -55,13 +71,25 @@ def run_child(argv: list[str], *, capture: bool = False) -> ChildResult:
     out = proc.stdout.read() if capture and proc.stdout else ""
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
+    busy_after = _busy_seconds()
     code = os.waitstatus_to_exitcode(status)
     proc.returncode = code
     if code != 0:
         raise SystemExit(f"child {argv[:3]}... exited with {code}")
     # ru_maxrss is KiB on Linux, bytes on macOS
     scale = 1 if sys.platform == "darwin" else 1024
-    return ChildResult(wall, usage.ru_maxrss * scale / 2**20, out)
+    cpu = usage.ru_utime + usage.ru_stime
+    others = None
+    if busy is not None and busy_after is not None:
+        others = max(0.0, (busy_after - busy - cpu) / wall)
+    return ChildResult(wall, usage.ru_maxrss * scale / 2**20, cpu, others, out)
+
+
+def best_of(runs: list[ChildResult]) -> ChildResult:
+    """The fastest of repeated runs (the least disturbed on a shared machine), with the
+    largest peak RSS of them all."""
+    fastest = min(runs, key=lambda r: r.wall_s)
+    return dataclasses.replace(fastest, peak_rss_mib=max(r.peak_rss_mib for r in runs))
 
 
 def run_code(code: str, args: list[str], *, capture: bool = False) -> ChildResult:

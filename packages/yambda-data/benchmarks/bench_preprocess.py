@@ -9,14 +9,18 @@ Cases: ``import`` (the interpreter with yambda_data and polars imported, the flo
 other figure; once), ``validate`` (``validate_multi_event`` on the whole file, the
 pre-partition validation, for comparison; skipped with ``--no-validate``) and one
 ``preprocess`` run per ``--partitions`` value (``default`` = ``default_partitions`` of the row
-count, one partition per 5M rows). Throughput is input events per second of wall time, the
-child's interpreter start and imports included.
+count, one partition per 5M rows; ``rows:R`` = one per R rows, so that the partition size is
+the same at every input size). Throughput is input events per second of wall time, the
+child's interpreter start and imports included. With ``--repeat N`` each case runs N times and
+the fastest run is reported (with the largest peak RSS of the N). Each row also gives the
+child's CPU time and how many cores other processes kept busy meanwhile (``/proc/stat``): on a
+small shared machine that is the main source of noise.
 
 Run from the repository root::
 
     uv run python packages/yambda-data/benchmarks/bench_preprocess.py 2000 --partitions default 8
     uv run python packages/yambda-data/benchmarks/bench_preprocess.py 200 2000 10000 \\
-        --median 2900 --partitions default --work /tmp/yambda-bench
+        --median 2900 --partitions default rows:1000000 --repeat 2 --work /tmp/yambda-bench
 """
 
 from __future__ import annotations
@@ -50,15 +54,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--partitions",
         nargs="+",
         default=["default", "8"],
-        help="partition counts to run ('default' = default_partitions of the row count)",
+        help=(
+            "partition counts to run: N, 'default' (default_partitions of the row count) or "
+            "rows:R (ceil(rows / R), a fixed partition size at every input size)"
+        ),
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, help="cache the synthetic inputs here")
     parser.add_argument("--no-validate", action="store_true", help="skip the whole-file case")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs per case; the fastest is reported"
+    )
     args = parser.parse_args(argv)
     for p in args.partitions:
-        if p != "default" and not (p.isdigit() and int(p) > 0):
-            parser.error(f"--partitions: {p!r} is neither 'default' nor a positive integer")
+        if resolve_partitions(p, 1) is None:
+            parser.error(
+                f"--partitions: {p!r} is not 'default', a positive integer or rows:<positive int>"
+            )
     return args
 
 
@@ -72,13 +84,33 @@ def setup(work: Path, users: int, args: argparse.Namespace) -> tuple[Path, int]:
     return raw, rows
 
 
+def resolve_partitions(spec: str, rows: int) -> int | None:
+    """The partition count of a ``--partitions`` value for ``rows`` rows (None: invalid)."""
+    if spec == "default":
+        return default_partitions(rows)
+    count = spec.removeprefix("rows:")
+    if not count.isdigit() or int(count) < 1:
+        return None
+    return -(-rows // int(count)) if spec.startswith("rows:") else int(count)
+
+
+def run_case(work: Path, raw: Path, partitions: str | None) -> _common.ChildResult:
+    """Whole-file validation (``partitions`` None) or one preprocess run, in a child."""
+    if partitions is None:
+        return _common.run_code(_VALIDATE, [str(raw), _common.SIZE])
+    out = work / f"bench-preprocess-out-{raw.name}"
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        return _common.run_preprocess(raw, out, partitions)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     table = []
-    floor = _common.run_code(_IMPORT, [])
-    table.append(
-        ("-", "-", "import (Python + polars)", "-", floor.wall_s, None, floor.peak_rss_mib)
-    )
+    floor = _common.best_of([_common.run_code(_IMPORT, []) for _ in range(args.repeat)])
+    table.append(("-", "-", "import (Python + polars)", "-", None, floor))
     holder = tempfile.TemporaryDirectory(prefix="bench-preprocess-") if args.work is None else None
     with holder or nullcontext():
         work = Path(holder.name) if holder else args.work
@@ -87,28 +119,31 @@ def main(argv: list[str] | None = None) -> None:
             cases = []
             if not args.no_validate:
                 cases.append(("whole-file `validate_multi_event`", "-", None))
-            cases += [("preprocess", p, p) for p in args.partitions]
+            for spec in args.partitions:
+                parts = resolve_partitions(spec, rows)
+                shown = str(parts) if spec.isdigit() else f"{parts} ({spec})"
+                cases.append(("preprocess", shown, str(parts)))
             for case, shown, parts in cases:
-                if parts is None:
-                    r = _common.run_code(_VALIDATE, [str(raw), _common.SIZE])
-                else:
-                    out = work / f"bench-preprocess-out-{users}"
-                    shutil.rmtree(out, ignore_errors=True)
-                    r = _common.run_preprocess(raw, out, parts)
-                    shutil.rmtree(out)
-                    if parts == "default":
-                        shown = f"{default_partitions(rows)} (default)"
-                table.append((users, rows, case, shown, r.wall_s, rows / r.wall_s, r.peak_rss_mib))
+                r = _common.best_of([run_case(work, raw, parts) for _ in range(args.repeat)])
+                table.append((users, rows, case, shown, rows, r))
 
     print(
-        "\n| users | events | case | partitions | wall s | events/s | peak RSS MiB |\n"
-        "|---:|---:|---|---|---:|---:|---:|"
+        "\n| users | events | case | partitions | wall s | events/s | CPU s | peak RSS MiB "
+        "| other load |\n|---:|---:|---|---|---:|---:|---:|---:|---:|"
     )
-    for users, rows, case, parts, wall, rate, rss in table:
+    for users, rows, case, parts, events, r in table:
         users_s = users if users == "-" else f"{users:,}"
         rows_s = rows if rows == "-" else f"{rows:,}"
-        rate_s = "-" if rate is None else f"{rate / 1e6:.2f}M"
-        print(f"| {users_s} | {rows_s} | {case} | {parts} | {wall:.2f} | {rate_s} | {rss:,.0f} |")
+        rate_s = "-" if events is None else f"{events / r.wall_s / 1e6:.2f}M"
+        load_s = "-" if r.others_cores is None else f"{r.others_cores:.2f}"
+        print(
+            f"| {users_s} | {rows_s} | {case} | {parts} | {r.wall_s:.2f} | {rate_s} | "
+            f"{r.cpu_s:.1f} | {r.peak_rss_mib:,.0f} | {load_s} |"
+        )
+    print(
+        "\nother load: mean cores kept busy by other processes during the case "
+        "(above ~0.1 the wall times are disturbed)"
+    )
 
 
 if __name__ == "__main__":

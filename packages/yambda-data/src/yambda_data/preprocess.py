@@ -258,8 +258,11 @@ def preprocess(
     _check_out_dir(out)
 
     src = str(path)
+    # The schema comes from its own scan: with polars 2.1, collecting the schema of the scan
+    # that is later filtered per partition stops the uid filter from reaching the parquet
+    # reader, and every partition then reads the whole file.
+    check_multi_event_columns(pl.scan_parquet(path).collect_schema(), src)
     scan = pl.scan_parquet(path)
-    check_multi_event_columns(scan.collect_schema(), src)
     bounds = _bounds(scan, src)
     n_parts = partitions if partitions is not None else default_partitions(bounds.num_rows)
     edges = _uid_edges(bounds.uid_min, bounds.uid_max, n_parts)
