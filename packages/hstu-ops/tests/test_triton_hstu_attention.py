@@ -1,16 +1,9 @@
 """TRITON hstu_mha (forward and backward) against the PyTorch reference.
 
-Without a GPU the kernels run in Triton's interpreter on CPU tensors. ``triton.jit`` decides
-between compiled and interpreted kernels when it decorates them, i.e. when
-``hstu_ops.triton.triton_hstu_attention`` is imported, from ``TRITON_INTERPRET``; the kernels
-call no jit function of triton's own library (those are fixed when ``triton`` is imported), so
-that import alone decides. These tests therefore import the module themselves
-(``triton_backend``): a separate module object per mode, imported with the variable set (or
-cleared), installed in ``sys.modules`` only while a test runs and removed afterwards. This works
-inside one pytest process whatever imported triton before, and nothing leaks into other tests
-(GPU tests of other packages keep their compiled kernels). A subprocess test covers the
-documented way, ``TRITON_INTERPRET=1`` in the environment before Python starts; another one
-``import hstu_ops`` without triton.
+Without a GPU the kernels run in Triton's interpreter on CPU tensors, loaded by the
+``load_triton`` fixture of conftest.py (which explains why a module per mode). A subprocess test
+covers the documented way, ``TRITON_INTERPRET=1`` in the environment before Python starts;
+another one ``import hstu_ops`` without triton.
 
 Tolerances: float32 ``atol=1e-5, rtol=1e-4`` (the kernels multiply in IEEE float32, no TF32);
 bfloat16 and float16 the flash-attention oracle ``max|out - ref32| <= 2 * max|ref16 - ref32| +
@@ -20,7 +13,6 @@ ref16 the reference run in the low precision.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import itertools
@@ -44,47 +36,15 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 FP32_TOL = {"atol": 1e-5, "rtol": 1e-4}
 BF16_ATOL = 1e-4
 
-_modules: dict[bool, object] = {}
 
-
-@contextlib.contextmanager
-def triton_backend(interpret: bool = True):
-    """The Triton attention module, interpreted or compiled, as the one hstu_mha dispatches to."""
-    import hstu_ops.triton as package
-
-    saved_module = sys.modules.get(BACKEND)
-    saved_attr = package.__dict__.get("triton_hstu_attention")
-    saved_env = os.environ.get("TRITON_INTERPRET")
-    try:
-        if interpret:
-            os.environ["TRITON_INTERPRET"] = "1"
-        else:
-            os.environ.pop("TRITON_INTERPRET", None)
-        module = _modules.get(interpret)
-        if module is None:
-            sys.modules.pop(BACKEND, None)
-            module = importlib.import_module(BACKEND)
-            assert module.INTERPRETED is interpret
-            _modules[interpret] = module
-        sys.modules[BACKEND] = module
-        yield module
-    finally:
-        if saved_module is None:
-            sys.modules.pop(BACKEND, None)
-        else:
-            sys.modules[BACKEND] = saved_module
-        if saved_attr is None:
-            package.__dict__.pop("triton_hstu_attention", None)
-        else:
-            package.triton_hstu_attention = saved_attr
-        if saved_env is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = saved_env
+@pytest.fixture
+def triton_backend(load_triton):
+    """``triton_backend(interpret)``: the attention module, interpreted or compiled."""
+    return lambda interpret=True: load_triton(BACKEND, interpret)
 
 
 @pytest.fixture
-def tt():
+def tt(triton_backend):
     with triton_backend(interpret=True) as module:
         yield module
 
@@ -240,7 +200,7 @@ def test_interpreter_from_the_environment_in_a_fresh_process():
 
 
 @needs_triton
-def test_interpreted_although_triton_was_imported_without_the_variable():
+def test_interpreted_although_triton_was_imported_without_the_variable(triton_backend):
     """Only this module's jit functions are used, so its import alone decides the mode."""
     import triton.language as tl
     from triton.runtime.jit import JITFunction
@@ -368,7 +328,7 @@ def test_low_precision_flash_attention_oracle(tt, dtype, causal, with_targets, m
 # Random problems
 # --------------------------------------------------------------------------------------------
 @needs_triton
-def test_random_problems_hypothesis():
+def test_random_problems_hypothesis(triton_backend):
     hypothesis = pytest.importorskip("hypothesis")
     st = hypothesis.strategies
 
@@ -493,7 +453,7 @@ def test_dropout_and_dtype_errors(tt):
 
 
 @needs_triton
-def test_cpu_tensors_without_the_interpreter_are_refused():
+def test_cpu_tensors_without_the_interpreter_are_refused(triton_backend):
     with triton_backend(interpret=False) as compiled:
         assert not compiled.INTERPRETED
         q, k, v, offsets, _ = jagged_inputs([5, 3], 1, 16, 16)
@@ -502,7 +462,7 @@ def test_cpu_tensors_without_the_interpreter_are_refused():
 
 
 @needs_triton
-def test_backend_module_and_environment_are_restored():
+def test_backend_module_and_environment_are_restored(triton_backend):
     before = (sys.modules.get(BACKEND), os.environ.get("TRITON_INTERPRET"))
     for interpret in (True, False):
         with triton_backend(interpret=interpret) as module:
@@ -546,7 +506,7 @@ GPU_TARGETS = [
 @pytest.mark.slow
 @needs_triton
 @pytest.mark.parametrize(("target", "binary_kind", "max_shared"), GPU_TARGETS)
-def test_kernels_compile_for_gpus(target, binary_kind, max_shared):
+def test_kernels_compile_for_gpus(target, binary_kind, max_shared, triton_backend):
     """The interpreter does not type-check like the compiler: compile the real thing, no GPU."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -605,7 +565,7 @@ def test_kernels_compile_for_gpus(target, binary_kind, max_shared):
 @needs_cuda
 @needs_triton
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gpu_matches_reference(dtype):
+def test_gpu_matches_reference(dtype, triton_backend):
     lengths = [0, 1, 100, 513, 1000, 77]
     options = dict(num_targets=torch.tensor([0, 1, 10, 20, 64, 0]).cuda(), contextual_seq_len=3)
     with triton_backend(interpret=False) as compiled:
