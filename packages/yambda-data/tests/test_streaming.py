@@ -154,3 +154,37 @@ def test_no_leakage(store, eval_window, history_length, causal_window, strategy,
         # Every history event lies in the anchor's causal window of its own user's stream.
         pos = anchors - first
         assert np.all(samples.history_lengths <= np.minimum(pos, causal_window))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(),
+        dict(drop_last=False, world_size=2),
+        dict(skip=7, world_size=3),
+        dict(holdout_fraction=0.3),
+        dict(holdout_fraction=0.3, holdout="only", drop_last=False, skip=2),
+    ],
+)
+def test_counts_match_the_batches_without_drawing_an_order(store, options, monkeypatch):
+    sources = (*_busy_windows(store, 3), TEST)
+    plan = BatchPlan(sources=sources, batch_size=4, seed=5, **options)
+    per_rank = _all_ranks(plan, store)
+    expected_batches = len(per_rank[0])
+    expected_samples = sum(b.size for batches in per_rank for b in batches)
+    assert [o.size for o in plan.global_order(store)] == plan.source_sizes(store)
+
+    def no_permutations(*args, **kwargs):
+        raise AssertionError("counting drew a shuffled order")
+
+    monkeypatch.setattr(np.random, "default_rng", no_permutations)
+    assert plan.num_batches(store) == expected_batches
+    assert plan.num_samples(store) == expected_samples
+
+
+def test_skip_beyond_the_first_source_is_refused_when_counting(store):
+    window = _busy_windows(store, 1)[0]
+    size = store.window(window).size
+    plan = BatchPlan(sources=(window,), batch_size=4, skip=size + 1)
+    with pytest.raises(ValueError, match=rf"skip={size + 1} exceeds the {size} samples"):
+        plan.num_samples(store)

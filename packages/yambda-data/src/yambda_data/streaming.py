@@ -103,12 +103,9 @@ class BatchPlan:
     def global_batch_size(self) -> int:
         return self.batch_size * self.world_size
 
-    def source_order(self, store: SampleStore, source: Source) -> np.ndarray:
-        """The anchors of ``source`` in this plan's order (holdout applied, nothing skipped)."""
-        if source == TEST:
-            anchors, key = np.asarray(store.test_anchors), [self.seed, 2, self.epoch]
-        else:
-            anchors, key = np.asarray(store.window(source)), [self.seed, 1, source, self.epoch]
+    def source_anchors(self, store: SampleStore, source: Source) -> np.ndarray:
+        """The anchors of ``source`` that this plan uses (holdout applied), in store order."""
+        anchors = np.asarray(store.test_anchors if source == TEST else store.window(source))
         if self.holdout_fraction > 0.0:
             held = holdout_users(
                 store.arrays["user_uid"][store.users_of(anchors)],
@@ -116,22 +113,40 @@ class BatchPlan:
                 self.holdout_salt,
             )
             anchors = anchors[held] if self.holdout == "only" else anchors[~held]
+        return anchors
+
+    def source_order(self, store: SampleStore, source: Source) -> np.ndarray:
+        """The anchors of ``source`` in this plan's order (holdout applied, nothing skipped)."""
+        anchors = self.source_anchors(store, source)
         if self.shuffle:
+            if source == TEST:
+                key = [self.seed, 2, self.epoch]
+            else:
+                key = [self.seed, 1, source, self.epoch]
             anchors = anchors[np.random.default_rng(key).permutation(anchors.size)]
         return anchors
+
+    def _checked_skip(self, source: Source, size: int) -> int:
+        if self.skip > size:
+            raise ValueError(
+                f"BatchPlan.skip={self.skip} exceeds the {size} samples of source {source!r}"
+            )
+        return self.skip
 
     def global_order(self, store: SampleStore) -> Iterator[np.ndarray]:
         """Each source's anchors in order, the first one without its skipped samples."""
         for i, source in enumerate(self.sources):
             order = self.source_order(store, source)
             if i == 0 and self.skip:
-                if self.skip > order.size:
-                    raise ValueError(
-                        f"BatchPlan.skip={self.skip} exceeds the {order.size} samples of "
-                        f"source {source!r}"
-                    )
-                order = order[self.skip :]
+                order = order[self._checked_skip(source, order.size) :]
             yield order
+
+    def source_sizes(self, store: SampleStore) -> list[int]:
+        """The size of each order :meth:`global_order` yields, without drawing the orders."""
+        sizes = [self.source_anchors(store, source).size for source in self.sources]
+        if sizes and self.skip:
+            sizes[0] -= self._checked_skip(self.sources[0], sizes[0])
+        return sizes
 
     def batches(self, store: SampleStore) -> Iterator[np.ndarray]:
         """This rank's batches: int64 anchor event indices, ``batch_size`` each (the last one
@@ -147,15 +162,11 @@ class BatchPlan:
     def num_batches(self, store: SampleStore) -> int:
         """Number of batches :meth:`batches` yields (the same on every rank)."""
         gbs = self.global_batch_size
-        total = 0
-        for order in self.global_order(store):
-            total += order.size // gbs if self.drop_last else -(-order.size // gbs)
-        return total
+        sizes = self.source_sizes(store)
+        return sum(n // gbs if self.drop_last else -(-n // gbs) for n in sizes)
 
     def num_samples(self, store: SampleStore) -> int:
         """Samples over all ranks (global batches times their size)."""
         gbs = self.global_batch_size
-        total = 0
-        for order in self.global_order(store):
-            total += (order.size // gbs) * gbs if self.drop_last else order.size
-        return total
+        sizes = self.source_sizes(store)
+        return sum((n // gbs) * gbs if self.drop_last else n for n in sizes)
