@@ -1,0 +1,422 @@
+"""The end-to-end DLRMv4 run: streaming train-eval over time windows, MLPerf log, resume.
+
+`train(RunConfig(...))` prepares the sample store (yambda-data), trains a preset over the train
+windows in time order (shuffled within each window), evaluates on the test split at the MLPerf
+schedule, and writes an MLPerf log, the effective config and, optionally, crash-exact
+checkpoints. It returns the run's summary (a JSON-able dict).
+
+With `checkpoint_dir` set, `resume="auto"` continues from the newest complete checkpoint: same
+weights, optimizer states, RNG, data position (mid-window), eval schedule and MLPerf log (no
+second run_start; records written after the checkpoint by the crashed process move to
+mlperf.log.discarded), so the run ends bit-identical to one that was never interrupted (compare
+`weights_sha256`). A non-finite loss stops the run before it can be checkpointed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+import yambda_data
+from hstu_model import checkpoint as ckpt
+from hstu_model.config import ConfigError, ModelConfig, preset
+from hstu_model.model import HSTURanker
+from hstu_model.training.trainer import Trainer, seed_everything
+from mlperf_compliance import (
+    DLRMv4RunConfig,
+    MLPerfLogger,
+    RunTracker,
+    dlrmv4_run_start_keys,
+    eval_schedule,
+)
+from yambda_data.loader import make_loader
+
+__all__ = ["RUN_IDENTITY", "RunConfig", "model_crosses", "train"]
+
+RUN_IDENTITY = ("preset", "data", "size", "users", "seed", "steps", "evals", "kernel", "target_auc")
+"""Fields a resumed run must share with the checkpointed one (the others, such as `workers`
+and `out`, do not change the result)."""
+
+SYNTHETIC_TARGET_AUC = 0.65
+"""Success threshold on the synthetic data (its planted signal is weaker than Yambda's)."""
+
+MLPERF_TARGET_AUC = 0.75
+"""The MLPerf DLRMv4 quality target (closed division, real data)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run. Invalid values raise ConfigError naming the field."""
+
+    preset: str = "tiny"
+    """Model and optimizer preset (hstu_model.preset)."""
+    data: Path | None = None
+    """Yambda root; None synthesizes a small dataset in the Yambda schema under `out`."""
+    size: str = "50m"
+    """Dataset size folder under flat/."""
+    users: int = 400
+    """Users of the synthetic dataset (ignored with `data`)."""
+    seed: int = 0
+    """Seed of the synthetic data, the initialization and the data order."""
+    steps: int = 600
+    """Training steps."""
+    evals: int = 3
+    """Evaluations, evenly spaced over the steps (the last one at the end)."""
+    kernel: str = "native"
+    """hstu-ops kernel of the model (pytorch, native, triton)."""
+    workers: int = 1
+    """Data loader worker processes (0: load in the training process)."""
+    target_auc: float | None = None
+    """AUC that counts as success; None: MLPERF_TARGET_AUC on `data`, else
+    SYNTHETIC_TARGET_AUC."""
+    out: Path = Path("runs/train")
+    """Run folder: mlperf.log, config.json, the synthetic data and the prepared store."""
+    checkpoint_dir: Path | None = None
+    """Where checkpoints go (None: no checkpoints)."""
+    checkpoint_every: int = 100
+    """Steps between checkpoints (0: off)."""
+    checkpoint_seconds: float = 0.0
+    """Also save once this many seconds passed since the last save (0: off)."""
+    keep_checkpoints: int = 2
+    """Complete checkpoints kept (the newest)."""
+    resume: Literal["never", "auto"] = "never"
+    """auto: continue from the newest complete checkpoint in `checkpoint_dir`, if any."""
+
+    def __post_init__(self) -> None:
+        def require(ok: bool, field: str, message: str) -> None:
+            if not ok:
+                raise ConfigError(f"RunConfig.{field}: {message}")
+
+        require(self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
+        require(
+            1 <= self.evals <= self.steps,
+            "evals",
+            f"need 1 <= evals <= steps ({self.steps}), got {self.evals}",
+        )
+        require(self.users >= 1, "users", f"must be >= 1, got {self.users}")
+        require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+        require(self.workers >= 0, "workers", f"must be >= 0, got {self.workers}")
+        require(
+            self.checkpoint_every >= 0, "checkpoint_every", f"must be >= 0: {self.checkpoint_every}"
+        )
+        require(
+            self.checkpoint_seconds >= 0,
+            "checkpoint_seconds",
+            f"must be >= 0, got {self.checkpoint_seconds}",
+        )
+        require(
+            self.keep_checkpoints >= 1,
+            "keep_checkpoints",
+            f"must be >= 1, got {self.keep_checkpoints}",
+        )
+        require(
+            self.resume in ("never", "auto"),
+            "resume",
+            f"must be 'never' or 'auto', got {self.resume!r}",
+        )
+        require(
+            self.checkpoint_dir is not None or self.resume == "never",
+            "resume",
+            "auto needs checkpoint_dir",
+        )
+        require(
+            self.checkpoint_dir is None or bool(self.checkpoint_every or self.checkpoint_seconds),
+            "checkpoint_dir",
+            "needs checkpoint_every > 0 or checkpoint_seconds > 0",
+        )
+
+    @property
+    def effective_target_auc(self) -> float:
+        if self.target_auc is not None:
+            return self.target_auc
+        return SYNTHETIC_TARGET_AUC if self.data is None else MLPERF_TARGET_AUC
+
+    def identity(self) -> dict[str, str | None]:
+        """The fields that fix the result, as strings (stored in every checkpoint)."""
+        values = {name: getattr(self, name) for name in RUN_IDENTITY}
+        values["target_auc"] = self.effective_target_auc
+        return {name: None if v is None else str(v) for name, v in values.items()}
+
+    def as_json(self) -> dict:
+        return {
+            f.name: str(v) if isinstance(v := getattr(self, f.name), Path) else v
+            for f in dataclasses.fields(self)
+        } | {"target_auc": self.effective_target_auc}
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def model_crosses(model: ModelConfig) -> tuple[yambda_data.CrossFeature, ...]:
+    """yambda-data's cross features hashed into the model's contextual tables (name -> rows)."""
+    specs = {spec.name: spec for spec in yambda_data.CROSS_FEATURES}
+    tables = model.contextual_tables()
+    unknown = sorted(set(tables) - set(specs))
+    if unknown:
+        raise ValueError(f"model.contextual_features: yambda-data has no cross named {unknown}")
+    return tuple(
+        yambda_data.CrossFeature(name, specs[name].keys, rows, specs[name].salt)
+        for name, rows in tables.items()
+    )
+
+
+def find_resume_point(config: RunConfig) -> ckpt.CheckpointInfo | None:
+    """The checkpoint to resume from (None: start afresh); refuses one of another run, and
+    refuses to start afresh over an earlier run's checkpoints."""
+    if config.checkpoint_dir is None:
+        return None
+    found = ckpt.latest(config.checkpoint_dir)
+    if found is None:
+        return None
+    if config.resume == "never":
+        raise FileExistsError(
+            f"{config.checkpoint_dir} holds checkpoints of an earlier run (newest: "
+            f"{found.path.name}); pass --resume auto to continue it, or use an empty "
+            "--checkpoint-dir"
+        )
+    saved, now = found.extra["run"], config.identity()
+    differ = [
+        f"--{k.replace('_', '-')} {saved[k]} then, {now[k]} now" for k in now if saved[k] != now[k]
+    ]
+    if differ:
+        raise ValueError(f"{found.path} is a checkpoint of another run: {'; '.join(differ)}")
+    return found
+
+
+def rng_neutral(batches: Iterable) -> Iterator:
+    """The batches of a loader; starting its iterator draws from torch's global generator, which
+    would shift the model's random numbers by where a run was resumed, so that draw is undone."""
+    with torch.random.fork_rng(devices=[]):
+        iterator = iter(batches)
+    yield from iterator
+
+
+def train(config: RunConfig, log: Callable[[str], None] = _stderr) -> dict:
+    """Runs `config` to its end (or its quality target); returns the summary.
+
+    Progress goes to `log`. An exception or a signal ends the MLPerf log with run_stop
+    "aborted" and propagates.
+    """
+    config.out.mkdir(parents=True, exist_ok=True)
+    resume = find_resume_point(config)
+    log_path = config.out / "mlperf.log"
+    if resume is not None:  # records the crashed process wrote after the checkpoint go
+        ckpt.rewind_file(log_path, resume.extra["mlperf_log_bytes"])
+    # Records name their source file relative to the installed packages, not to this machine.
+    package_root = Path(__file__).resolve().parents[2]
+    mllog = MLPerfLogger(log_path, root_dir=str(package_root), resume=resume is not None)
+    tracker = RunTracker(mllog, target_accuracy=config.effective_target_auc)
+    if resume is not None:
+        tracker.load_state_dict(resume.extra["mlperf"])  # no second init_start / run_start
+    with tracker.guard():
+        if tracker.state == "new":
+            tracker.init_start()
+        summary = _StreamingRun(config, mllog, tracker, resume, log).run()
+    mllog.close()
+    return summary
+
+
+class _StreamingRun:
+    """The state of one run between its MLPerf init_start and run_stop."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        mllog: MLPerfLogger,
+        tracker: RunTracker,
+        resume: ckpt.CheckpointInfo | None,
+        log: Callable[[str], None],
+    ) -> None:
+        self.config, self.mllog, self.tracker, self.resume, self.log = (
+            config,
+            mllog,
+            tracker,
+            resume,
+            log,
+        )
+        self.hstu = preset(config.preset).replace(
+            model={"kernel": config.kernel}, train={"seed": config.seed}
+        )
+        root = config.data
+        if root is None:
+            root = config.out / "data"
+            synth = yambda_data.SynthConfig(users=config.users, seed=config.seed, size=config.size)
+            yambda_data.synthesize(root, synth)
+        self.root = root
+        # Preprocessing and the sample store are reused while the raw file is unchanged.
+        self.store = yambda_data.prepare_store(
+            root, config.size, config.out / "prepared", min_history=16
+        )
+        self.sample_config = yambda_data.SampleConfig(
+            history_length=self.hstu.model.history_length, min_history=self.store.min_history
+        )
+        self.crosses = model_crosses(self.hstu.model)  # the model's table sizes
+        self.batch_size = self.hstu.train.batch_size
+        self.windows = tuple(range(self.store.num_windows))  # strict time order
+        self.eval_plan = yambda_data.BatchPlan(
+            (yambda_data.TEST,), self.hstu.train.eval_batch_size, shuffle=False, drop_last=False
+        )
+        # Where the data stands, counted in the samples each window trains per pass.
+        plan = self.train_plan()
+        self.position = ckpt.StreamPosition(
+            [dataclasses.replace(plan, sources=(w,)).num_samples(self.store) for w in self.windows]
+        )
+
+    def loader(self, plan: yambda_data.BatchPlan):
+        return make_loader(
+            self.store.path,
+            self.sample_config,
+            plan,
+            num_workers=self.config.workers,
+            crosses=self.crosses,
+        )
+
+    def train_plan(self, epoch: int = 0, first: int = 0, skip: int = 0) -> yambda_data.BatchPlan:
+        """Pass `epoch` over the windows from window `first` on, less `skip` samples of it."""
+        return yambda_data.BatchPlan(
+            self.windows[first:], self.batch_size, seed=self.config.seed, epoch=epoch, skip=skip
+        )
+
+    def train_stream(self, start_epoch: int, first: int, skip: int) -> Iterator[tuple[int, object]]:
+        """(epoch, batch) pairs: one pass over the windows is an epoch, and a run longer than
+        that starts a new pass. A resumed run starts `skip` samples into window `first`."""
+        for epoch in itertools.count(start_epoch):
+            for batch in rng_neutral(self.loader(self.train_plan(epoch, first, skip))):
+                yield epoch, batch
+            first, skip = 0, 0
+
+    def mlperf_config(self, config_path: Path, eval_samples: int) -> DLRMv4RunConfig:
+        hstu = self.hstu
+        precision = "bfloat16" if hstu.train.autocast_bf16 else "fp32"
+        return DLRMv4RunConfig(
+            global_batch_size=self.batch_size,
+            learning_rate=hstu.optimizer.dense_lr,
+            sparse_learning_rate=hstu.optimizer.sparse_lr,
+            micro_batch_size=self.batch_size,
+            config_filename=config_path.name,
+            precision_linear=precision,
+            precision_attn=precision,
+            precision_comm="fp32",
+            train_samples=self.config.steps * self.batch_size,
+            eval_samples=eval_samples,
+            max_sequence_length=hstu.model.max_seq_len,
+            eval_every_data_pct=1.0 / self.config.evals,
+            warmup_steps=hstu.optimizer.warmup_steps,
+            seed=self.config.seed,
+        )
+
+    def run(self) -> dict:
+        config, store, tracker, mllog = self.config, self.store, self.tracker, self.mllog
+        eval_samples = self.eval_plan.num_samples(store)
+        self.log(
+            f"data: {store.manifest['num_train_anchors']} train anchors in {len(self.windows)} "
+            f"windows, {eval_samples} eval samples, vocab {store.vocab}"
+        )
+        seed_everything(config.seed)
+        trainer = Trainer(HSTURanker(self.hstu.model, store.vocab.as_dict()), self.hstu)
+        eval_batches = self.loader(self.eval_plan)
+        config_path = self.hstu.save_json(
+            config.out / "config.json", run=config.as_json() | {"data": str(self.root)}
+        )
+        checkpoints = None
+        if config.checkpoint_dir is not None:
+            checkpoints = ckpt.Checkpointer(
+                config.checkpoint_dir,
+                every_steps=config.checkpoint_every,
+                every_seconds=config.checkpoint_seconds,
+                keep=config.keep_checkpoints,
+                config=json.loads(config_path.read_text()),
+            )
+        run_config = self.mlperf_config(config_path, eval_samples)
+        # What the loop carries from one eval interval to the next (and through a checkpoint).
+        loop = {"epoch": 0, "trained_seconds": 0.0, "auc": float("nan")}
+        if self.resume is None:
+            mllog.submission_info(
+                org="reference", platform=f"{os.cpu_count()}xCPU", division="open"
+            )
+            mllog.cache_clear()
+            mllog.hyperparameters(dlrmv4_run_start_keys(run_config))
+            tracker.init_stop()
+            tracker.run_start()
+        else:  # last: the RNG continues from the checkpoint, after model init drew from it
+            extra = checkpoints.restore(self.resume, trainer).extra
+            self.position.load_state_dict(extra["data"])
+            loop = extra["loop"]
+            self.log(
+                f"resumed from {self.resume.path} at step {trainer.step}, "
+                f"data position {extra['data']}"
+            )
+
+        def save_checkpoint(trained_seconds: float) -> float:
+            """Save the run as it stands after `trainer.step`; returns the seconds it took."""
+            began = time.perf_counter()
+            extra = {
+                "data": self.position.state_dict(),
+                "mlperf": tracker.state_dict(),
+                "mlperf_log_bytes": mllog.path.stat().st_size,
+                "loop": loop | {"trained_seconds": trained_seconds},
+                "run": config.identity(),
+            }
+            checkpoints.save(trainer, extra)
+            return time.perf_counter() - began
+
+        position, batch_size = self.position, self.batch_size
+        stream = self.train_stream(position.epoch, position.source, position.consumed)
+        schedule = eval_schedule(
+            run_config.train_samples, batch_size, run_config.eval_every_data_pct
+        )
+        for eval_at in schedule[tracker.num_evals :]:  # a resumed run skips logged evals
+            if not tracker.in_block:
+                tracker.block_start(trainer.step * batch_size, first_epoch_num=loop["epoch"])
+            started = time.perf_counter()
+            while trainer.step * batch_size < eval_at:
+                loop["epoch"], batch = next(stream)
+                loss = trainer.train_step(batch)
+                step = trainer.step
+                if not math.isfinite(loss):  # stop before a checkpoint could save the bad state
+                    last = checkpoints.latest() if checkpoints else None
+                    raise FloatingPointError(
+                        f"non-finite loss {loss} at step {step} (epoch {loop['epoch']}); "
+                        f"last good checkpoint: {last.path if last else 'none'}"
+                    )
+                position.advance(batch_size)
+                seconds = loop["trained_seconds"] + time.perf_counter() - started
+                if step % 100 == 0:
+                    rate = f"{step * batch_size / seconds:.0f} samples/s"
+                    self.log(
+                        f"step {step}/{config.steps} epoch {loop['epoch']} loss {loss:.4f} {rate}"
+                    )
+                if checkpoints is not None and checkpoints.schedule.due(step):
+                    started += save_checkpoint(seconds)  # saving is not training time
+            loop["trained_seconds"] += time.perf_counter() - started
+            tracker.block_stop(eval_at, first_epoch_num=loop["epoch"])
+            loop["auc"] = trainer.evaluate(rng_neutral(eval_batches)).auc
+            self.log(
+                f"eval at step {trainer.step}: auc {loop['auc']:.4f} "
+                f"(target {config.effective_target_auc})"
+            )
+            if tracker.eval(loop["auc"], eval_at, epoch_num=loop["epoch"]):
+                break
+        status = tracker.run_stop()
+        samples = trainer.step * batch_size
+        return {
+            "eval_auc": round(loop["auc"], 6),
+            "train_samples": samples,
+            "status": status,
+            "samples_per_s": round(samples / loop["trained_seconds"], 1),
+            "mlperf_log": str(mllog.path),
+            "weights_sha256": ckpt.state_digest(trainer),
+            "resumed_from_step": None if self.resume is None else self.resume.step,
+        }
