@@ -114,6 +114,16 @@ def test_short_run_reports_and_logs(first_run, capsys):
     accuracies = [r for r in records if r["key"] == "eval_accuracy"]
     assert [r["metadata"]["samples_count"] for r in accuracies] == [6 * 256, 12 * 256]
     assert accuracies[-1]["value"] == pytest.approx(summary["eval_auc"], abs=1e-6)
+    rows = (out / "metrics.csv").read_text().splitlines()
+    assert rows[0] == "step,samples,split,name,value"
+    eval_rows = [r.split(",") for r in rows if ",eval," in r]
+    assert [(r[0], r[3]) for r in eval_rows] == [
+        (step, name) for step in ("6", "12") for name in ("auc", "loss", "ne")
+    ]
+    assert float(eval_rows[-3][4]) == pytest.approx(summary["eval_auc"], abs=1e-6)
+    assert float(eval_rows[-1][4]) == pytest.approx(summary["eval_ne"], abs=1e-6)
+    assert any(r.startswith("12,3072,train,lifetime_auc,") for r in rows)
+    assert Path(summary["metrics_png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     config = json.loads((out / "config.json").read_text())
     assert config["model"]["history_length"] == 32 and config["run"]["seed"] == 0
 
@@ -182,6 +192,9 @@ def test_run_killed_after_a_checkpoint_resumes_bit_identical(first_run, tmp_path
     assert resume_from.extra["data"]["consumed"] == 256  # one of the window's two batches
 
     resumed = train.main([*argv, "--workers", "0"])
+    # The metric rows too: cut back to the checkpoint, then the same rows appended.
+    first_out = Path(uninterrupted["mlperf_log"]).parent
+    assert (out / "metrics.csv").read_text() == (first_out / "metrics.csv").read_text()
     assert resumed["resumed_from_step"] == 10
     assert resumed["weights_sha256"] == uninterrupted["weights_sha256"]
     assert resumed["eval_auc"] == uninterrupted["eval_auc"]

@@ -13,7 +13,7 @@ from hstu_model.config import (
     TrainConfig,
     preset,
 )
-from hstu_model.metrics import binary_auc
+from hstu_model.metrics import BinnedAUC, binary_auc, normalized_entropy
 from hstu_model.model import HSTURanker, ModelOutput, embedding_tables, time_features
 from hstu_model.sharding import ShardingError, shard_model
 from hstu_model.training import EvalResult, Trainer, seed_everything
@@ -21,6 +21,7 @@ from hstu_model.training import EvalResult, Trainer, seed_everything
 __version__ = "0.1.0"
 
 __all__ = [
+    "BinnedAUC",
     "ConfigError",
     "ContextualFeature",
     "EmbeddingTable",
@@ -38,6 +39,7 @@ __all__ = [
     "Trainer",
     "binary_auc",
     "embedding_tables",
+    "normalized_entropy",
     "preset",
     "seed_everything",
     "shard_model",

@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import torch
 
 import yambda_data
 from hstu_model import checkpoint as ckpt
 from hstu_model.config import ConfigError, ModelConfig, preset
 from hstu_model.model import HSTURanker
+from hstu_model.training.recorder import MetricsRecorder
 from hstu_model.training.trainer import Trainer, seed_everything
 from mlperf_compliance import (
     DLRMv4RunConfig,
@@ -214,6 +216,7 @@ def train(config: RunConfig, log: Callable[[str], None] = _stderr) -> dict:
     log_path = config.out / "mlperf.log"
     if resume is not None:  # records the crashed process wrote after the checkpoint go
         ckpt.rewind_file(log_path, resume.extra["mlperf_log_bytes"])
+        ckpt.rewind_file(config.out / "metrics.csv", resume.extra["metrics"]["csv_bytes"])
     # Records name their source file relative to the installed packages, not to this machine.
     package_root = Path(__file__).resolve().parents[2]
     mllog = MLPerfLogger(log_path, root_dir=str(package_root), resume=resume is not None)
@@ -340,8 +343,9 @@ class _StreamingRun:
                 config=json.loads(config_path.read_text()),
             )
         run_config = self.mlperf_config(config_path, eval_samples)
+        recorder = MetricsRecorder(config.out, config.steps, self.batch_size, log=self.log)
         # What the loop carries from one eval interval to the next (and through a checkpoint).
-        loop = {"epoch": 0, "trained_seconds": 0.0, "auc": float("nan")}
+        loop = {"epoch": 0, "trained_seconds": 0.0, "auc": float("nan"), "ne": float("nan")}
         if self.resume is None:
             mllog.submission_info(
                 org="reference", platform=f"{os.cpu_count()}xCPU", division="open"
@@ -354,6 +358,7 @@ class _StreamingRun:
             extra = checkpoints.restore(self.resume, trainer).extra
             self.position.load_state_dict(extra["data"])
             loop = extra["loop"]
+            recorder.load_state_dict(extra["metrics"])
             self.log(
                 f"resumed from {self.resume.path} at step {trainer.step}, "
                 f"data position {extra['data']}"
@@ -366,6 +371,7 @@ class _StreamingRun:
                 "data": self.position.state_dict(),
                 "mlperf": tracker.state_dict(),
                 "mlperf_log_bytes": mllog.path.stat().st_size,
+                "metrics": recorder.state_dict(),
                 "loop": loop | {"trained_seconds": trained_seconds},
                 "run": config.identity(),
             }
@@ -393,30 +399,35 @@ class _StreamingRun:
                     )
                 position.advance(batch_size)
                 seconds = loop["trained_seconds"] + time.perf_counter() - started
-                if step % 100 == 0:
-                    rate = f"{step * batch_size / seconds:.0f} samples/s"
-                    self.log(
-                        f"step {step}/{config.steps} epoch {loop['epoch']} loss {loss:.4f} {rate}"
-                    )
+                logits, labels = (t.cpu().numpy() for t in trainer.last_scores)
+                recorder.train_step(step, loss, logits, labels.round().astype(np.int64), seconds)
                 if checkpoints is not None and checkpoints.schedule.due(step):
                     started += save_checkpoint(seconds)  # saving is not training time
             loop["trained_seconds"] += time.perf_counter() - started
             tracker.block_stop(eval_at, first_epoch_num=loop["epoch"])
-            loop["auc"] = trainer.evaluate(rng_neutral(eval_batches)).auc
+            result = trainer.evaluate(rng_neutral(eval_batches))
+            loop["auc"], loop["ne"] = result.auc, result.normalized_entropy
+            recorder.evaluation(trainer.step, result.auc, result.loss, result.normalized_entropy)
             self.log(
-                f"eval at step {trainer.step}: auc {loop['auc']:.4f} "
-                f"(target {config.effective_target_auc})"
+                f"eval at step {trainer.step}: auc {result.auc:.4f} "
+                f"(target {config.effective_target_auc}), ne {result.normalized_entropy:.4f}, "
+                f"loss {result.loss:.4f}"
             )
             if tracker.eval(loop["auc"], eval_at, epoch_num=loop["epoch"]):
                 break
         status = tracker.run_stop()
+        recorder.close()
+        plot = recorder.plot()
         samples = trainer.step * batch_size
         return {
             "eval_auc": round(loop["auc"], 6),
+            "eval_ne": round(loop["ne"], 6),
             "train_samples": samples,
             "status": status,
             "samples_per_s": round(samples / loop["trained_seconds"], 1),
             "mlperf_log": str(mllog.path),
+            "metrics_csv": str(recorder.path),
+            "metrics_png": None if plot is None else str(plot),
             "weights_sha256": ckpt.state_digest(trainer),
             "resumed_from_step": None if self.resume is None else self.resume.step,
         }

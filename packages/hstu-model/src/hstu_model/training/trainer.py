@@ -20,7 +20,7 @@ from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from hstu_model.config import HSTUConfig
-from hstu_model.metrics import binary_auc
+from hstu_model.metrics import binary_auc, normalized_entropy
 from hstu_model.model import HSTURanker
 from hstu_model.sharding import (
     SPARSE_ADAGRAD_EPS,
@@ -49,6 +49,8 @@ class EvalResult:
     """ROC AUC of the first task over every evaluated candidate."""
     loss: float
     """Mean weighted loss per batch."""
+    normalized_entropy: float
+    """Log loss of the first task over the entropy of its positive rate (< 1: informative)."""
     num_samples: int
     """Candidates evaluated."""
 
@@ -91,6 +93,9 @@ class Trainer:
         """Row-wise Adagrad of the embedding tables: one optimizer unsharded; the DMP's fused
         optimizer (plus one for the data_parallel tables, if any) sharded."""
         self.step = 0
+        self.last_scores: tuple[torch.Tensor, torch.Tensor] | None = None
+        """(logits, labels) of the first task in the last training batch, detached, for
+        running metrics."""
 
     def _row_wise_adagrad(self, parameters: list[nn.Parameter]) -> RowWiseAdagrad:
         return RowWiseAdagrad(
@@ -121,6 +126,8 @@ class Trainer:
         with self._autocast():
             logits = self.model(batch.uih, batch.candidates).logits
         loss = self.module.loss(logits.float(), batch.labels)
+        first_task = batch.labels.reshape(logits.shape[0], -1)[:, 0]
+        self.last_scores = (logits[:, 0].detach().float(), first_task.detach())
         self.dense_optimizer.zero_grad(set_to_none=True)
         for optimizer in self.sparse_optimizers:
             optimizer.zero_grad(set_to_none=True)
@@ -147,9 +154,11 @@ class Trainer:
             labels.append(batch.labels.reshape(logits.shape[0], -1)[:, 0].cpu().numpy())
         if not scores:
             raise ValueError("evaluate: no batches to evaluate")
-        all_scores, all_labels = np.concatenate(scores), np.concatenate(labels)
+        all_scores = np.concatenate(scores)
+        all_labels = np.concatenate(labels).round().astype(np.int64)
         return EvalResult(
-            auc=binary_auc(all_scores, all_labels.round().astype(np.int64)),
+            auc=binary_auc(all_scores, all_labels),
             loss=float(np.mean(losses)),
+            normalized_entropy=normalized_entropy(all_scores, all_labels),
             num_samples=int(all_scores.size),
         )

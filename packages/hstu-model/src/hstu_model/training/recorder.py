@@ -1,0 +1,172 @@
+"""What a run records besides the MLPerf log: metric scalars (CSV, TensorBoard), a progress
+line with samples/s and ETA, and at the end a PNG of the curves.
+
+`metrics.csv` has one row per record: `step, samples, split, name, value` (split "train" or
+"eval"). It is append-only, so a resumed run cuts it back to its size at the checkpoint (like
+the MLPerf log) and goes on appending. TensorBoard event files are written next to it when the
+`tensorboard` package is installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from hstu_model.metrics import BinnedAUC
+
+__all__ = ["MetricsRecorder", "format_duration"]
+
+_FIELDS = ("step", "samples", "split", "name", "value")
+
+
+def format_duration(seconds: float) -> str:
+    """12s, 3m04s, 2h05m."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "?"
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+class MetricsRecorder:
+    """Scalars of one run: running train loss, lifetime (binned) train AUC, eval metrics.
+
+    `train_step` takes each step's loss and first-task (logits, labels); every `every` steps it
+    writes the mean loss since the last row and the lifetime AUC, and logs a progress line.
+    `evaluation` writes the eval metrics. `state_dict` / `load_state_dict` carry what a resume
+    needs (the CSV size, the loss sum, the AUC bins), so a resumed run records the same rows.
+    """
+
+    def __init__(
+        self,
+        out: Path,
+        total_steps: int,
+        batch_size: int,
+        every: int = 100,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        if every < 1:
+            raise ValueError(f"MetricsRecorder.every: must be >= 1, got {every}")
+        self.path = out / "metrics.csv"
+        self.plot_path = out / "metrics.png"
+        self.total_steps, self.batch_size, self.every, self.log = (
+            total_steps,
+            batch_size,
+            every,
+            log,
+        )
+        self.lifetime_auc = BinnedAUC()
+        self._loss_sum, self._loss_count = 0.0, 0
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            self.path.write_text(",".join(_FIELDS) + "\n")
+        self._tensorboard = _tensorboard_writer(out / "tensorboard")
+
+    def _write(self, step: int, split: str, values: dict[str, float]) -> None:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        for name, value in values.items():
+            writer.writerow((step, step * self.batch_size, split, name, repr(float(value))))
+            if self._tensorboard is not None:
+                self._tensorboard.add_scalar(f"{split}/{name}", value, step * self.batch_size)
+        with open(self.path, "a") as f:
+            f.write(buffer.getvalue())
+            f.flush()
+
+    def train_step(
+        self, step: int, loss: float, logits: np.ndarray, labels: np.ndarray, seconds: float
+    ) -> None:
+        """Record step `step` (1-based); `seconds` is the training time so far."""
+        self._loss_sum += loss
+        self._loss_count += 1
+        self.lifetime_auc.update(logits, labels)
+        if step % self.every and step != self.total_steps:
+            return
+        values = {"loss": self._loss_sum / self._loss_count}
+        with contextlib.suppress(ValueError):  # until both classes were seen
+            values["lifetime_auc"] = self.lifetime_auc.compute()
+        self._write(step, "train", values)
+        self._loss_sum, self._loss_count = 0.0, 0
+        rate = step * self.batch_size / seconds if seconds > 0 else float("nan")
+        eta = (self.total_steps - step) * self.batch_size / rate if rate > 0 else float("nan")
+        done = step / self.total_steps
+        bar = "#" * round(20 * done) + "." * (20 - round(20 * done))
+        auc = values.get("lifetime_auc", float("nan"))
+        self.log(
+            f"[{bar}] step {step}/{self.total_steps} loss {values['loss']:.4f} "
+            f"train auc {auc:.4f} {rate:.0f} samples/s ETA {format_duration(eta)}"
+        )
+
+    def evaluation(self, step: int, auc: float, loss: float, normalized_entropy: float) -> None:
+        self._write(step, "eval", {"auc": auc, "loss": loss, "ne": normalized_entropy})
+
+    def state_dict(self) -> dict:
+        return {
+            "csv_bytes": self.path.stat().st_size,
+            "loss_sum": self._loss_sum,
+            "loss_count": self._loss_count,
+            "lifetime_auc": self.lifetime_auc.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self._loss_sum, self._loss_count = state["loss_sum"], state["loss_count"]
+        self.lifetime_auc.load_state_dict(state["lifetime_auc"])
+
+    def close(self) -> None:
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+
+    def plot(self) -> Path | None:
+        """Writes metrics.png (train loss, eval loss and AUCs against samples); None without
+        matplotlib or rows."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            from matplotlib import pyplot as plt
+        except ImportError:
+            self.log("metrics.png skipped: matplotlib is not installed")
+            return None
+        series: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
+        with open(self.path, newline="") as f:
+            for row in csv.DictReader(f):
+                xs, ys = series.setdefault((row["split"], row["name"]), ([], []))
+                xs.append(int(row["samples"]))
+                ys.append(float(row["value"]))
+        if not series:
+            return None
+        fig, (ax_auc, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
+        for (split, name), (xs, ys) in sorted(series.items()):
+            ax = ax_loss if name == "loss" else ax_auc if "auc" in name else None
+            if ax is not None:
+                ax.plot(xs, ys, marker="o" if split == "eval" else None, label=f"{split} {name}")
+        for ax, title in ((ax_auc, "AUC"), (ax_loss, "loss")):
+            ax.set_xlabel("training samples")
+            ax.set_title(title)
+            ax.grid(alpha=0.3)
+            ax.legend()
+        fig.tight_layout()
+        tmp = self.plot_path.with_name(f".{self.plot_path.name}.{os.getpid()}.tmp")
+        fig.savefig(tmp, format="png", dpi=100)
+        plt.close(fig)
+        os.replace(tmp, self.plot_path)
+        return self.plot_path
+
+
+def _tensorboard_writer(folder: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # the tensorboard package is optional
+        return None
+    return SummaryWriter(str(folder), purge_step=None, flush_secs=30)
