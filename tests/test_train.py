@@ -49,6 +49,7 @@ def test_command_line_surface_is_frozen():
         "checkpoint_seconds": 0.0,
         "keep_checkpoints": 2,
         "resume": "never",
+        "dist_timeout_seconds": 300.0,
     }
 
 
@@ -236,3 +237,91 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pa
     with pytest.raises(ValueError, match="--seed 0 then, 1 now"):
         train.main([*argv, "--resume", "auto", "--seed", "1"])
     assert (out / "mlperf.log").stat().st_size == size
+
+
+def _rank_env(rank: int, world_size: int, port: int) -> dict:
+    return {
+        **os.environ,
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_process_torchrun_run(tmp_path):
+    """torchrun with 2 gloo ranks: one summary line (rank 0), a compliant log with the global
+    batch, metrics from both ranks' samples."""
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", "2", str(ROOT / "tools" / "train.py")]
+    command += [*SHORT, "--workers", "0", "--out", str(out)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-5000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1
+    summary = json.loads(lines[0])
+    assert summary["train_samples"] == 12 * 2 * 256  # two ranks of 256 samples per step
+    assert 0.0 <= summary["eval_auc"] <= 1.0
+    records = read_log(out / "mlperf.log")
+    values = {r["key"]: r["value"] for r in records}
+    assert values["global_batch_size"] == 512
+    assert values["submission_platform"].startswith("2xCPU")
+    accuracies = [r for r in records if r["key"] == "eval_accuracy"]
+    assert [r["metadata"]["samples_count"] for r in accuracies] == [6 * 512, 12 * 512]
+    assert "2 rank(s) on cpu" in result.stderr
+    check = check_log(out / "mlperf.log", ruleset="dev")
+    assert check.passed, check.summary()
+
+
+@pytest.mark.slow
+def test_a_dead_rank_stops_the_other_within_bounded_time(tmp_path):
+    """Two ranks started by hand (no torchrun agent to clean up): SIGKILL rank 1 once training
+    runs; rank 0 fails with a clear error instead of waiting forever."""
+    out, checkpoints = tmp_path / "run", tmp_path / "checkpoints"
+    argv = [*SHORT, "--steps", "400", "--workers", "0", "--out", str(out)]
+    argv += ["--checkpoint-dir", str(checkpoints), "--checkpoint-every", "2"]
+    port = _free_port()
+    procs = []
+    logs = [tmp_path / f"rank{r}.stderr" for r in range(2)]
+    try:
+        for rank in range(2):
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(ROOT / "tools" / "train.py"), *argv],
+                    cwd=ROOT,
+                    env=_rank_env(rank, 2, port),
+                    stdout=subprocess.DEVNULL,
+                    stderr=open(logs[rank], "wb"),  # noqa: SIM115 (closed with the process)
+                )
+            )
+        deadline = time.monotonic() + 400
+        while (found := ck.latest(checkpoints)) is None or found.step < 2:
+            if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+                pytest.fail(f"no checkpoint; rank 0 stderr:\n{logs[0].read_text()[-5000:]}")
+            time.sleep(0.05)
+        procs[1].kill()
+        killed_at = time.monotonic()
+        procs[0].wait(timeout=120)
+        waited = time.monotonic() - killed_at
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    assert procs[0].returncode not in (0, None)
+    assert waited < 60
+    stderr = logs[0].read_text()
+    assert "train.py: rank 0 of 2: another rank stopped answering" in stderr, stderr[-3000:]
+    records = read_log(out / "mlperf.log")
+    assert records[-1]["key"] == "run_stop" and records[-1]["metadata"]["status"] == "aborted"

@@ -4,6 +4,10 @@ With no arguments it synthesizes a small dataset in the exact Yambda schema (wit
 learnable signal), trains the `tiny` preset on it, evaluates AUC on the held-out last day and
 writes an MLPerf log. `--data ROOT --size SIZE` trains on a Yambda download instead.
 
+Under torchrun (`torchrun --nproc-per-node N tools/train.py ...`) every rank runs it: gloo on
+CPU, NCCL/RCCL with one GPU per rank, the embedding tables sharded by TorchRec, each rank
+training on its slice of every global batch (N times the preset's batch size).
+
 `--checkpoint-dir DIR` saves crash-exact checkpoints every `--checkpoint-every` steps and/or
 `--checkpoint-seconds` seconds; `--resume auto` continues from the newest complete one and ends
 bit-identical to a run that was never interrupted (compare `weights_sha256`). The run itself is
@@ -15,10 +19,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
 from hstu_model import ConfigError
+from hstu_model.training.distributed import RankLostError
 from hstu_model.training.run import RunConfig, train
 
 DEFAULTS = RunConfig()
@@ -59,6 +65,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=DEFAULTS.resume,
         help="auto: continue from the newest complete checkpoint in --checkpoint-dir, if any",
     )
+    add(
+        "--dist-timeout-seconds",
+        type=float,
+        default=DEFAULTS.dist_timeout_seconds,
+        help="under torchrun: how long a collective waits for a silent rank before failing",
+    )
     args = p.parse_args(argv)
     try:
         run_config(args)
@@ -75,12 +87,13 @@ def run_config(args: argparse.Namespace) -> RunConfig:
 
 def main(argv: list[str] | None = None) -> dict:
     summary = train(run_config(parse_args(argv)))
-    print(json.dumps(summary), flush=True)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun every rank returns it
+        print(json.dumps(summary), flush=True)
     return summary
 
 
 if __name__ == "__main__":
     try:
         main()
-    except FloatingPointError as error:
+    except (FloatingPointError, RankLostError) as error:
         sys.exit(f"train.py: {error}")

@@ -43,10 +43,15 @@ def format_duration(seconds: float) -> str:
 class MetricsRecorder:
     """Scalars of one run: running train loss, lifetime (binned) train AUC, eval metrics.
 
-    `train_step` takes each step's loss and first-task (logits, labels); every `every` steps it
-    writes the mean loss since the last row and the lifetime AUC, and logs a progress line.
-    `evaluation` writes the eval metrics. `state_dict` / `load_state_dict` carry what a resume
-    needs (the CSV size, the loss sum, the AUC bins), so a resumed run records the same rows.
+    `train_step` takes each step's loss (the mean over the ranks) and this rank's first-task
+    (logits, labels); every `every` steps it writes the mean loss since the last row and the
+    lifetime AUC, and logs a progress line. `evaluation` writes the eval metrics. `state_dict` /
+    `load_state_dict` carry what a resume needs (the CSV size, the loss sum, the AUC bins), so a
+    resumed run records the same rows.
+
+    With several ranks every rank calls every method at the same steps: the AUC bins of the ranks
+    are summed by `reduce` (an all-reduce) when a row is written and by `sync` before a checkpoint.
+    Only the rank with `write=True` writes files and logs.
     """
 
     def __init__(
@@ -56,6 +61,9 @@ class MetricsRecorder:
         batch_size: int,
         every: int = 100,
         log: Callable[[str], None] = print,
+        *,
+        write: bool = True,
+        reduce: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         if every < 1:
             raise ValueError(f"MetricsRecorder.every: must be >= 1, got {every}")
@@ -67,13 +75,29 @@ class MetricsRecorder:
             every,
             log,
         )
+        self.write, self._reduce = write, reduce
         self.lifetime_auc = BinnedAUC()
+        """Counts of every rank up to the last `sync`."""
+        self._pending = BinnedAUC()
+        """This rank's counts since the last `sync`."""
         self._loss_sum, self._loss_count = 0.0, 0
-        if not self.path.exists() or self.path.stat().st_size == 0:
-            self.path.write_text(",".join(_FIELDS) + "\n")
-        self._tensorboard = _tensorboard_writer(out / "tensorboard")
+        self._tensorboard = None
+        if write:
+            if not self.path.exists() or self.path.stat().st_size == 0:
+                self.path.write_text(",".join(_FIELDS) + "\n")
+            self._tensorboard = _tensorboard_writer(out / "tensorboard")
+
+    def sync(self) -> None:
+        """Adds every rank's pending AUC counts to the lifetime counts (collective)."""
+        for name in ("positives", "negatives"):
+            pending = getattr(self._pending, name)
+            total = pending if self._reduce is None else self._reduce(pending)
+            setattr(self.lifetime_auc, name, getattr(self.lifetime_auc, name) + total)
+            pending[:] = 0
 
     def _write(self, step: int, split: str, values: dict[str, float]) -> None:
+        if not self.write:
+            return
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         for name, value in values.items():
@@ -90,14 +114,17 @@ class MetricsRecorder:
         """Record step `step` (1-based); `seconds` is the training time so far."""
         self._loss_sum += loss
         self._loss_count += 1
-        self.lifetime_auc.update(logits, labels)
+        self._pending.update(logits, labels)
         if step % self.every and step != self.total_steps:
             return
+        self.sync()
         values = {"loss": self._loss_sum / self._loss_count}
         with contextlib.suppress(ValueError):  # until both classes were seen
             values["lifetime_auc"] = self.lifetime_auc.compute()
         self._write(step, "train", values)
         self._loss_sum, self._loss_count = 0.0, 0
+        if not self.write:
+            return
         rate = step * self.batch_size / seconds if seconds > 0 else float("nan")
         eta = (self.total_steps - step) * self.batch_size / rate if rate > 0 else float("nan")
         done = step / self.total_steps
@@ -112,8 +139,9 @@ class MetricsRecorder:
         self._write(step, "eval", {"auc": auc, "loss": loss, "ne": normalized_entropy})
 
     def state_dict(self) -> dict:
+        """What a checkpoint keeps; call `sync` first (on every rank)."""
         return {
-            "csv_bytes": self.path.stat().st_size,
+            "csv_bytes": self.path.stat().st_size if self.write else 0,
             "loss_sum": self._loss_sum,
             "loss_count": self._loss_count,
             "lifetime_auc": self.lifetime_auc.state_dict(),
@@ -129,7 +157,9 @@ class MetricsRecorder:
 
     def plot(self) -> Path | None:
         """Writes metrics.png (train loss, eval loss and AUCs against samples); None without
-        matplotlib or rows."""
+        matplotlib or rows, or on a rank that does not write."""
+        if not self.write:
+            return None
         try:
             import matplotlib
 

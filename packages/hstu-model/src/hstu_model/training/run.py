@@ -33,6 +33,8 @@ import yambda_data
 from hstu_model import checkpoint as ckpt
 from hstu_model.config import ConfigError, ModelConfig, preset
 from hstu_model.model import HSTURanker
+from hstu_model.sharding import shard_model
+from hstu_model.training.distributed import Distributed, init_distributed
 from hstu_model.training.recorder import MetricsRecorder
 from hstu_model.training.trainer import Trainer, seed_everything
 from mlperf_compliance import (
@@ -94,6 +96,9 @@ class RunConfig:
     """Complete checkpoints kept (the newest)."""
     resume: Literal["never", "auto"] = "never"
     """auto: continue from the newest complete checkpoint in `checkpoint_dir`, if any."""
+    dist_timeout_seconds: float = 300.0
+    """Under torchrun: the longest a collective waits for the other ranks before the run fails
+    (a rank that died or hangs)."""
 
     def __post_init__(self) -> None:
         def require(ok: bool, field: str, message: str) -> None:
@@ -123,6 +128,11 @@ class RunConfig:
             f"must be >= 1, got {self.keep_checkpoints}",
         )
         require(
+            self.dist_timeout_seconds > 0,
+            "dist_timeout_seconds",
+            f"must be > 0, got {self.dist_timeout_seconds}",
+        )
+        require(
             self.resume in ("never", "auto"),
             "resume",
             f"must be 'never' or 'auto', got {self.resume!r}",
@@ -144,10 +154,12 @@ class RunConfig:
             return self.target_auc
         return SYNTHETIC_TARGET_AUC if self.data is None else MLPERF_TARGET_AUC
 
-    def identity(self) -> dict[str, str | None]:
-        """The fields that fix the result, as strings (stored in every checkpoint)."""
+    def identity(self, world_size: int = 1) -> dict[str, str | None]:
+        """The fields that fix the result, and the number of ranks, as strings (stored in every
+        checkpoint)."""
         values = {name: getattr(self, name) for name in RUN_IDENTITY}
         values["target_auc"] = self.effective_target_auc
+        values["world_size"] = world_size
         return {name: None if v is None else str(v) for name, v in values.items()}
 
     def as_json(self) -> dict:
@@ -174,7 +186,7 @@ def model_crosses(model: ModelConfig) -> tuple[yambda_data.CrossFeature, ...]:
     )
 
 
-def find_resume_point(config: RunConfig) -> ckpt.CheckpointInfo | None:
+def find_resume_point(config: RunConfig, world_size: int = 1) -> ckpt.CheckpointInfo | None:
     """The checkpoint to resume from (None: start afresh); refuses one of another run, and
     refuses to start afresh over an earlier run's checkpoints."""
     if config.checkpoint_dir is None:
@@ -188,9 +200,11 @@ def find_resume_point(config: RunConfig) -> ckpt.CheckpointInfo | None:
             f"{found.path.name}); pass --resume auto to continue it, or use an empty "
             "--checkpoint-dir"
         )
-    saved, now = found.extra["run"], config.identity()
+    saved, now = found.extra["run"], config.identity(world_size)
     differ = [
-        f"--{k.replace('_', '-')} {saved[k]} then, {now[k]} now" for k in now if saved[k] != now[k]
+        f"--{k.replace('_', '-')} {saved.get(k)} then, {now[k]} now"
+        for k in now
+        if saved.get(k) != now[k]
     ]
     if differ:
         raise ValueError(f"{found.path} is a checkpoint of another run: {'; '.join(differ)}")
@@ -208,27 +222,40 @@ def rng_neutral(batches: Iterable) -> Iterator:
 def train(config: RunConfig, log: Callable[[str], None] = _stderr) -> dict:
     """Runs `config` to its end (or its quality target); returns the summary.
 
-    Progress goes to `log`. An exception or a signal ends the MLPerf log with run_stop
-    "aborted" and propagates.
+    Under torchrun every rank calls it (see `init_distributed`); rank 0 writes the logs and the
+    metrics, and every rank returns the summary. Progress goes to `log` (rank 0). An exception
+    or a signal ends the MLPerf log with run_stop "aborted" and propagates.
     """
-    config.out.mkdir(parents=True, exist_ok=True)
-    resume = find_resume_point(config)
-    log_path = config.out / "mlperf.log"
-    if resume is not None:  # records the crashed process wrote after the checkpoint go
-        ckpt.rewind_file(log_path, resume.extra["mlperf_log_bytes"])
-        ckpt.rewind_file(config.out / "metrics.csv", resume.extra["metrics"]["csv_bytes"])
-    # Records name their source file relative to the installed packages, not to this machine.
-    package_root = Path(__file__).resolve().parents[2]
-    mllog = MLPerfLogger(log_path, root_dir=str(package_root), resume=resume is not None)
-    tracker = RunTracker(mllog, target_accuracy=config.effective_target_auc)
-    if resume is not None:
-        tracker.load_state_dict(resume.extra["mlperf"])  # no second init_start / run_start
-    with tracker.guard():
-        if tracker.state == "new":
-            tracker.init_start()
-        summary = _StreamingRun(config, mllog, tracker, resume, log).run()
-    mllog.close()
-    return summary
+    with init_distributed(config.dist_timeout_seconds) as ctx:
+        if ctx.is_main:
+            config.out.mkdir(parents=True, exist_ok=True)
+        ctx.barrier()
+        resume = find_resume_point(config, ctx.world_size)
+        log_path = config.out / "mlperf.log"
+        if resume is not None and ctx.is_main:  # what the crashed run wrote afterwards goes
+            ckpt.rewind_file(log_path, resume.extra["mlperf_log_bytes"])
+            ckpt.rewind_file(config.out / "metrics.csv", resume.extra["metrics"]["csv_bytes"])
+        # Records name their source file relative to the installed packages, not this machine.
+        package_root = Path(__file__).resolve().parents[2]
+        mllog = MLPerfLogger(
+            log_path, root_dir=str(package_root), resume=resume is not None, rank=ctx.rank
+        )
+        tracker = RunTracker(mllog, target_accuracy=config.effective_target_auc)
+        if resume is not None:
+            tracker.load_state_dict(resume.extra["mlperf"])  # no second init_start / run_start
+        with tracker.guard():
+            if tracker.state == "new":
+                tracker.init_start()
+            summary = _StreamingRun(config, ctx, mllog, tracker, resume, log).run()
+        mllog.close()
+        return summary
+
+
+def platform(ctx: Distributed) -> str:
+    """The MLPerf submission platform: ranks times device."""
+    if ctx.device.type == "cuda":
+        return f"{ctx.world_size}x{torch.cuda.get_device_name(ctx.device)}"
+    return f"{ctx.world_size}xCPU ({os.cpu_count()} cores)"
 
 
 class _StreamingRun:
@@ -237,39 +264,55 @@ class _StreamingRun:
     def __init__(
         self,
         config: RunConfig,
+        ctx: Distributed,
         mllog: MLPerfLogger,
         tracker: RunTracker,
         resume: ckpt.CheckpointInfo | None,
         log: Callable[[str], None],
     ) -> None:
-        self.config, self.mllog, self.tracker, self.resume, self.log = (
+        self.config, self.ctx, self.mllog, self.tracker, self.resume = (
             config,
+            ctx,
             mllog,
             tracker,
             resume,
-            log,
         )
-        self.hstu = preset(config.preset).replace(
+        self.log = log if ctx.is_main else lambda message: None
+        hstu = preset(config.preset).replace(
             model={"kernel": config.kernel}, train={"seed": config.seed}
         )
-        root = config.data
-        if root is None:
-            root = config.out / "data"
-            synth = yambda_data.SynthConfig(users=config.users, seed=config.seed, size=config.size)
-            yambda_data.synthesize(root, synth)
-        self.root = root
-        # Preprocessing and the sample store are reused while the raw file is unchanged.
-        self.store = yambda_data.prepare_store(
-            root, config.size, config.out / "prepared", min_history=16
-        )
+        if ctx.active or ctx.device.type != "cpu":
+            hstu = hstu.replace(sharding={"compute_device": ctx.device.type})
+        self.hstu = hstu
+        self.root = config.data or config.out / "data"
+        # Rank 0 synthesizes and prepares; the others then open what it made (the store is
+        # reused while the raw file is unchanged, and its build is locked anyway).
+        for turn in ("main", "others"):
+            if (turn == "main") == ctx.is_main:
+                if config.data is None:
+                    synth = yambda_data.SynthConfig(
+                        users=config.users, seed=config.seed, size=config.size
+                    )
+                    yambda_data.synthesize(self.root, synth)
+                self.store = yambda_data.prepare_store(
+                    self.root, config.size, config.out / "prepared", min_history=16
+                )
+            ctx.barrier()
         self.sample_config = yambda_data.SampleConfig(
             history_length=self.hstu.model.history_length, min_history=self.store.min_history
         )
         self.crosses = model_crosses(self.hstu.model)  # the model's table sizes
         self.batch_size = self.hstu.train.batch_size
+        """Samples per rank per step."""
+        self.global_batch_size = self.batch_size * ctx.world_size
         self.windows = tuple(range(self.store.num_windows))  # strict time order
         self.eval_plan = yambda_data.BatchPlan(
-            (yambda_data.TEST,), self.hstu.train.eval_batch_size, shuffle=False, drop_last=False
+            (yambda_data.TEST,),
+            self.hstu.train.eval_batch_size,
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            shuffle=False,
+            drop_last=False,
         )
         # Where the data stands, counted in the samples each window trains per pass.
         plan = self.train_plan()
@@ -289,7 +332,13 @@ class _StreamingRun:
     def train_plan(self, epoch: int = 0, first: int = 0, skip: int = 0) -> yambda_data.BatchPlan:
         """Pass `epoch` over the windows from window `first` on, less `skip` samples of it."""
         return yambda_data.BatchPlan(
-            self.windows[first:], self.batch_size, seed=self.config.seed, epoch=epoch, skip=skip
+            self.windows[first:],
+            self.batch_size,
+            rank=self.ctx.rank,
+            world_size=self.ctx.world_size,
+            seed=self.config.seed,
+            epoch=epoch,
+            skip=skip,
         )
 
     def train_stream(self, start_epoch: int, first: int, skip: int) -> Iterator[tuple[int, object]]:
@@ -297,14 +346,14 @@ class _StreamingRun:
         that starts a new pass. A resumed run starts `skip` samples into window `first`."""
         for epoch in itertools.count(start_epoch):
             for batch in rng_neutral(self.loader(self.train_plan(epoch, first, skip))):
-                yield epoch, batch
+                yield epoch, batch.to(self.ctx.device)
             first, skip = 0, 0
 
     def mlperf_config(self, config_path: Path, eval_samples: int) -> DLRMv4RunConfig:
         hstu = self.hstu
         precision = "bfloat16" if hstu.train.autocast_bf16 else "fp32"
         return DLRMv4RunConfig(
-            global_batch_size=self.batch_size,
+            global_batch_size=self.global_batch_size,
             learning_rate=hstu.optimizer.dense_lr,
             sparse_learning_rate=hstu.optimizer.sparse_lr,
             micro_batch_size=self.batch_size,
@@ -312,7 +361,7 @@ class _StreamingRun:
             precision_linear=precision,
             precision_attn=precision,
             precision_comm="fp32",
-            train_samples=self.config.steps * self.batch_size,
+            train_samples=self.config.steps * self.global_batch_size,
             eval_samples=eval_samples,
             max_sequence_length=hstu.model.max_seq_len,
             eval_every_data_pct=1.0 / self.config.evals,
@@ -322,17 +371,25 @@ class _StreamingRun:
 
     def run(self) -> dict:
         config, store, tracker, mllog = self.config, self.store, self.tracker, self.mllog
+        ctx = self.ctx
         eval_samples = self.eval_plan.num_samples(store)
         self.log(
             f"data: {store.manifest['num_train_anchors']} train anchors in {len(self.windows)} "
-            f"windows, {eval_samples} eval samples, vocab {store.vocab}"
+            f"windows, {eval_samples} eval samples, vocab {store.vocab}; "
+            f"{ctx.world_size} rank(s) on {ctx.device.type}"
         )
         seed_everything(config.seed)
-        trainer = Trainer(HSTURanker(self.hstu.model, store.vocab.as_dict()), self.hstu)
+        vocab = store.vocab.as_dict()
+        if ctx.active:  # every rank builds the same model, then DMP shards its tables
+            model, _ = shard_model(HSTURanker(self.hstu.model, vocab), self.hstu)
+        else:
+            model = HSTURanker(self.hstu.model, vocab, device=ctx.device)
+        trainer = Trainer(model, self.hstu)
         eval_batches = self.loader(self.eval_plan)
-        config_path = self.hstu.save_json(
-            config.out / "config.json", run=config.as_json() | {"data": str(self.root)}
-        )
+        config_path = config.out / "config.json"
+        if ctx.is_main:
+            self.hstu.save_json(config_path, run=config.as_json() | {"data": str(self.root)})
+        ctx.barrier()
         checkpoints = None
         if config.checkpoint_dir is not None:
             checkpoints = ckpt.Checkpointer(
@@ -343,13 +400,18 @@ class _StreamingRun:
                 config=json.loads(config_path.read_text()),
             )
         run_config = self.mlperf_config(config_path, eval_samples)
-        recorder = MetricsRecorder(config.out, config.steps, self.batch_size, log=self.log)
+        recorder = MetricsRecorder(
+            config.out,
+            config.steps,
+            self.global_batch_size,
+            log=self.log,
+            write=ctx.is_main,
+            reduce=ctx.sum_array,
+        )
         # What the loop carries from one eval interval to the next (and through a checkpoint).
         loop = {"epoch": 0, "trained_seconds": 0.0, "auc": float("nan"), "ne": float("nan")}
         if self.resume is None:
-            mllog.submission_info(
-                org="reference", platform=f"{os.cpu_count()}xCPU", division="open"
-            )
+            mllog.submission_info(org="reference", platform=platform(ctx), division="open")
             mllog.cache_clear()
             mllog.hyperparameters(dlrmv4_run_start_keys(run_config))
             tracker.init_stop()
@@ -367,18 +429,19 @@ class _StreamingRun:
         def save_checkpoint(trained_seconds: float) -> float:
             """Save the run as it stands after `trainer.step`; returns the seconds it took."""
             began = time.perf_counter()
+            recorder.sync()
             extra = {
                 "data": self.position.state_dict(),
                 "mlperf": tracker.state_dict(),
-                "mlperf_log_bytes": mllog.path.stat().st_size,
+                "mlperf_log_bytes": mllog.path.stat().st_size if ctx.is_main else 0,
                 "metrics": recorder.state_dict(),
                 "loop": loop | {"trained_seconds": trained_seconds},
-                "run": config.identity(),
+                "run": config.identity(ctx.world_size),
             }
             checkpoints.save(trainer, extra)
             return time.perf_counter() - began
 
-        position, batch_size = self.position, self.batch_size
+        position, batch_size = self.position, self.global_batch_size
         stream = self.train_stream(position.epoch, position.source, position.consumed)
         schedule = eval_schedule(
             run_config.train_samples, batch_size, run_config.eval_every_data_pct
@@ -389,7 +452,7 @@ class _StreamingRun:
             started = time.perf_counter()
             while trainer.step * batch_size < eval_at:
                 loop["epoch"], batch = next(stream)
-                loss = trainer.train_step(batch)
+                loss = ctx.mean(trainer.train_step(batch))  # every rank sees a NaN
                 step = trainer.step
                 if not math.isfinite(loss):  # stop before a checkpoint could save the bad state
                     last = checkpoints.latest() if checkpoints else None
@@ -405,7 +468,7 @@ class _StreamingRun:
                     started += save_checkpoint(seconds)  # saving is not training time
             loop["trained_seconds"] += time.perf_counter() - started
             tracker.block_stop(eval_at, first_epoch_num=loop["epoch"])
-            result = trainer.evaluate(rng_neutral(eval_batches))
+            result = trainer.evaluate(rng_neutral(eval_batches), gather=ctx.concat)
             loop["auc"], loop["ne"] = result.auc, result.normalized_entropy
             recorder.evaluation(trainer.step, result.auc, result.loss, result.normalized_entropy)
             self.log(

@@ -8,7 +8,7 @@ fused one (row-wise Adagrad in the backward pass of the sharded tables).
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -142,23 +142,49 @@ class Trainer:
         return float(loss.detach())
 
     @torch.no_grad()
-    def evaluate(self, batches: Iterable[Batch]) -> EvalResult:
-        """AUC and loss of the model over `batches`, in eval mode."""
+    def evaluate(
+        self,
+        batches: Iterable[Batch],
+        gather: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> EvalResult:
+        """AUC, loss and normalized entropy of the model over `batches`, in eval mode.
+
+        With a process group every rank passes its own batches (the same number on every rank;
+        a sharded model's forward is collective)
+        and `gather` concatenates an array over the ranks, so every rank gets the metrics of
+        all the batches. Empty batches (the tail of the last global batch) count for nothing.
+        """
         self.model.eval()
         scores, labels, losses = [], [], []
+        previous = None
         for batch in batches:
+            if batch.labels.numel() == 0:
+                # Only the last global batch leaves some ranks without samples. TorchRec cannot
+                # look up an empty batch, and the others wait for this rank in the all-to-all:
+                # run the previous batch again and drop its result.
+                if previous is None:
+                    raise ValueError("evaluate: this rank got no samples (fewer than its ranks)")
+                with self._autocast():
+                    self.model(previous.uih, previous.candidates)
+                continue
+            previous = batch
             with self._autocast():
                 logits = self.model(batch.uih, batch.candidates).logits.float()
             losses.append(float(self.module.loss(logits, batch.labels)))
             scores.append(logits[:, 0].cpu().numpy())
             labels.append(batch.labels.reshape(logits.shape[0], -1)[:, 0].cpu().numpy())
-        if not scores:
+        empty = np.zeros(0)
+        all_scores = np.concatenate(scores) if scores else empty
+        all_labels = np.concatenate(labels) if labels else empty
+        all_losses = np.asarray(losses, dtype=np.float64)
+        if gather is not None:
+            all_scores, all_labels, all_losses = map(gather, (all_scores, all_labels, all_losses))
+        if not all_scores.size:
             raise ValueError("evaluate: no batches to evaluate")
-        all_scores = np.concatenate(scores)
-        all_labels = np.concatenate(labels).round().astype(np.int64)
+        all_labels = all_labels.round().astype(np.int64)
         return EvalResult(
             auc=binary_auc(all_scores, all_labels),
-            loss=float(np.mean(losses)),
+            loss=float(np.mean(all_losses)),
             normalized_entropy=normalized_entropy(all_scores, all_labels),
             num_samples=int(all_scores.size),
         )

@@ -1,0 +1,128 @@
+"""The process group of a run: one process, or one process per rank under torchrun.
+
+`init_distributed` reads torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT). With more than one rank it starts a gloo group on CPU or an NCCL/RCCL group with one
+GPU per local rank, with a timeout on every collective: a rank that dies makes the others fail
+within that bound (gloo notices a closed connection at once; the timeout covers a rank that hangs),
+instead of waiting forever.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+__all__ = ["Distributed", "RankLostError", "init_distributed"]
+
+# How gloo and NCCL word the failure of a collective whose peer died or hung.
+_LOST_PEER = ("connection closed by peer", "connection reset by peer", "timed out", "timeout")
+
+
+class RankLostError(RuntimeError):
+    """A collective failed because another rank died, hung or left."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Distributed:
+    """Where this process stands in the run."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = dataclasses.field(default_factory=lambda: torch.device("cpu"))
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 writes the logs, the metrics and the summary."""
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world_size > 1
+
+    def barrier(self) -> None:
+        if self.active:
+            dist.barrier()
+
+    def mean(self, value: float) -> float:
+        """The mean of `value` over the ranks (float64)."""
+        if not self.active:
+            return value
+        tensor = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(tensor)
+        return float(tensor[0]) / self.world_size
+
+    def sum_array(self, values: np.ndarray) -> np.ndarray:
+        """The elementwise sum of an int64 array over the ranks."""
+        if not self.active:
+            return values
+        tensor = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))
+        dist.all_reduce(tensor)
+        return tensor.numpy()
+
+    def concat(self, values: np.ndarray) -> np.ndarray:
+        """Every rank's 1-D array, concatenated in rank order (sizes may differ)."""
+        if not self.active:
+            return values
+        gathered: list[np.ndarray | None] = [None] * self.world_size
+        dist.all_gather_object(gathered, np.asarray(values))
+        return np.concatenate(gathered)
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+@contextmanager
+def init_distributed(timeout_seconds: float = 300.0) -> Iterator[Distributed]:
+    """The run's `Distributed`, with a process group while the block runs when WORLD_SIZE > 1.
+
+    The backend is NCCL (RCCL on ROCm) when CUDA devices are visible, each local rank on its own
+    device, else gloo. One process without torchrun gets CUDA device 0 when there is one.
+    """
+    world_size = _env_int("WORLD_SIZE", 1)
+    rank = _env_int("RANK", 0)
+    local_rank = _env_int("LOCAL_RANK", 0)
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"RANK={rank} and WORLD_SIZE={world_size} do not describe a rank")
+    use_cuda = torch.cuda.is_available()
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    if world_size == 1:
+        yield Distributed(device=device)
+        return
+    dist.init_process_group(
+        backend="nccl" if use_cuda else "gloo",
+        timeout=datetime.timedelta(seconds=timeout_seconds),
+        **({"device_id": device} if use_cuda else {}),
+    )
+    try:
+        yield Distributed(rank, world_size, local_rank, device)
+    except RuntimeError as error:
+        text = str(error)
+        lost = isinstance(error, getattr(dist, "DistBackendError", ())) or any(
+            marker in text.lower() for marker in _LOST_PEER
+        )
+        if not lost or isinstance(error, RankLostError):
+            raise
+        first_line = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+        raise RankLostError(
+            f"rank {rank} of {world_size}: another rank stopped answering ({first_line}); "
+            "the run is aborted, see the other ranks' logs for the cause"
+        ) from error
+    finally:
+        dist.destroy_process_group()

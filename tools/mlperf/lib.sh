@@ -1,0 +1,39 @@
+# Shared by the scripts of tools/mlperf (sourced, not run).
+# shellcheck shell=bash
+
+MLPERF_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$MLPERF_DIR/../.." && pwd)
+YAMBDA_SIZES="50m 500m 5b"
+DEFAULT_DATA_DIR="data/yambda"
+DEFAULT_SIZE="5b"
+
+# usage_error MESSAGE: the message and the script's usage on stderr, exit status 2.
+usage_error() {
+  echo "$(basename "$0"): $1" >&2
+  usage >&2
+  exit 2
+}
+
+# check_size SIZE: refuse a size that Yambda does not publish.
+check_size() {
+  case " $YAMBDA_SIZES " in
+    *" $1 "*) ;;
+    *) usage_error "unknown size '$1' (one of: $YAMBDA_SIZES)" ;;
+  esac
+}
+
+# in_workspace CMD ARGS...: run a command of the workspace environment. Relative paths stay
+# relative to the caller's directory. UV_NO_SYNC=1 skips uv's check of the environment.
+in_workspace() {
+  if ! command -v uv >/dev/null 2>&1; then
+    echo "$(basename "$0"): needs uv (pip install uv), which runs the workspace's tools" >&2
+    exit 2
+  fi
+  uv run --quiet --project "$REPO_ROOT" "$@"
+}
+
+# raw_files DATA_DIR SIZE: the dataset files the reference reads, one per line.
+raw_files() {
+  printf '%s\n' "$1/flat/$2/multi_event.parquet" "$1/artist_item_mapping.parquet" \
+    "$1/album_item_mapping.parquet"
+}

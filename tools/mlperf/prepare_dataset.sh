@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Preprocess a Yambda download and build the sample store, ahead of the timed runs.
+set -euo pipefail
+# shellcheck source=tools/mlperf/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+usage() {
+  cat <<USAGE
+Usage: $(basename "$0") [--prepared DIR] [DATA_DIR] [SIZE]
+
+Runs the reference's preprocessing (temporal split, sessions, item popularity) and builds the
+memory-mapped sample store, exactly as tools/train.py would on its first run, into PREPARED
+(PREPARED/preprocessed and PREPARED/store). Both steps are skipped while their inputs are
+unchanged, so running it again does nothing. run_and_time.sh --data DATA_DIR uses them.
+
+  DATA_DIR        dataset root of download_dataset.sh (default: $DEFAULT_DATA_DIR)
+  SIZE            one of: $YAMBDA_SIZES (default: $DEFAULT_SIZE)
+  --prepared DIR  where the outputs go (default: DATA_DIR/prepared/SIZE)
+  -h, --help      this message
+USAGE
+}
+
+prepared=""
+positional=()
+while (($#)); do
+  case "$1" in
+    -h | --help) usage; exit 0 ;;
+    --prepared)
+      (($# >= 2)) || usage_error "$1 needs a value"
+      prepared=$2; shift 2 ;;
+    -*) usage_error "unknown option $1" ;;
+    *) positional+=("$1"); shift ;;
+  esac
+done
+((${#positional[@]} <= 2)) || usage_error "too many arguments: ${positional[*]}"
+data_dir=${positional[0]:-$DEFAULT_DATA_DIR}
+size=${positional[1]:-$DEFAULT_SIZE}
+check_size "$size"
+prepared=${prepared:-$data_dir/prepared/$size}
+
+raw=$(raw_files "$data_dir" "$size" | head -n 1)
+if [[ ! -f $raw ]]; then
+  echo "$(basename "$0"): $raw: no such file; run download_dataset.sh $data_dir $size first" >&2
+  exit 1
+fi
+mkdir -p "$prepared"
+in_workspace python "$MLPERF_DIR/data_steps.py" prepare "$data_dir" "$size" "$prepared"
+echo "done: next, tools/mlperf/verify_dataset.sh $data_dir $size"

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# One timed DLRMv4 run: tools/train.py, then the compliance check of its MLPerf log.
+set -euo pipefail
+# shellcheck source=tools/mlperf/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+usage() {
+  cat <<USAGE
+Usage: $(basename "$0") [--data DIR [--size SIZE] [--prepared DIR]] [--out DIR] [--seed N]
+                       [--ruleset RULESET] [-- TRAIN_ARGS...]
+
+Runs tools/train.py to its quality target and times it. Its :::MLLOG records go to
+OUT/mlperf.log, its summary (one JSON line) to OUT/summary.json. Then the log goes through
+'mlperf-compliance check'. When the run reached its target and the log passes, the last line
+is the result, as MLPerf reference scripts print it:
+  RESULT,DLRMV4,,<seconds>,<user>,<start date>
+Exit status: train.py's when it fails, 1 when the run missed its target or the log fails the
+check, 2 for a usage error.
+
+  --data DIR         a Yambda download (download_dataset.sh); without it, train.py
+                     synthesizes a small dataset in the Yambda schema under OUT
+  --size SIZE        with --data: one of $YAMBDA_SIZES (default: $DEFAULT_SIZE)
+  --prepared DIR     with --data: the outputs of prepare_dataset.sh, used through the link
+                     OUT/prepared (default: DIR/prepared/SIZE)
+  --out DIR          run folder (default: runs/mlperf)
+  --seed N           seed of the data order and initialization (default: train.py's)
+  --ruleset RULESET  compliance ruleset (default: 6.1.0, the official rules, with --data;
+                     dev, the rules for synthetic data, without)
+  -- TRAIN_ARGS      passed on to tools/train.py (see: uv run tools/train.py --help)
+  -h, --help         this message
+USAGE
+}
+
+data="" size="" prepared="" out="runs/mlperf" seed="" ruleset=""
+while (($#)); do
+  case "$1" in
+    -h | --help) usage; exit 0 ;;
+    --data | --size | --prepared | --out | --seed | --ruleset)
+      (($# >= 2)) || usage_error "$1 needs a value"
+      case "$1" in
+        --data) data=$2 ;;
+        --size) size=$2 ;;
+        --prepared) prepared=$2 ;;
+        --out) out=$2 ;;
+        --seed) seed=$2 ;;
+        --ruleset) ruleset=$2 ;;
+      esac
+      shift 2 ;;
+    --) shift; break ;;
+    *) usage_error "unknown argument $1 (arguments for train.py go after --)" ;;
+  esac
+done
+train_args=("$@")
+for arg in "${train_args[@]}"; do
+  case "$arg" in
+    --data | --data=* | --size | --size=* | --out | --out=* | --seed | --seed=*)
+      usage_error "give ${arg%%=*} to $(basename "$0") itself, before --" ;;
+  esac
+done
+if [[ -n $seed && ! $seed =~ ^[0-9]+$ ]]; then
+  usage_error "--seed must be a non-negative integer, got '$seed'"
+fi
+[[ -n $out ]] || usage_error "--out must not be empty"
+
+train=(python "$REPO_ROOT/tools/train.py" --out "$out")
+if [[ -n $data ]]; then
+  size=${size:-$DEFAULT_SIZE}
+  check_size "$size"
+  prepared=${prepared:-$data/prepared/$size}
+  raw=$(raw_files "$data" "$size" | head -n 1)
+  if [[ ! -f $raw ]]; then
+    echo "$(basename "$0"): $raw: no such file; run download_dataset.sh $data $size" >&2
+    exit 1
+  fi
+  train+=(--data "$data" --size "$size")
+  ruleset=${ruleset:-6.1.0}
+  # train.py prepares its data in OUT/prepared: point it at the prepared outputs, which it
+  # reuses while they match the download (or builds there on a first run).
+  mkdir -p "$out" "$prepared"
+  target=$(cd "$prepared" && pwd -P)
+  if [[ -L $out/prepared || ! -e $out/prepared ]]; then
+    ln -sfn "$target" "$out/prepared"
+  elif [[ $(cd "$out/prepared" && pwd -P) != "$target" ]]; then
+    echo "$(basename "$0"): $out/prepared exists and is not a link to $prepared;" \
+      "remove it or use another --out" >&2
+    exit 1
+  fi
+else
+  [[ -z $prepared ]] || usage_error "--prepared goes with --data"
+  [[ -z $size ]] || train+=(--size "$size")
+  ruleset=${ruleset:-dev}
+fi
+[[ -z $seed ]] || train+=(--seed "$seed")
+train+=("${train_args[@]}")
+mkdir -p "$out"
+log="$out/mlperf.log"
+summary="$out/summary.json"
+
+start=$(date +%s)
+start_fmt=$(LC_ALL=C date '+%Y-%m-%d %r')
+echo "STARTING TIMING RUN AT $start_fmt"
+echo "running: ${train[*]}"
+set +e
+in_workspace "${train[@]}" | tee "$summary"
+train_status=${PIPESTATUS[0]}
+set -e
+end=$(date +%s)
+end_fmt=$(LC_ALL=C date '+%Y-%m-%d %r')
+echo "ENDING TIMING RUN AT $end_fmt"
+if ((train_status != 0)); then
+  echo "$(basename "$0"): ERROR: tools/train.py failed with exit status $train_status" >&2
+  exit "$train_status"
+fi
+
+status=$(tail -n 1 "$summary" | sed -n 's/.*"status": "\([a-z]*\)".*/\1/p')
+echo "MLPerf log: $log ($(grep -c ':::MLLOG' "$log" || true) :::MLLOG records), run status: ${status:-unknown}"
+echo "compliance check, $ruleset ruleset:"
+if ! in_workspace mlperf-compliance check --ruleset "$ruleset" "$log"; then
+  echo "$(basename "$0"): ERROR: $log fails the $ruleset ruleset" >&2
+  exit 1
+fi
+if [[ $status != success ]]; then
+  echo "$(basename "$0"): ERROR: the run stopped without reaching its target" \
+    "(status ${status:-unknown}): no result" >&2
+  exit 1
+fi
+echo "RESULT,DLRMV4,,$((end - start)),${USER:-$(id -un)},$start_fmt"
