@@ -8,6 +8,11 @@ from hstu_ops.pytorch.pt_jagged import (
     pytorch_concat_1d_jagged,
     pytorch_split_1d_jagged,
 )
+from hstu_ops.pytorch.pt_norms import (
+    pytorch_layer_norm,
+    pytorch_rms_norm,
+    pytorch_swish_layer_norm,
+)
 
 __all__ = [
     "hstu_attention_mask",
@@ -16,5 +21,8 @@ __all__ = [
     "pytorch_complete_cumsum",
     "pytorch_concat_1d_jagged",
     "pytorch_hstu_mha",
+    "pytorch_layer_norm",
+    "pytorch_rms_norm",
     "pytorch_split_1d_jagged",
+    "pytorch_swish_layer_norm",
 ]
