@@ -16,7 +16,17 @@ from hstu_ops._native import (
 )
 from hstu_ops._triton import TritonUnavailableError, triton_available
 from hstu_ops.hstu_attention import hstu_mha
-from hstu_ops.jagged import complete_cumsum, concat_1d_jagged, split_1d_jagged
+from hstu_ops.hstu_compute import hstu_compute_output, hstu_compute_uqvk
+from hstu_ops.jagged import (
+    complete_cumsum,
+    concat_1d_jagged,
+    concat_2D_jagged,
+    jagged_dense_bmm_broadcast_add,
+    split_1d_jagged,
+    split_2D_jagged,
+)
+from hstu_ops.mm import addmm
+from hstu_ops.norms import layer_norm, rms_norm, swish_layer_norm
 
 __version__ = "0.1.0"
 
@@ -25,14 +35,23 @@ __all__ = [
     "NativeExtensionError",
     "TritonUnavailableError",
     "__version__",
+    "addmm",
     "complete_cumsum",
     "concat_1d_jagged",
+    "concat_2D_jagged",
     "get_default_kernel",
+    "hstu_compute_output",
+    "hstu_compute_uqvk",
     "hstu_mha",
+    "jagged_dense_bmm_broadcast_add",
+    "layer_norm",
     "native_available",
     "native_build_info",
     "pytorch",
+    "rms_norm",
     "set_default_kernel",
     "split_1d_jagged",
+    "split_2D_jagged",
+    "swish_layer_norm",
     "triton_available",
 ]

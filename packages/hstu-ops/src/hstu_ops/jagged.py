@@ -1,8 +1,12 @@
-"""Jagged primitives, dispatched to the PYTORCH reference or the NATIVE kernels.
+"""Jagged primitives, dispatched to the PYTORCH reference, the NATIVE or the TRITON kernels.
 
-See :mod:`hstu_ops.pytorch.pt_jagged` for the layout (values + offsets) and the exact
-semantics. Both kernels validate their arguments and raise ValueError/TypeError naming the bad
-argument and value. Floating-point values are differentiable with either kernel.
+1-D primitives (``complete_cumsum``, ``concat_1d_jagged``, ``split_1d_jagged``): PYTORCH and
+NATIVE; see :mod:`hstu_ops.pytorch.pt_jagged` for the layout (values + offsets) and the exact
+semantics. 2-D jagged ops (``concat_2D_jagged``, ``split_2D_jagged``,
+``jagged_dense_bmm_broadcast_add``): PYTORCH and TRITON; see
+:mod:`hstu_ops.pytorch.pt_jagged_2d`. Every kernel validates its arguments and raises
+ValueError/TypeError naming the bad argument and value. Floating-point values are
+differentiable with every kernel.
 """
 
 from __future__ import annotations
@@ -11,11 +15,20 @@ import torch
 
 from hstu_ops._kernel import Kernel, resolve_kernel
 from hstu_ops._native import native_ops
-from hstu_ops.pytorch import pt_jagged
+from hstu_ops._triton import load_triton_module
+from hstu_ops.pytorch import pt_jagged, pt_jagged_2d
 
-__all__ = ["complete_cumsum", "concat_1d_jagged", "split_1d_jagged"]
+__all__ = [
+    "complete_cumsum",
+    "concat_1d_jagged",
+    "concat_2D_jagged",
+    "jagged_dense_bmm_broadcast_add",
+    "split_1d_jagged",
+    "split_2D_jagged",
+]
 
 _KERNELS = (Kernel.PYTORCH, Kernel.NATIVE)
+_KERNELS_2D = (Kernel.PYTORCH, Kernel.TRITON)
 
 
 def complete_cumsum(lengths: torch.Tensor, *, kernel: Kernel | str | None = None) -> torch.Tensor:
@@ -69,3 +82,126 @@ def split_1d_jagged(
         ops = native_ops("split_1d_jagged", values.device)
         return ops.split_1d_jagged(values, offsets, offsets_a)
     return pt_jagged.pytorch_split_1d_jagged(values, offsets, offsets_a)
+
+
+# --------------------------------------------------------------------------------------------
+# 2-D jagged ops (op family 4)
+# --------------------------------------------------------------------------------------------
+def concat_2D_jagged(
+    max_seq_len: int,
+    values_left: torch.Tensor,
+    values_right: torch.Tensor,
+    max_len_left: int | None = None,
+    max_len_right: int | None = None,
+    offsets_left: torch.Tensor | None = None,
+    offsets_right: torch.Tensor | None = None,
+    kernel: Kernel | str | None = None,
+    *,
+    rows_per_program: int | None = None,
+) -> torch.Tensor:
+    """Joins two 2-D jagged tensors sequence by sequence: left sequence b, then right sequence b.
+
+    Args:
+        max_seq_len: bound on every joined sequence's length (checked).
+        values_left: [rows_left, D]; values_right: [rows_right, D], same dtype and D.
+        max_len_left, max_len_right: a dense side's fixed sequence length (required when its
+            offsets are None); for a jagged side an optional bound on its sequences (checked).
+        offsets_left, offsets_right: int32/int64 [B + 1], or None for a dense side, whose values
+            are [B * max_len, D].
+        kernel: ``Kernel.PYTORCH``, ``Kernel.TRITON`` or None for the process default.
+        rows_per_program: TRITON only (PYTORCH checks and ignores it): 1 selects the single-row
+            kernel, a power of 2 up to 256 the multi-row kernel with that many rows per program,
+            None picks by row width and GPU (see :mod:`hstu_ops.triton.triton_jagged`).
+
+    Returns:
+        [rows_left + rows_right, D]; its offsets are offsets_left + offsets_right.
+    """
+    op = "concat_2D_jagged"
+    chosen = resolve_kernel(op, kernel, _KERNELS_2D)
+    pt_jagged_2d.check_rows_per_program(op, rows_per_program)
+    args = (
+        max_seq_len,
+        values_left,
+        values_right,
+        max_len_left,
+        max_len_right,
+        offsets_left,
+        offsets_right,
+    )
+    if chosen is Kernel.TRITON:
+        triton_jagged = load_triton_module(op, "triton_jagged")
+        return triton_jagged.triton_concat_2D_jagged(*args, rows_per_program=rows_per_program)
+    return pt_jagged_2d.pytorch_concat_2D_jagged(*args)
+
+
+def split_2D_jagged(
+    max_seq_len: int,
+    values: torch.Tensor,
+    total_len_left: int | None = None,
+    total_len_right: int | None = None,
+    max_len_left: int | None = None,
+    max_len_right: int | None = None,
+    offsets_left: torch.Tensor | None = None,
+    offsets_right: torch.Tensor | None = None,
+    kernel: Kernel | str | None = None,
+    *,
+    rows_per_program: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse of :func:`concat_2D_jagged`: cuts sequence b after its first len_left[b] rows.
+
+    Args:
+        max_seq_len: bound on every sequence's length (checked).
+        values: [rows_left + rows_right, D], offsets offsets_left + offsets_right.
+        total_len_left, total_len_right: optional row counts of the two results (checked).
+        max_len_left, max_len_right, offsets_left, offsets_right: as in
+            :func:`concat_2D_jagged`; at least one side must be jagged.
+        kernel, rows_per_program: as in :func:`concat_2D_jagged`.
+
+    Returns:
+        ``(values_left [rows_left, D], values_right [rows_right, D])``.
+    """
+    op = "split_2D_jagged"
+    chosen = resolve_kernel(op, kernel, _KERNELS_2D)
+    pt_jagged_2d.check_rows_per_program(op, rows_per_program)
+    args = (
+        max_seq_len,
+        values,
+        total_len_left,
+        total_len_right,
+        max_len_left,
+        max_len_right,
+        offsets_left,
+        offsets_right,
+    )
+    if chosen is Kernel.TRITON:
+        triton_jagged = load_triton_module(op, "triton_jagged")
+        return triton_jagged.triton_split_2D_jagged(*args, rows_per_program=rows_per_program)
+    return pt_jagged_2d.pytorch_split_2D_jagged(*args)
+
+
+def jagged_dense_bmm_broadcast_add(
+    max_seq_len: int,
+    seq_offsets: torch.Tensor,
+    jagged: torch.Tensor,
+    dense: torch.Tensor,
+    bias: torch.Tensor,
+    kernel: Kernel | str | None = None,
+) -> torch.Tensor:
+    """``out[rows of sequence b] = jagged[rows of b] @ dense[b] + bias[b]``.
+
+    Args:
+        max_seq_len: bound on every sequence's length (checked).
+        seq_offsets: int32/int64 [B + 1].
+        jagged: [total, K]; dense: [B, K, N]; bias: [B, N]; one floating dtype.
+        kernel: ``Kernel.PYTORCH``, ``Kernel.TRITON`` (float16, bfloat16, float32 on CUDA/ROCm
+            tensors) or None for the process default.
+
+    Returns:
+        [total, N] in jagged's dtype, accumulated in float32 (16-bit inputs) and rounded once.
+    """
+    op = "jagged_dense_bmm_broadcast_add"
+    chosen = resolve_kernel(op, kernel, _KERNELS_2D)
+    impl = pt_jagged_2d.pytorch_jagged_dense_bmm_broadcast_add
+    if chosen is Kernel.TRITON:
+        impl = load_triton_module(op, "triton_jagged").triton_jagged_dense_bmm_broadcast_add
+    return impl(max_seq_len, seq_offsets, jagged, dense, bias)
