@@ -17,11 +17,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-MIN_HISTORY = 16
-"""Earlier events a listen needs to be an anchor: the value `hstu_model.training.run` prepares
-its store with (the reference's 4086 needs the full model). A different value would make
-train.py rebuild the store; tests/test_mlperf_scripts.py checks that it reuses it."""
-
 WINDOW_SECONDS = 86_400
 """Width of the streaming windows (yambda-data's default, which train.py uses)."""
 
@@ -56,6 +51,7 @@ STORE_KEYS = (
 def prepare(data_dir: str, size: str, prepared: str) -> None:
     """Preprocess and build the store exactly as train.py does, so that it reuses them."""
     import yambda_data
+    from hstu_model.training.run import MIN_HISTORY
 
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Download the Yambda files the DLRMv4 reference reads, at the dataset revision it pins.
+# shellcheck source-path=SCRIPTDIR
 set -euo pipefail
-# shellcheck source=tools/mlperf/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {

@@ -1,5 +1,5 @@
-# Shared by the scripts of tools/mlperf (sourced, not run).
-# shellcheck shell=bash
+# Shared by the scripts of tools/mlperf (sourced, not run); they use its variables.
+# shellcheck shell=bash disable=SC2034
 
 MLPERF_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$MLPERF_DIR/../.." && pwd)
@@ -22,14 +22,22 @@ check_size() {
   esac
 }
 
-# in_workspace CMD ARGS...: run a command of the workspace environment. Relative paths stay
-# relative to the caller's directory. UV_NO_SYNC=1 skips uv's check of the environment.
+# in_workspace CMD ARGS...: run a command of the workspace environment through uv (which
+# installs it on first use; UV_NO_SYNC=1 skips uv's check of an environment in place), or,
+# with MLPERF_NO_UV=1, from the current environment (a container into which the workspace
+# packages were installed, e.g. by .ci/install-into-existing-env.sh). Relative paths stay
+# relative to the caller's directory.
 in_workspace() {
+  if [[ ${MLPERF_NO_UV:-0} == 1 ]]; then
+    "$@"
+    return
+  fi
   if ! command -v uv >/dev/null 2>&1; then
-    echo "$(basename "$0"): needs uv (pip install uv), which runs the workspace's tools" >&2
+    echo "$(basename "$0"): needs uv (pip install uv) to run the workspace's tools, or" \
+      "MLPERF_NO_UV=1 to use those of the current environment" >&2
     exit 2
   fi
-  uv run --quiet --project "$REPO_ROOT" "$@"
+  uv run --project "$REPO_ROOT" "$@"
 }
 
 # raw_files DATA_DIR SIZE: the dataset files the reference reads, one per line.

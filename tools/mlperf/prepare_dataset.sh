@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Preprocess a Yambda download and build the sample store, ahead of the timed runs.
+# shellcheck source-path=SCRIPTDIR
 set -euo pipefail
-# shellcheck source=tools/mlperf/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One timed DLRMv4 run: tools/train.py, then the compliance check of its MLPerf log.
+# shellcheck source-path=SCRIPTDIR
 set -euo pipefail
-# shellcheck source=tools/mlperf/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {

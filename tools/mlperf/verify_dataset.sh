@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Verify a Yambda download and its processed outputs (nothing is downloaded or built here).
+# shellcheck source-path=SCRIPTDIR
 set -euo pipefail
-# shellcheck source=tools/mlperf/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -336,3 +337,84 @@ def test_inspect_errors(built_store, tmp_path, capsys):
     (broken / "flat" / "50m" / "multi_event.parquet").write_bytes(b"not parquet")
     assert main(["inspect", str(broken), "--size", "50m"]) == 2
     assert "yambda-data inspect: error:" in capsys.readouterr().err
+
+
+# verify ------------------------------------------------------------------------------------
+
+
+def test_verify_store_and_preprocess_output(built_store, tmp_path, capsys):
+    raw, pre, store = built_store
+    m = _manifest(store)
+    assert main(["verify", str(store)]) == 0
+    text = capsys.readouterr().out
+    assert f"the sha256 of all {len(m['files'])} arrays match" in text
+    assert f"anchors train {m['num_train_anchors']:,}, test {m['num_test_anchors']:,}" in text
+
+    argv = ["verify", str(store), "--preprocessed", str(pre), "--raw", str(raw)]
+    assert main([*argv, "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kind"] == "store" and report["inputs_checked"] is True
+    for key in ("num_users", "num_events", "num_train_anchors", "num_test_anchors"):
+        assert report[key] == m[key], key
+    assert report["arrays"] == {name: e["sha256"] for name, e in m["files"].items()}
+
+    meta = json.loads((pre / "split_meta.json").read_text())
+    assert main(["verify", str(pre), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kind"] == "preprocess" and report["num_parts"] == 3
+    for key in ("num_users", "num_train_events", "num_test_events", "num_sessions"):
+        assert report[key] == meta[key], key
+
+
+def test_verify_names_a_corrupt_array(built_store, tmp_path, capsys):
+    _raw, _pre, store = built_store
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    data = bytearray((copy / "event_timestamp").read_bytes())
+    data[len(data) // 2] ^= 0x01  # one bit, same size: only the sha256 can tell
+    (copy / "event_timestamp").write_bytes(bytes(data))
+    assert main(["verify", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("yambda-data verify: error:") and "event_timestamp" in err
+
+    (copy / "event_timestamp").write_bytes(bytes(data[:-1]))  # a wrong size
+    assert main(["verify", str(copy)]) == 2
+    assert "event_timestamp" in capsys.readouterr().err
+
+
+def test_verify_refuses_a_store_of_other_inputs(built_store, tmp_path, capsys):
+    raw, pre, store = built_store
+    other = tmp_path / "pre"
+    shutil.copytree(pre, other)
+    meta = json.loads((other / "split_meta.json").read_text())
+    meta["num_sessions"] += 1
+    (other / "split_meta.json").write_text(json.dumps(meta))
+    argv = ["verify", str(store), "--preprocessed", str(other), "--raw", str(raw)]
+    assert main(argv) == 2
+    assert f"not built from {other}" in capsys.readouterr().err
+    assert main(["verify", str(store), "--raw", str(raw)]) == 2
+    assert "--preprocessed and --raw go together" in capsys.readouterr().err
+
+
+def test_verify_checks_a_preprocess_output_against_its_metadata(built_store, tmp_path, capsys):
+    _raw, pre, _store = built_store
+    copy = tmp_path / "pre"
+    shutil.copytree(pre, copy)
+    meta = json.loads((copy / "split_meta.json").read_text())
+    meta["num_test_events"] += 1
+    (copy / "split_meta.json").write_text(json.dumps(meta))
+    assert main(["verify", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert "test_events rows" in err and f"expected {meta['num_test_events']:,}" in err
+
+    shutil.rmtree(copy)
+    shutil.copytree(pre, copy)
+    (copy / "test_events" / "part-00001.parquet").unlink()
+    assert main(["verify", str(copy)]) == 2
+    assert "part files differ" in capsys.readouterr().err
+
+    assert main(["verify", str(tmp_path / "missing")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["verify", str(tmp_path / "empty")]) == 2
+    assert "not a sample store" in capsys.readouterr().err

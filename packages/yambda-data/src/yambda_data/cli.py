@@ -1,5 +1,5 @@
 """Command line: ``yambda-data synth``, ``download``, ``validate``, ``preprocess``,
-``build-store`` and ``inspect``.
+``build-store``, ``inspect`` and ``verify``.
 
 Results go to stdout, progress to stderr; an error prints ``yambda-data <command>: error: ...``
 on stderr and exits with status 2.
@@ -20,6 +20,8 @@ import polars as pl
 
 from .download import PINNED_REVISION, SIZES, DownloadError, download
 from .preprocess import (
+    ITEM_POPULARITY_FILE,
+    SESSION_INDEX_DIR,
     SPLIT_META_FILE,
     TEST_EVENTS_DIR,
     TRAIN_SESSIONS_DIR,
@@ -37,7 +39,15 @@ from .schema import (
     validate_multi_event,
 )
 from .split import GAP_SECONDS, TEST_SECONDS, SplitMeta
-from .store import MANIFEST_FILE, READY_FILE, SampleStore, StoreError, build_store
+from .store import (
+    MANIFEST_FILE,
+    READY_FILE,
+    SampleStore,
+    StoreError,
+    _BuildSettings,
+    _fingerprint,
+    build_store,
+)
 from .synth import SynthConfig, synthesize
 
 __all__ = ["main"]
@@ -130,6 +140,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("--size", help="size label of a raw dataset root, e.g. 50m")
     inspect.add_argument(
+        "--format", choices=("text", "json"), default="text", help="output format (default text)"
+    )
+
+    verify = sub.add_parser(
+        "verify",
+        help="check a sample store (every array's sha256) or a preprocess output (its counts)",
+    )
+    verify.add_argument(
+        "path", help="a sample store (manifest.json + READY) or a preprocess output"
+    )
+    verify.add_argument(
+        "--preprocessed",
+        help="for a store: also check that it was built from this preprocess output (with --raw)",
+    )
+    verify.add_argument(
+        "--raw", help="for a store: the dataset root holding the mappings it was built from"
+    )
+    verify.add_argument(
         "--format", choices=("text", "json"), default="text", help="output format (default text)"
     )
     return parser
@@ -534,6 +562,127 @@ def _inspect(args: argparse.Namespace) -> None:
         _print_report(report)
 
 
+# verify ------------------------------------------------------------------------------------
+
+
+def _verify_store(path: Path, preprocessed: str | None, raw: str | None) -> dict[str, Any]:
+    """Open the store, recompute every array's sha256 and, given the inputs, check that the
+    store was built from them (the fingerprint build_store records)."""
+    if (preprocessed is None) != (raw is None):
+        raise ValueError("--preprocessed and --raw go together")
+    store = SampleStore.open(path)
+    store.verify()
+    m = store.manifest
+    if preprocessed is not None:
+        settings = _BuildSettings(
+            min_history=store.min_history, window_seconds=store.window_seconds
+        )
+        if m.get("fingerprint") != _fingerprint(Path(preprocessed), Path(raw), settings):
+            raise StoreError(
+                f"{path}: not built from {preprocessed} and {raw} (their names, sizes and "
+                f"split metadata differ from what {MANIFEST_FILE} records); rebuild the store"
+            )
+    return {
+        "kind": "store",
+        "path": str(path),
+        "inputs_checked": preprocessed is not None,
+        "min_history": store.min_history,
+        "window_seconds": store.window_seconds,
+        "num_users": store.num_users,
+        "num_events": store.num_events,
+        "num_train_anchors": int(m["num_train_anchors"]),
+        "num_test_anchors": int(m["num_test_anchors"]),
+        "num_windows": store.num_windows,
+        "arrays": {name: entry["sha256"] for name, entry in sorted(m["files"].items())},
+    }
+
+
+def _verify_preprocessed(path: Path) -> dict[str, Any]:
+    """A preprocess output carries no checksums: check that its parts are complete and agree
+    with split_meta.json (row counts from the parquet metadata) and item_popularity.npy."""
+    meta = SplitMeta.from_json(path / SPLIT_META_FILE)
+    parts = {d: _parts(path / d) for d in (TRAIN_SESSIONS_DIR, TEST_EVENTS_DIR, SESSION_INDEX_DIR)}
+    names = {d: [p.name for p in files] for d, files in parts.items()}
+    if len({tuple(n) for n in names.values()}) != 1:
+        raise ValueError(f"{path}: the part files differ between directories: {names}")
+
+    def rows(directory: str) -> int:
+        return int(pl.scan_parquet(parts[directory]).select(pl.len()).collect().item())
+
+    index_events = int(
+        pl.scan_parquet(parts[SESSION_INDEX_DIR])
+        .select(pl.col("num_events").cast(pl.Int64).sum())
+        .collect()
+        .item()
+    )
+    popularity = np.load(path / ITEM_POPULARITY_FILE, mmap_mode="r")
+    if popularity.dtype != np.int64 or popularity.ndim != 1:
+        raise ValueError(
+            f"{path / ITEM_POPULARITY_FILE}: {popularity.dtype} of shape {popularity.shape}, "
+            "expected one int64 array"
+        )
+    found = {
+        f"{TRAIN_SESSIONS_DIR} rows": (rows(TRAIN_SESSIONS_DIR), meta.num_train_events),
+        f"{TEST_EVENTS_DIR} rows": (rows(TEST_EVENTS_DIR), meta.num_test_events),
+        f"{SESSION_INDEX_DIR} rows": (rows(SESSION_INDEX_DIR), meta.num_users),
+        f"{SESSION_INDEX_DIR} num_events": (index_events, meta.num_train_events),
+        f"{ITEM_POPULARITY_FILE} total": (int(popularity.sum()), meta.num_train_events),
+    }
+    wrong = [
+        f"{what} {got:,}, expected {want:,}" for what, (got, want) in found.items() if got != want
+    ]
+    if wrong:
+        raise ValueError(f"{path}: does not match {SPLIT_META_FILE}: {'; '.join(wrong)}")
+    return {
+        "kind": "preprocess",
+        "path": str(path),
+        "size": meta.size,
+        "num_parts": len(names[TRAIN_SESSIONS_DIR]),
+        "num_users": meta.num_users,
+        "num_train_events": meta.num_train_events,
+        "num_test_events": meta.num_test_events,
+        "num_sessions": meta.num_sessions,
+        "t_min": meta.t_min,
+        "t_max": meta.t_max,
+    }
+
+
+def _verify(args: argparse.Namespace) -> None:
+    path = Path(args.path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such directory")
+    if (path / MANIFEST_FILE).is_file() or (path / READY_FILE).is_file():
+        report = _verify_store(path, args.preprocessed, args.raw)
+    elif (path / SPLIT_META_FILE).is_file():
+        if args.preprocessed is not None or args.raw is not None:
+            raise ValueError("--preprocessed and --raw apply to a sample store only")
+        report = _verify_preprocessed(path)
+    else:
+        raise ValueError(
+            f"{path}: not a sample store (no {MANIFEST_FILE} and {READY_FILE}) or a preprocess "
+            f"output (no {SPLIT_META_FILE})"
+        )
+    if args.format == "json":
+        print(json.dumps(report, indent=2))
+    elif report["kind"] == "store":
+        print(f"{path}: sample store ok: the sha256 of all {len(report['arrays'])} arrays match")
+        print(
+            f"  users {report['num_users']:,}, events {report['num_events']:,}, anchors train "
+            f"{report['num_train_anchors']:,}, test {report['num_test_anchors']:,}, "
+            f"{report['num_windows']:,} windows (min_history {report['min_history']})"
+        )
+        if report["inputs_checked"]:
+            print(f"  built from {args.preprocessed} and {args.raw}")
+    else:
+        print(
+            f"{path}: preprocess output ok: {report['num_parts']} parts agree with {SPLIT_META_FILE}"
+        )
+        print(
+            f"  users {report['num_users']:,}, train events {report['num_train_events']:,}, "
+            f"test events {report['num_test_events']:,}, sessions {report['num_sessions']:,}"
+        )
+
+
 _COMMANDS = {
     "synth": _synth,
     "download": _download,
@@ -541,6 +690,7 @@ _COMMANDS = {
     "preprocess": _preprocess,
     "build-store": _build_store,
     "inspect": _inspect,
+    "verify": _verify,
 }
 
 

@@ -46,7 +46,7 @@ from mlperf_compliance import (
 )
 from yambda_data.loader import make_loader
 
-__all__ = ["RUN_IDENTITY", "RunConfig", "model_crosses", "train"]
+__all__ = ["MIN_HISTORY", "RUN_IDENTITY", "RunConfig", "model_crosses", "train"]
 
 RUN_IDENTITY = ("preset", "data", "size", "users", "seed", "steps", "evals", "kernel", "target_auc")
 """Fields a resumed run must share with the checkpointed one (the others, such as `workers`
@@ -57,6 +57,10 @@ SYNTHETIC_TARGET_AUC = 0.65
 
 MLPERF_TARGET_AUC = 0.75
 """The MLPerf DLRMv4 quality target (closed division, real data)."""
+
+MIN_HISTORY = 16
+"""Earlier events a listen needs to become a training anchor in the run's sample store (the
+reference's 4086 needs its full-size model); the MLPerf data scripts prepare the same store."""
 
 
 @dataclass(frozen=True)
@@ -295,7 +299,7 @@ class _StreamingRun:
                     )
                     yambda_data.synthesize(self.root, synth)
                 self.store = yambda_data.prepare_store(
-                    self.root, config.size, config.out / "prepared", min_history=16
+                    self.root, config.size, config.out / "prepared", min_history=MIN_HISTORY
                 )
             ctx.barrier()
         self.sample_config = yambda_data.SampleConfig(
