@@ -27,6 +27,7 @@ from hstu_ops.jagged import (
 )
 from hstu_ops.mm import addmm
 from hstu_ops.norms import layer_norm, rms_norm, swish_layer_norm
+from hstu_ops.position import add_timestamp_positional_embeddings
 
 __version__ = "0.1.0"
 
@@ -35,6 +36,7 @@ __all__ = [
     "NativeExtensionError",
     "TritonUnavailableError",
     "__version__",
+    "add_timestamp_positional_embeddings",
     "addmm",
     "complete_cumsum",
     "concat_1d_jagged",

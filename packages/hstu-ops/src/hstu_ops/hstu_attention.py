@@ -50,8 +50,9 @@ def hstu_mha(
         contextual_seq_len: number of leading contextual tokens, which see all non-target
             tokens and are seen by all tokens.
         kernel: ``Kernel.PYTORCH``, ``Kernel.TRITON`` or None for the process default. TRITON
-            needs CUDA/ROCm tensors of dtype float16, bfloat16 or float32 and does not
-            implement dropout (``dropout_pr`` must be 0 while ``training``); it raises
+            needs CUDA/ROCm tensors of dtype float16, bfloat16 or float32; its dropout has the
+            reference's distribution but its own random stream (Philox, seeded from torch's
+            default generator, so ``torch.manual_seed`` makes it reproducible); it raises
             TritonUnavailableError when triton is not installed.
 
     Returns:

@@ -24,11 +24,16 @@ from hstu_ops.pytorch.pt_norms import (
     pytorch_rms_norm,
     pytorch_swish_layer_norm,
 )
+from hstu_ops.pytorch.pt_position import (
+    pytorch_add_timestamp_positional_embeddings,
+    timestamp_positional_indices,
+)
 
 __all__ = [
     "hstu_attention_mask",
     "jagged_to_padded_dense",
     "padded_dense_to_jagged",
+    "pytorch_add_timestamp_positional_embeddings",
     "pytorch_addmm",
     "pytorch_complete_cumsum",
     "pytorch_concat_1d_jagged",
@@ -43,4 +48,5 @@ __all__ = [
     "pytorch_split_1d_jagged",
     "pytorch_split_2D_jagged",
     "pytorch_swish_layer_norm",
+    "timestamp_positional_indices",
 ]

@@ -2,8 +2,9 @@
 
 Semantics are those of the PyTorch reference :mod:`hstu_ops.pytorch.pt_hstu_attention`: for
 each sequence and head, ``out = (silu(alpha * q k^T) / max_seq_len, masked) @ v`` with the
-same mask (causal, ``num_targets``, ``max_attn_len``, ``contextual_seq_len``). Dropout is not
-implemented here (``dropout_pr`` must be 0 while ``training``).
+same mask (causal, ``num_targets``, ``max_attn_len``, ``contextual_seq_len``) and the same
+dropout: while ``training`` with ``dropout_pr = p > 0``, every masked weight is kept with
+probability 1 - p and scaled by 1 / (1 - p), as ``F.dropout`` does in the reference.
 
 Layout of the work:
 
@@ -14,6 +15,13 @@ Layout of the work:
   sequence) that loops over query blocks and accumulates dk and dv; a second kernel with a
   program per (query block, head, sequence) that loops over key blocks and accumulates dq. Both
   recompute the weights from q and k (nothing but q, k, v and the offsets is saved).
+* dropout: the keep/drop decision of weight (query i, key j) of head h of sequence b is the
+  first word of Philox4x32-10 at counter (j, i, h, b) under a 64-bit key, the seed (drawn from
+  torch's default generator on the host unless given). Being a pure function of those
+  indices, it is recomputed tile by tile in the forward and in both backward kernels; no mask
+  is stored. The cost is one Philox evaluation (10 rounds of two 32-bit multiplications) per
+  weight and kernel, like Triton's own ``tl.rand``; :func:`dropout_keep_mask` materialises
+  the mask for tests and debugging.
 
 Key (or query) ranges are derived from the ranks of the mask (see the reference's docstring):
 ranks never decrease along a sequence, so a causal query block needs keys up to its own last
@@ -49,6 +57,8 @@ __all__ = [
     "BlockConfig",
     "HSTUAttentionFunction",
     "default_block_config",
+    "draw_dropout_seed",
+    "dropout_keep_mask",
     "hstu_attention_bwd",
     "hstu_attention_fwd",
     "triton_hstu_mha",
@@ -229,9 +239,106 @@ def _cast(x, dtype: tl.constexpr, INTERPRET_BF16: tl.constexpr):
 
 
 # --------------------------------------------------------------------------------------------
+# Dropout: a counter-based RNG, so that the backward regenerates the forward's mask.
+# --------------------------------------------------------------------------------------------
+PHILOX_ROUNDS = tl.constexpr(10)
+"""Rounds of Philox4x32 (Random123's default, also the default of Triton's ``tl.randint``)."""
+
+_THRESHOLD_BITS = 24
+DROPOUT_THRESHOLD_BITS = tl.constexpr(_THRESHOLD_BITS)
+"""A weight is dropped when the top 24 bits of its random word are below round(p * 2**24)."""
+
+# A new seed every call must not mean a new compilation (Triton specialises integer arguments
+# equal to 1 or divisible by 16), so the kernels do not specialise on these.
+_DROPOUT_SEEDS = ["seed_lo", "seed_hi", "drop_threshold"]
+
+
+@triton.jit
+def _philox4x32(c0, c1, c2, c3, k0, k1, ROUNDS: tl.constexpr):
+    """Philox4x32 (Salmon et al., SC'11) of counter (c0, c1, c2, c3) with key (k0, k1).
+
+    uint32 in and out. Written here from integer builtins (``tl.umulhi``, wrapping ``*``, ``^``)
+    because Triton's ``tl.philox``/``tl.randint`` are library jit functions, which are fixed
+    to compiled or interpreted mode when ``triton`` is imported (see the module docstring).
+    """
+    for _ in tl.static_range(ROUNDS):
+        hi0 = tl.umulhi(c0, 0xD2511F53)
+        lo0 = c0 * 0xD2511F53
+        hi1 = tl.umulhi(c2, 0xCD9E8D57)
+        lo1 = c2 * 0xCD9E8D57
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        k0 = k0 + 0x9E3779B9
+        k1 = k1 + 0xBB67AE85
+    return c0, c1, c2, c3
+
+
+@triton.jit
+def _dropout_keep(b, head, pos_q, pos_k, seed_lo, seed_hi, drop_threshold):
+    """Whether the weight (query pos_q, key pos_k) of head ``head`` of sequence b is kept.
+
+    One Philox draw per weight: counter (key, query, head, sequence), key the 64-bit seed,
+    so the mask depends on nothing else (not the tiles, not the kernel): the forward and both
+    backward kernels regenerate it. pos_q and pos_k broadcast to the tile's shape.
+    """
+    zero = (pos_q + pos_k) * 0
+    r, _, _, _ = _philox4x32(
+        (pos_k + zero).to(tl.uint32),
+        (pos_q + zero).to(tl.uint32),
+        (head + zero).to(tl.uint32),
+        (b + zero).to(tl.uint32),
+        seed_lo.to(tl.uint32, bitcast=True),
+        seed_hi.to(tl.uint32, bitcast=True),
+        PHILOX_ROUNDS,
+    )
+    return (r >> (32 - DROPOUT_THRESHOLD_BITS)).to(tl.int32) >= drop_threshold
+
+
+@triton.jit
+def _dropout_scale(b, head, pos_q, pos_k, seed_lo, seed_hi, drop_threshold, inv_keep):
+    """1 / (1 - p) where the weight is kept, 0 where it is dropped (F.dropout's factor)."""
+    keep = _dropout_keep(b, head, pos_q, pos_k, seed_lo, seed_hi, drop_threshold)
+    return tl.where(keep, inv_keep, 0.0)
+
+
+@triton.jit(do_not_specialize=_DROPOUT_SEEDS)
+def _dropout_mask_kernel(
+    Mask,
+    seq_offsets,
+    stride_mb,
+    stride_mh,
+    stride_mq,
+    seed_lo,
+    seed_hi,
+    drop_threshold,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    """Debug helper: writes the keep mask (1/0) of every (query, key) pair of a sequence."""
+    pid_m = tl.program_id(0)
+    head = tl.program_id(1)
+    b = tl.program_id(2)
+    seq_start = tl.load(seq_offsets + b).to(tl.int64)
+    n = (tl.load(seq_offsets + b + 1).to(tl.int64) - seq_start).to(tl.int32)
+    m0 = pid_m * BLOCK_M
+    if m0 < n:
+        Mask += b.to(tl.int64) * stride_mb + head.to(tl.int64) * stride_mh
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        for start_n in range(0, n, BLOCK_N):
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            keep = _dropout_keep(
+                b, head, offs_m[:, None], offs_n[None, :], seed_lo, seed_hi, drop_threshold
+            )
+            tl.store(
+                Mask + offs_m[:, None].to(tl.int64) * stride_mq + offs_n[None, :],
+                keep.to(tl.int8),
+                mask=(offs_m[:, None] < n) & (offs_n[None, :] < n),
+            )
+
+
+# --------------------------------------------------------------------------------------------
 # Forward
 # --------------------------------------------------------------------------------------------
-@triton.jit
+@triton.jit(do_not_specialize=_DROPOUT_SEEDS)
 def _hstu_attn_fwd_kernel(
     Q,
     K,
@@ -253,10 +360,15 @@ def _hstu_attn_fwd_kernel(
     c,
     ATTN_DIM,
     HIDDEN_DIM,
+    seed_lo,
+    seed_hi,
+    drop_threshold,
+    inv_keep,
     CAUSAL: tl.constexpr,
     HAS_CTX: tl.constexpr,
     HAS_TARGETS: tl.constexpr,
     HAS_MAX_ATTN_LEN: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_DQK: tl.constexpr,
@@ -324,6 +436,17 @@ def _hstu_attn_fwd_kernel(
                 HAS_MAX_ATTN_LEN,
             )
             w = tl.where(ok, w, 0.0)
+            if HAS_DROPOUT:
+                w *= _dropout_scale(
+                    b,
+                    head,
+                    offs_m[:, None],
+                    offs_n[None, :],
+                    seed_lo,
+                    seed_hi,
+                    drop_threshold,
+                    inv_keep,
+                )
             acc += _dot(_cast(w, v.dtype, INTERPRET_BF16), v, DOT_PRECISION, INTERPRET_BF16)
         tl.store(
             Out + offs_m[:, None] * stride_ot + offs_dv[None, :],
@@ -350,6 +473,8 @@ def _hstu_attn_bwd_dkdv_rows(
     stride_qh,
     stride_dot,
     stride_doh,
+    b,
+    head,
     n,
     c,
     h,
@@ -358,10 +483,15 @@ def _hstu_attn_bwd_dkdv_rows(
     inv_max_seq_len,
     ATTN_DIM,
     HIDDEN_DIM,
+    seed_lo,
+    seed_hi,
+    drop_threshold,
+    inv_keep,
     CAUSAL: tl.constexpr,
     HAS_CTX: tl.constexpr,
     HAS_TARGETS: tl.constexpr,
     HAS_MAX_ATTN_LEN: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_DQK: tl.constexpr,
     BLOCK_DV: tl.constexpr,
@@ -402,16 +532,30 @@ def _hstu_attn_bwd_dkdv_rows(
             & row_ok[None, :]
         )
         w_t = tl.where(ok_t, z_t * sig_t * inv_max_seq_len, 0.0)
+        if HAS_DROPOUT:
+            drop_t = _dropout_scale(
+                b,
+                head,
+                offs_m[None, :],
+                offs_n[:, None],
+                seed_lo,
+                seed_hi,
+                drop_threshold,
+                inv_keep,
+            )
+            w_t *= drop_t
         dv += _dot(_cast(w_t, do.dtype, INTERPRET_BF16), do, DOT_PRECISION, INTERPRET_BF16)
         dw_t = _dot(v, tl.trans(do), DOT_PRECISION, INTERPRET_BF16)
         # d silu(z) / dz = sig * (1 + z * (1 - sig)); dz / d(q.k) = alpha.
         dz_t = dw_t * sig_t * (1.0 + z_t * (1.0 - sig_t)) * (alpha * inv_max_seq_len)
         dz_t = tl.where(ok_t, dz_t, 0.0)
+        if HAS_DROPOUT:
+            dz_t *= drop_t
         dk += _dot(_cast(dz_t, q.dtype, INTERPRET_BF16), q, DOT_PRECISION, INTERPRET_BF16)
     return dk, dv
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_DROPOUT_SEEDS)
 def _hstu_attn_bwd_dkdv_kernel(
     Q,
     K,
@@ -439,10 +583,15 @@ def _hstu_attn_bwd_dkdv_kernel(
     c,
     ATTN_DIM,
     HIDDEN_DIM,
+    seed_lo,
+    seed_hi,
+    drop_threshold,
+    inv_keep,
     CAUSAL: tl.constexpr,
     HAS_CTX: tl.constexpr,
     HAS_TARGETS: tl.constexpr,
     HAS_MAX_ATTN_LEN: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_DQK: tl.constexpr,
@@ -515,6 +664,8 @@ def _hstu_attn_bwd_dkdv_kernel(
             stride_qh,
             stride_dot,
             stride_doh,
+            b,
+            head,
             n,
             c,
             h,
@@ -523,10 +674,15 @@ def _hstu_attn_bwd_dkdv_kernel(
             inv_max_seq_len,
             ATTN_DIM,
             HIDDEN_DIM,
+            seed_lo,
+            seed_hi,
+            drop_threshold,
+            inv_keep,
             CAUSAL,
             HAS_CTX,
             HAS_TARGETS,
             HAS_MAX_ATTN_LEN,
+            HAS_DROPOUT,
             BLOCK_M,
             BLOCK_DQK,
             BLOCK_DV,
@@ -549,6 +705,8 @@ def _hstu_attn_bwd_dkdv_kernel(
                 stride_qh,
                 stride_dot,
                 stride_doh,
+                b,
+                head,
                 n,
                 c,
                 h,
@@ -557,10 +715,15 @@ def _hstu_attn_bwd_dkdv_kernel(
                 inv_max_seq_len,
                 ATTN_DIM,
                 HIDDEN_DIM,
+                seed_lo,
+                seed_hi,
+                drop_threshold,
+                inv_keep,
                 CAUSAL,
                 HAS_CTX,
                 HAS_TARGETS,
                 HAS_MAX_ATTN_LEN,
+                HAS_DROPOUT,
                 BLOCK_M,
                 BLOCK_DQK,
                 BLOCK_DV,
@@ -582,7 +745,7 @@ def _hstu_attn_bwd_dkdv_kernel(
 # --------------------------------------------------------------------------------------------
 # Backward: dq per query block
 # --------------------------------------------------------------------------------------------
-@triton.jit
+@triton.jit(do_not_specialize=_DROPOUT_SEEDS)
 def _hstu_attn_bwd_dq_kernel(
     Q,
     K,
@@ -607,10 +770,15 @@ def _hstu_attn_bwd_dq_kernel(
     c,
     ATTN_DIM,
     HIDDEN_DIM,
+    seed_lo,
+    seed_hi,
+    drop_threshold,
+    inv_keep,
     CAUSAL: tl.constexpr,
     HAS_CTX: tl.constexpr,
     HAS_TARGETS: tl.constexpr,
     HAS_MAX_ATTN_LEN: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_DQK: tl.constexpr,
@@ -686,6 +854,17 @@ def _hstu_attn_bwd_dq_kernel(
             )
             dz = dw * sig * (1.0 + z * (1.0 - sig)) * (alpha * inv_max_seq_len)
             dz = tl.where(ok, dz, 0.0)
+            if HAS_DROPOUT:
+                dz *= _dropout_scale(
+                    b,
+                    head,
+                    offs_m[:, None],
+                    offs_n[None, :],
+                    seed_lo,
+                    seed_hi,
+                    drop_threshold,
+                    inv_keep,
+                )
             dq += _dot(_cast(dz, k.dtype, INTERPRET_BF16), k, DOT_PRECISION, INTERPRET_BF16)
         tl.store(
             DQ + offs_m[:, None] * stride_dqt + offs_dqk[None, :],
@@ -726,7 +905,9 @@ class BlockConfig:
                 )
 
 
-def default_block_config(attn_dim: int, hidden_dim: int, dtype: torch.dtype) -> BlockConfig:
+def default_block_config(
+    attn_dim: int, hidden_dim: int, dtype: torch.dtype, dropout: bool = False
+) -> BlockConfig:
     """The tiles used when ``block_config`` is not given.
 
     Under the interpreter: 16 x 16 tiles (many blocks per sequence, which is what the tests
@@ -735,6 +916,10 @@ def default_block_config(attn_dim: int, hidden_dim: int, dtype: torch.dtype) -> 
     the shapes of Triton's fused-attention tutorial (tall query tiles forward and for dq, tall
     key tiles for dk/dv); above that, short key tiles for dk/dv, whose two float32 accumulators
     spill otherwise. float32 (exact IEEE products, no tensor cores) gets small tiles.
+    ``dropout``: the Philox state (six 32-bit words per weight while it is drawn) needs more
+    registers; for head dims <= 128 the forward (and for <= 64 the dk/dv kernel) gets more
+    warps or smaller tiles, again without spills on sm_90. (Head dims > 128: the dq kernel
+    spills a few bytes with or without dropout.)
     """
     if INTERPRETED:
         return BlockConfig(16, 16, 16, 16, 16, 16, 1, 1, 1, num_stages=1)
@@ -742,8 +927,12 @@ def default_block_config(attn_dim: int, hidden_dim: int, dtype: torch.dtype) -> 
     if dtype == torch.float32:
         return BlockConfig(32, 32, 32, 32, 32, 32, 4, 4, 4)
     if d <= 64:
+        if dropout:
+            return BlockConfig(128, 64, 32, 128, 128, 64, 8, 8, 8)
         return BlockConfig(128, 64, 64, 128, 128, 64, 4, 8, 8)
     if d <= 128:
+        if dropout:
+            return BlockConfig(128, 32, 64, 32, 64, 64, 8, 4, 4)
         return BlockConfig(128, 64, 64, 32, 64, 64, 8, 4, 4)
     return BlockConfig(64, 64, 64, 32, 32, 32, 8, 8, 4)
 
@@ -766,6 +955,75 @@ def _check_tile_offsets(max_len: int, *tensors: torch.Tensor) -> None:
             )
 
 
+def _int32_bits(value: int) -> int:
+    """The low 32 bits of value as a signed int32 (the kernels reinterpret them as uint32)."""
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def _dropout_args(dropout_pr: float, seed: int) -> tuple[int, int, int, float]:
+    """(seed_lo, seed_hi, drop_threshold, inv_keep): the kernels' dropout scalars.
+
+    Every value has a fixed Triton type whatever p and the seed (int32, int32, int32, fp32), so
+    no call compiles a new variant. A weight is kept when the top DROPOUT_THRESHOLD_BITS of its
+    random word are >= drop_threshold = round(p * 2**bits): keep probability 1 - p up to
+    2**-25; p = 1 drops everything (and inv_keep = 0, not inf).
+    """
+    threshold = round(dropout_pr * (1 << _THRESHOLD_BITS))
+    inv_keep = 1.0 / (1.0 - dropout_pr) if dropout_pr < 1.0 else 0.0
+    return _int32_bits(seed), _int32_bits(seed >> 32), threshold, inv_keep
+
+
+def draw_dropout_seed() -> int:
+    """A 63-bit seed from torch's default (CPU) generator, so ``torch.manual_seed`` fixes it.
+
+    Drawn on the host: no GPU synchronisation, and the GPU generators' states are untouched.
+    """
+    return int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
+
+
+def dropout_keep_mask(
+    seed: int,
+    seq_offsets: torch.Tensor,
+    heads: int,
+    dropout_pr: float,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """The dropout mask the kernels use for ``seed``: bool [B, heads, n, n] (query, key).
+
+    ``n`` is the longest sequence of the batch; entries beyond a sequence's length are False.
+    A debug and test helper: the kernels never materialise the mask. The attention's output
+    with ``dropout_seed=seed`` is the reference formula with ``F.dropout`` replaced by
+    ``weights * mask / (1 - dropout_pr)``.
+    """
+    if not 0.0 <= dropout_pr <= 1.0:
+        raise ValueError(f"{_OP}: dropout_pr must be in [0, 1], got {dropout_pr}")
+    device = torch.device(device) if device is not None else seq_offsets.device
+    seq_offsets = seq_offsets.to(device).contiguous()
+    batch = seq_offsets.numel() - 1
+    lengths = seq_offsets[1:] - seq_offsets[:-1]
+    n = int(lengths.max()) if batch else 0
+    mask = torch.zeros((batch, heads, n, n), dtype=torch.int8, device=device)
+    if n == 0 or heads == 0:
+        return mask.bool()
+    seed_lo, seed_hi, threshold, _ = _dropout_args(dropout_pr, seed)
+    block_m = block_n = 64  # large tiles under the interpreter too, where each op is costly
+    grid = (triton.cdiv(n, block_m), heads, batch)
+    _dropout_mask_kernel[grid](
+        mask,
+        seq_offsets,
+        mask.stride(0),
+        mask.stride(1),
+        mask.stride(2),
+        seed_lo,
+        seed_hi,
+        threshold,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+    )
+    return mask.bool()
+
+
 @dataclasses.dataclass(frozen=True)
 class _Problem:
     """Scalar arguments shared by the three kernels."""
@@ -779,6 +1037,8 @@ class _Problem:
     max_attn_len: int
     contextual_seq_len: int
     config: BlockConfig
+    dropout_pr: float = 0.0  # 0 unless training
+    dropout_seed: int = 0
 
     def common_args(self, attn_dim: int, hidden_dim: int) -> tuple:
         return (
@@ -788,6 +1048,7 @@ class _Problem:
             int(self.contextual_seq_len),
             attn_dim,
             hidden_dim,
+            *_dropout_args(self.dropout_pr, self.dropout_seed),
         )
 
     def flags(self, dtype: torch.dtype, attn_dim: int, hidden_dim: int) -> dict:
@@ -797,6 +1058,7 @@ class _Problem:
             "HAS_TARGETS": self.num_targets is not None,
             # A bound at least as long as every sequence bounds nothing.
             "HAS_MAX_ATTN_LEN": 0 < self.max_attn_len < self.max_len,
+            "HAS_DROPOUT": self.dropout_pr > 0.0,
             "BLOCK_DQK": _block_d(attn_dim),
             "BLOCK_DV": _block_d(hidden_dim),
             # float32 inputs: exact float32 products (no TF32), like the reference. 16-bit
@@ -955,12 +1217,21 @@ def triton_hstu_mha(
     contextual_seq_len: int = 0,
     *,
     block_config: BlockConfig | None = None,
+    dropout_seed: int | None = None,
 ) -> torch.Tensor:
     """Jagged HSTU attention with the Triton kernels; arguments as ``hstu_ops.hstu_mha``.
 
-    float16, bfloat16 and float32 inputs, accumulated in float32. ``dropout_pr`` must be 0
-    while ``training`` (dropout is not implemented; with ``training=False`` it is a no-op).
-    ``block_config`` overrides :func:`default_block_config`.
+    float16, bfloat16 and float32 inputs, accumulated in float32. ``block_config`` overrides
+    :func:`default_block_config`.
+
+    Dropout (``dropout_pr > 0`` while ``training``) is the reference's ``F.dropout`` on the
+    masked weights: each weight is kept with probability 1 - dropout_pr and scaled by
+    1 / (1 - dropout_pr). The mask comes from Philox keyed by ``dropout_seed`` (64 bits) and
+    counted by (sequence, head, query, key), and is regenerated by the backward, never stored.
+    ``dropout_seed=None`` draws the seed from torch's default generator
+    (:func:`draw_dropout_seed`), so ``torch.manual_seed`` makes a run reproducible; the
+    generator is not touched when dropout is off. :func:`dropout_keep_mask` returns the mask
+    of a seed.
     """
     lengths = _check_inputs(
         max_seq_len,
@@ -973,11 +1244,6 @@ def triton_hstu_mha(
         max_attn_len,
         contextual_seq_len,
     )
-    if dropout_pr > 0.0 and training:
-        raise NotImplementedError(
-            f"{_OP}: the TRITON kernel does not implement dropout (dropout_pr = {dropout_pr} "
-            "while training); use Kernel.PYTORCH, dropout_pr=0.0 or training=False"
-        )
     if q.dtype not in _DTYPES:
         raise TypeError(
             f"{_OP}: the TRITON kernel supports float16, bfloat16 and float32, got {q.dtype}"
@@ -998,6 +1264,10 @@ def triton_hstu_mha(
             f"dimension), got {lengths.numel()}"
         )
     max_len = int(lengths.max()) if lengths.numel() else 0
+    dropout = training and dropout_pr > 0.0
+    seed = 0
+    if dropout:
+        seed = draw_dropout_seed() if dropout_seed is None else int(dropout_seed)
     problem = _Problem(
         seq_offsets=seq_offsets.to(q.device).contiguous(),
         num_targets=None if num_targets is None else num_targets.to(q.device).contiguous(),
@@ -1007,7 +1277,9 @@ def triton_hstu_mha(
         causal=bool(causal),
         max_attn_len=int(max_attn_len),
         contextual_seq_len=int(contextual_seq_len),
-        config=block_config or default_block_config(q.shape[2], v.shape[2], q.dtype),
+        config=block_config or default_block_config(q.shape[2], v.shape[2], q.dtype, dropout),
+        dropout_pr=float(dropout_pr) if dropout else 0.0,
+        dropout_seed=seed,
     )
     q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))
     _check_tile_offsets(max_len, q, k, v)

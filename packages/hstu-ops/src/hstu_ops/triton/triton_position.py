@@ -1,0 +1,525 @@
+"""Triton kernels of the timestamp positional embeddings, forward and backward (op family 5).
+
+Semantics are those of the PyTorch reference :mod:`hstu_ops.pytorch.pt_position`:
+
+    out[r] = alpha * seq_embeddings[r] + (P[pos(r)] + T[bucket(r)])
+
+with the same position indices (counted from the end of the history, targets and contextual
+tokens, clamped to P's last row) and time buckets (gap to the sequence's last timestamp, in
+minutes, through sqrt or log, clamped to T's last row).
+
+Layout of the work:
+
+* forward: one program per (sequence, block of rows). It computes the rows' position index and
+  time bucket once, then loops over the embedding width in BLOCK_D chunks, gathering the two
+  table rows and adding them in float32. When a table needs a gradient, the indices are written
+  out (int32, one per row and table), so the backward does not recompute them.
+* backward: ``d seq_embeddings = alpha * dout`` (a torch expression). The table gradients are
+  scatter-sums of ``dout`` rows, computed deterministically, without atomics: the rows are
+  sorted by table index (a stable ``torch.sort``), the segment of each table row is found with
+  ``torch.searchsorted``, and one program per (table row, BLOCK_D chunk) adds its segment's rows
+  one after the other, in increasing row order, in float32 (loads unrolled by
+  ``rows_per_step``). Table rows that no token reads get zeros. Each gradient row is thus the
+  sequential float32 sum in row order, whatever the tiles: repeated runs are bit-identical. A
+  table row read by many tokens (all targets share one position, every last token is in
+  bucket 0) is summed by a single program: its time grows with the segment, not the batch.
+
+Importing this module imports ``triton``. As in :mod:`hstu_ops.triton.triton_hstu_attention`,
+the mode (compiled for CUDA/ROCm tensors, or Triton's interpreter for CPU tensors) is fixed by
+``TRITON_INTERPRET`` when this module is imported: the kernels call only ``triton.language``
+builtins and this module's own ``@triton.jit`` helpers (never the library's jit-compiled
+``tl.sum``, ``tl.zeros``, ...), so there is no reduction inside a kernel.
+"""
+
+# Kernels branch on tl.constexpr flags with if/else statements, which Triton resolves at compile
+# time; they stay statements rather than the conditional expressions SIM108 asks for.
+# ruff: noqa: SIM108
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from hstu_ops.pytorch.pt_position import TIME_BUCKET_INCREMENT, _check_inputs
+
+__all__ = [
+    "INTERPRETED",
+    "AddTimestampPositionalEmbeddingsFunction",
+    "PositionBlockConfig",
+    "default_position_block_config",
+    "triton_add_timestamp_positional_embeddings",
+]
+
+_OP = "add_timestamp_positional_embeddings"
+
+
+def _interpreting() -> bool:
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None:
+        return bool(knobs.runtime.interpret)
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+INTERPRETED: bool = _interpreting()
+"""Whether the kernels of this module were created for Triton's interpreter (CPU tensors)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _cast(x, dtype: tl.constexpr, INTERPRET_BF16: tl.constexpr):
+    """x.to(dtype), rounding to nearest even as compiled Triton does.
+
+    INTERPRET_BF16: the interpreter truncates float32 -> bfloat16 instead of rounding, so x
+    (float32) is first rounded to the nearest bfloat16 value on its bits (finite values).
+    """
+    if INTERPRET_BF16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
+        x = bits.to(tl.float32, bitcast=True)
+    return x.to(dtype)
+
+
+@triton.jit
+def _position_index(
+    p, n, num_targets, b, c, position_rows, HAS_TARGETS: tl.constexpr, INTERLEAVE: tl.constexpr
+):
+    """Position index of token(s) p of sequence b (length n): see the reference's docstring."""
+    high = n
+    if HAS_TARGETS:
+        t = tl.load(num_targets + b).to(tl.int32)
+        if INTERLEAVE:
+            high = n - 2 * t
+        else:
+            high = n - t
+    pos = high - tl.minimum(p, high) + c
+    pos = tl.minimum(pos, position_rows - 1)
+    return tl.where(p < c, p, pos)
+
+
+@triton.jit
+def _time_bucket(gap, time_bucket_rows, increment, LOG_BUCKETS: tl.constexpr):
+    """Bucket of an int64 gap in seconds: int(f(max(gap, 1e-6) / increment)), clamped.
+
+    Division and square root are the correctly rounded ones (``/`` and ``tl.sqrt`` are
+    approximate on NVIDIA GPUs), so that a gap of exactly 60 * k**2 seconds lands in bucket k
+    as in the reference.
+    """
+    x = tl.div_rn(tl.maximum(gap.to(tl.float32), 1e-6), increment)
+    if LOG_BUCKETS:
+        f = tl.log(x)
+    else:
+        f = tl.sqrt_rn(x)
+    bucket = tl.maximum(f, 0.0).to(tl.int32)
+    return tl.minimum(bucket, time_bucket_rows - 1)
+
+
+# --------------------------------------------------------------------------------------------
+# Forward
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _add_timestamp_pos_emb_fwd_kernel(
+    SeqEmb,
+    PosTable,
+    TsTable,
+    Timestamps,
+    seq_offsets,
+    num_targets,
+    Out,
+    PosIdx,
+    TsIdx,
+    stride_sn,
+    stride_pn,
+    stride_tn,
+    stride_on,
+    alpha,
+    increment,
+    c,
+    position_rows,
+    time_bucket_rows,
+    D,
+    HAS_TARGETS: tl.constexpr,
+    INTERLEAVE: tl.constexpr,
+    LOG_BUCKETS: tl.constexpr,
+    SAVE_INDICES: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    INTERPRET_BF16: tl.constexpr,
+):
+    b = tl.program_id(0)
+    seq_start = tl.load(seq_offsets + b).to(tl.int64)
+    n = (tl.load(seq_offsets + b + 1).to(tl.int64) - seq_start).to(tl.int32)
+    n0 = tl.program_id(1) * BLOCK_N
+    if n0 < n:
+        p = n0 + tl.arange(0, BLOCK_N)
+        row_ok = p < n
+        rows = seq_start + p  # int64
+        pos = _position_index(p, n, num_targets, b, c, position_rows, HAS_TARGETS, INTERLEAVE)
+        query_time = tl.load(Timestamps + seq_start + n - 1).to(tl.int64)
+        stamps = tl.load(Timestamps + rows, mask=row_ok, other=0).to(tl.int64)
+        bucket = _time_bucket(query_time - stamps, time_bucket_rows, increment, LOG_BUCKETS)
+        if SAVE_INDICES:
+            tl.store(PosIdx + rows, pos, mask=row_ok)
+            tl.store(TsIdx + rows, bucket, mask=row_ok)
+        seq_ptrs = SeqEmb + rows[:, None] * stride_sn
+        pos_ptrs = PosTable + pos.to(tl.int64)[:, None] * stride_pn
+        ts_ptrs = TsTable + bucket.to(tl.int64)[:, None] * stride_tn
+        out_ptrs = Out + rows[:, None] * stride_on
+        for d0 in range(0, D, BLOCK_D):
+            offs_d = d0 + tl.arange(0, BLOCK_D)
+            mask = row_ok[:, None] & (offs_d[None, :] < D)
+            x = tl.load(seq_ptrs + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+            pe = tl.load(pos_ptrs + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+            te = tl.load(ts_ptrs + offs_d[None, :], mask=mask, other=0.0).to(tl.float32)
+            out = x * alpha + (pe + te)
+            tl.store(
+                out_ptrs + offs_d[None, :],
+                _cast(out, Out.dtype.element_ty, INTERPRET_BF16),
+                mask=mask,
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# Backward: deterministic segment sums of dout rows into table rows
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _segment_sum_rows_kernel(
+    DOut,
+    order,
+    segment_starts,
+    DTable,
+    stride_don,
+    stride_dtn,
+    D,
+    ROWS_PER_STEP: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    INTERPRET_BF16: tl.constexpr,
+):
+    """DTable[k] = sum of DOut[order[i]] for i in [segment_starts[k], segment_starts[k + 1]).
+
+    The rows are added one after the other in segment order, in float32: the result is the
+    plain sequential sum, whatever the tiles. ROWS_PER_STEP row loads are issued per step
+    (unrolled), which keeps that many loads in flight; only the additions are sequential.
+    """
+    k = tl.program_id(0)
+    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
+    start = tl.load(segment_starts + k)
+    end = tl.load(segment_starts + k + 1)
+    acc = tl.full([BLOCK_D], 0.0, dtype=tl.float32)
+    for r0 in range(start, end, ROWS_PER_STEP):
+        for u in tl.static_range(ROWS_PER_STEP):
+            in_segment = r0 + u < end
+            row = tl.load(order + r0 + u, mask=in_segment, other=0).to(tl.int64)
+            acc += tl.load(DOut + row * stride_don + offs_d, mask=d_ok & in_segment, other=0.0).to(
+                tl.float32
+            )
+    tl.store(
+        DTable + k.to(tl.int64) * stride_dtn + offs_d,
+        _cast(acc, DTable.dtype.element_ty, INTERPRET_BF16),
+        mask=d_ok,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Launchers
+# --------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class PositionBlockConfig:
+    """Tiles and warps of the two kernels.
+
+    ``block_n``: rows per forward program; ``block_d``: embedding columns per step (forward)
+    or per program (backward), both powers of 2 >= 16; ``rows_per_step``: row loads issued per
+    step of the backward's sequential sum (unrolled; >= 1).
+    """
+
+    block_n: int = 32
+    block_d: int = 64
+    rows_per_step: int = 16
+    fwd_warps: int = 4
+    bwd_warps: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("block_n", "block_d"):
+            value = getattr(self, name)
+            if value < 16 or value & (value - 1):
+                raise ValueError(
+                    f"PositionBlockConfig.{name} must be a power of 2 >= 16, got {value}"
+                )
+        if self.rows_per_step < 1:
+            raise ValueError(
+                f"PositionBlockConfig.rows_per_step must be >= 1, got {self.rows_per_step}"
+            )
+
+
+def default_position_block_config(dim: int) -> PositionBlockConfig:
+    """Tiles used when ``block_config`` is not given (not autotuned, not yet timed on a GPU).
+
+    Under the interpreter: 16-wide tiles (several blocks per sequence and per row, which the
+    tests want). On a GPU: 32 rows by up to 128 columns forward; 16 row loads in flight per
+    backward step.
+    """
+    if INTERPRETED:
+        return PositionBlockConfig(16, 16, 4, 1, 1)
+    block_d = min(max(16, triton.next_power_of_2(dim)), 128)
+    return PositionBlockConfig(32, block_d, 16, 4, 4)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Problem:
+    """What the backward needs besides the saved indices."""
+
+    alpha: float
+    seq_dtype: torch.dtype
+    position_shape: tuple[int, int]
+    position_dtype: torch.dtype
+    time_bucket_shape: tuple[int, int]
+    time_bucket_dtype: torch.dtype
+    config: PositionBlockConfig
+
+
+def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def add_timestamp_positional_embeddings_fwd(
+    alpha: float,
+    max_len: int,
+    max_contextual_seq_len: int,
+    position_embeddings_weight: torch.Tensor,
+    timestamp_embeddings_weight: torch.Tensor,
+    seq_offsets: torch.Tensor,
+    seq_embeddings: torch.Tensor,
+    timestamps: torch.Tensor,
+    num_targets: torch.Tensor | None,
+    interleave_targets: bool,
+    time_bucket_fn: str,
+    config: PositionBlockConfig,
+    save_indices: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Forward launcher: (out, position indices, time buckets); indices only if save_indices.
+
+    Inputs as validated by the reference's checks, last dimensions contiguous; max_len is the
+    longest sequence of the batch.
+    """
+    total, dim = seq_embeddings.shape
+    out = torch.empty_like(seq_embeddings, memory_format=torch.contiguous_format)
+    pos_idx = ts_idx = None
+    if save_indices:
+        pos_idx = torch.empty(total, dtype=torch.int32, device=seq_embeddings.device)
+        ts_idx = torch.empty(total, dtype=torch.int32, device=seq_embeddings.device)
+    batch = seq_offsets.numel() - 1
+    if total == 0 or dim == 0 or max_len == 0:
+        return out, pos_idx, ts_idx
+    grid = (batch, triton.cdiv(max_len, config.block_n))
+    _add_timestamp_pos_emb_fwd_kernel[grid](
+        seq_embeddings,
+        position_embeddings_weight,
+        timestamp_embeddings_weight,
+        timestamps,
+        seq_offsets,
+        seq_offsets if num_targets is None else num_targets,  # not read without targets
+        out,
+        out if pos_idx is None else pos_idx,  # not written unless SAVE_INDICES
+        out if ts_idx is None else ts_idx,
+        seq_embeddings.stride(0),
+        position_embeddings_weight.stride(0),
+        timestamp_embeddings_weight.stride(0),
+        out.stride(0),
+        float(alpha),
+        TIME_BUCKET_INCREMENT,
+        int(max_contextual_seq_len),
+        position_embeddings_weight.shape[0],
+        timestamp_embeddings_weight.shape[0],
+        dim,
+        HAS_TARGETS=num_targets is not None,
+        INTERLEAVE=bool(interleave_targets),
+        LOG_BUCKETS=time_bucket_fn == "log",
+        SAVE_INDICES=save_indices,
+        BLOCK_N=config.block_n,
+        BLOCK_D=config.block_d,
+        INTERPRET_BF16=INTERPRETED and seq_embeddings.dtype == torch.bfloat16,
+        num_warps=config.fwd_warps,
+    )
+    return out, pos_idx, ts_idx
+
+
+def table_gradient(
+    dout: torch.Tensor,
+    indices: torch.Tensor,
+    table_rows: int,
+    dtype: torch.dtype,
+    config: PositionBlockConfig,
+) -> torch.Tensor:
+    """[table_rows, D] with row k = sum of dout[r] over the rows r with indices[r] == k.
+
+    Deterministic: sums in row order within each table row, in float32, rounded once to dtype.
+    dout: [total, D], last dimension contiguous; indices: int [total], in [0, table_rows).
+    """
+    total, dim = dout.shape
+    grad = torch.empty((table_rows, dim), dtype=dtype, device=dout.device)
+    if table_rows == 0 or dim == 0:
+        return grad
+    if total == 0:
+        return grad.zero_()
+    sorted_idx, order = torch.sort(indices, stable=True)
+    boundaries = torch.arange(table_rows + 1, dtype=sorted_idx.dtype, device=dout.device)
+    segment_starts = torch.searchsorted(sorted_idx, boundaries)
+    grid = (table_rows, triton.cdiv(dim, config.block_d))
+    _segment_sum_rows_kernel[grid](
+        dout,
+        order,
+        segment_starts,
+        grad,
+        dout.stride(0),
+        grad.stride(0),
+        dim,
+        ROWS_PER_STEP=config.rows_per_step,
+        BLOCK_D=config.block_d,
+        INTERPRET_BF16=INTERPRETED and dtype == torch.bfloat16,
+        num_warps=config.bwd_warps,
+    )
+    return grad
+
+
+class AddTimestampPositionalEmbeddingsFunction(torch.autograd.Function):
+    """Autograd wrapper: saves the per-row table indices (int32) when a table needs a gradient."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx,
+        seq_embeddings,
+        position_embeddings_weight,
+        timestamp_embeddings_weight,
+        timestamps,
+        seq_offsets,
+        num_targets,
+        fwd_args: dict,
+        problem: _Problem,
+    ):
+        save = bool(ctx.needs_input_grad[1] or ctx.needs_input_grad[2])
+        out, pos_idx, ts_idx = add_timestamp_positional_embeddings_fwd(
+            position_embeddings_weight=position_embeddings_weight,
+            timestamp_embeddings_weight=timestamp_embeddings_weight,
+            seq_offsets=seq_offsets,
+            seq_embeddings=seq_embeddings,
+            timestamps=timestamps,
+            num_targets=num_targets,
+            save_indices=save,
+            **fwd_args,
+        )
+        ctx.save_for_backward(pos_idx, ts_idx)
+        ctx.problem = problem
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):  # type: ignore[override]
+        pos_idx, ts_idx = ctx.saved_tensors
+        p: _Problem = ctx.problem
+        d_seq = d_pos = d_ts = None
+        if ctx.needs_input_grad[0]:
+            d_seq = (dout.to(torch.float32) * p.alpha).to(p.seq_dtype)
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            dout = _last_dim_contiguous(dout)
+        if ctx.needs_input_grad[1]:
+            d_pos = table_gradient(dout, pos_idx, p.position_shape[0], p.position_dtype, p.config)
+        if ctx.needs_input_grad[2]:
+            d_ts = table_gradient(
+                dout, ts_idx, p.time_bucket_shape[0], p.time_bucket_dtype, p.config
+            )
+        return d_seq, d_pos, d_ts, None, None, None, None, None
+
+
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def triton_add_timestamp_positional_embeddings(
+    alpha: float,
+    max_seq_len: int,
+    max_contextual_seq_len: int,
+    position_embeddings_weight: torch.Tensor,
+    timestamp_embeddings_weight: torch.Tensor,
+    seq_offsets: torch.Tensor,
+    seq_lengths: torch.Tensor,
+    seq_embeddings: torch.Tensor,
+    timestamps: torch.Tensor,
+    num_targets: torch.Tensor | None,
+    interleave_targets: bool,
+    time_bucket_fn: str = "sqrt",
+    *,
+    block_config: PositionBlockConfig | None = None,
+) -> torch.Tensor:
+    """The op with the Triton kernels; arguments as
+    ``hstu_ops.add_timestamp_positional_embeddings``.
+
+    seq_embeddings and the tables: float16, bfloat16 or float32 (any mix); the sums are in
+    float32. ``block_config`` overrides :func:`default_position_block_config`.
+    """
+    lengths = _check_inputs(
+        max_seq_len,
+        max_contextual_seq_len,
+        position_embeddings_weight,
+        timestamp_embeddings_weight,
+        seq_offsets,
+        seq_lengths,
+        seq_embeddings,
+        timestamps,
+        num_targets,
+        interleave_targets,
+        time_bucket_fn,
+    )
+    for name, x in (
+        ("seq_embeddings", seq_embeddings),
+        ("position_embeddings_weight", position_embeddings_weight),
+        ("timestamp_embeddings_weight", timestamp_embeddings_weight),
+    ):
+        if x.dtype not in _DTYPES:
+            raise TypeError(
+                f"{_OP}: the TRITON kernel supports float16, bfloat16 and float32, got "
+                f"{x.dtype} for {name}"
+            )
+    if not INTERPRETED and seq_embeddings.device.type != "cuda":
+        raise ValueError(
+            f"{_OP}: the TRITON kernel needs CUDA or ROCm tensors, got "
+            f"{seq_embeddings.device.type} tensors (set TRITON_INTERPRET=1 before hstu_ops' "
+            "Triton backend is first used to run it in Triton's CPU interpreter)"
+        )
+    max_len = int(lengths.max()) if lengths.numel() else 0
+    config = block_config or default_position_block_config(seq_embeddings.shape[1])
+    if triton.cdiv(max_len, config.block_n) > 65535:
+        raise ValueError(
+            f"{_OP}: the TRITON kernel's grid holds at most 65535 blocks of {config.block_n} "
+            f"rows per sequence; the longest sequence has {max_len} rows"
+        )
+    problem = _Problem(
+        alpha=float(alpha),
+        seq_dtype=seq_embeddings.dtype,
+        position_shape=tuple(position_embeddings_weight.shape),
+        position_dtype=position_embeddings_weight.dtype,
+        time_bucket_shape=tuple(timestamp_embeddings_weight.shape),
+        time_bucket_dtype=timestamp_embeddings_weight.dtype,
+        config=config,
+    )
+    fwd_args = dict(
+        alpha=float(alpha),
+        max_len=max_len,
+        max_contextual_seq_len=int(max_contextual_seq_len),
+        interleave_targets=bool(interleave_targets),
+        time_bucket_fn=time_bucket_fn,
+        config=config,
+    )
+    return AddTimestampPositionalEmbeddingsFunction.apply(
+        _last_dim_contiguous(seq_embeddings),
+        _last_dim_contiguous(position_embeddings_weight),
+        _last_dim_contiguous(timestamp_embeddings_weight),
+        timestamps.contiguous(),
+        seq_offsets.contiguous(),
+        None if num_targets is None else num_targets.contiguous(),
+        fwd_args,
+        problem,
+    )
