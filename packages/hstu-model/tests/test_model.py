@@ -1,3 +1,8 @@
+import os
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor
@@ -269,3 +274,48 @@ def test_yambda_5b_builds_on_meta_with_exact_tables():
     assert sum(p.numel() for p in model.embedding_parameters()) == 293_051_712 * 512
     assert model.contextual_projection.weight.shape == (8, 512, 512)
     assert model.contextual_keys == tuple(UIH_KEYS[:8])
+
+
+@pytest.mark.slow  # a fresh interpreter running the Triton kernels in Triton's interpreter
+def test_triton_kernels_agree_with_pytorch_at_model_level():
+    """kernel="triton" (the layers, positional embeddings and attention as Triton kernels, run
+    by Triton's CPU interpreter) against kernel="pytorch": logits and every parameter gradient
+    of a training step agree to float32 tolerances (atol 1e-4, rtol 1e-3: the kernels sum in
+    another order)."""
+    pytest.importorskip("triton")
+    script = textwrap.dedent(
+        """
+        import torch
+        from hstu_model import HSTURanker, preset, seed_everything
+        from hstu_model.testing import random_batch
+
+        vocab = {"uid": 11, "item_id": 50, "artist_id": 13, "album_id": 17}
+        small = dict(embedding_dim=16, attention_dim=16, linear_dim=16, num_heads=2,
+                     preprocessor_hidden_dim=16, history_length=12, max_seq_len=24,
+                     position_buckets=24, time_buckets=32, num_layers=2,
+                     input_dropout=0.0, linear_dropout=0.0)
+        batch = random_batch([12, 3, 0, 7], vocab, seed=3)
+        results = {}
+        for kernel in ("pytorch", "triton"):
+            cfg = preset("tiny").replace(model={**small, "kernel": kernel})
+            seed_everything(0)
+            model = HSTURanker(cfg.model, vocab)
+            logits = model(batch.uih, batch.candidates).logits
+            loss = model.loss(logits, batch.labels)
+            loss.backward()
+            grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+            results[kernel] = (logits.detach(), grads)
+        (ref_logits, ref_grads), (got_logits, got_grads) = results["pytorch"], results["triton"]
+        torch.testing.assert_close(got_logits, ref_logits, atol=1e-4, rtol=1e-3)
+        assert got_grads.keys() == ref_grads.keys() and len(ref_grads) > 20
+        for name, grad in ref_grads.items():
+            torch.testing.assert_close(got_grads[name], grad, atol=1e-4, rtol=1e-3, msg=name)
+        print("ok", len(ref_grads))
+        """
+    )
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert result.stdout.startswith("ok")

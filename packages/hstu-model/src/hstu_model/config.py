@@ -171,7 +171,8 @@ class ModelConfig:
     loss_scale: float = 0.2
     """Factor on the weighted task loss."""
     kernel: str = "pytorch"
-    """hstu_ops backend for the jagged ops: "pytorch" or "native" (attention: pytorch)."""
+    """hstu_ops backend: "pytorch" (every op), "native" (the jagged primitives; the layers and
+    attention stay pytorch) or "triton" (the layers and attention; CUDA/ROCm tensors)."""
     features: FeatureNames = field(default_factory=FeatureNames)
     """Names of the input features."""
 
@@ -218,7 +219,11 @@ class ModelConfig:
             "task_weights",
             f"needs one weight per task ({self.num_tasks}), got {self.task_weights}",
         )
-        _require(self.kernel in ("pytorch", "native"), "kernel", f"unknown kernel {self.kernel!r}")
+        _require(
+            self.kernel in ("pytorch", "native", "triton"),
+            "kernel",
+            f"unknown kernel {self.kernel!r}; expected pytorch, native or triton",
+        )
 
     def _check_contextual_features(self) -> None:
         features = self.contextual_features

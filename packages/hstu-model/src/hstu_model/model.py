@@ -86,16 +86,43 @@ class ContextualProjection(nn.Module):
 
 
 class STULayer(nn.Module):
-    """One sequential transduction unit: gated HSTU attention with a residual connection."""
+    """One sequential transduction unit, as the DLRMv4 reference's STULayer computes it.
+
+    u, q, k, v = split(layer_norm(x) @ W_uvqk + b_uvqk), u = silu(u) (only u);
+    attn = hstu_mha(q, k, v) (causal, target-aware, contextual tokens);
+    out = x + dropout([u, attn, u * layer_norm(attn)]) @ W_out (no bias).
+    Norms use eps 1e-6; W_uvqk and W_out are Xavier-uniform, biases zero, norm weights one.
+    """
+
+    NORM_EPS = 1e-6
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
-        heads, dqk, dv = config.num_heads, config.attention_dim, config.linear_dim
-        self.input_norm = nn.LayerNorm(config.embedding_dim)
-        self.uvqk = nn.Linear(config.embedding_dim, heads * (2 * dv + 2 * dqk))
-        self.output_norm = nn.LayerNorm(heads * dv)
-        self.output = nn.Linear(heads * dv, config.embedding_dim)
+        heads, dqk, dv, d = (
+            config.num_heads,
+            config.attention_dim,
+            config.linear_dim,
+            config.embedding_dim,
+        )
+        self.input_norm_weight = nn.Parameter(torch.empty(d))
+        self.input_norm_bias = nn.Parameter(torch.empty(d))
+        self.uvqk_weight = nn.Parameter(torch.empty(d, heads * (2 * dv + 2 * dqk)))
+        self.uvqk_bias = nn.Parameter(torch.empty(heads * (2 * dv + 2 * dqk)))
+        self.output_norm_weight = nn.Parameter(torch.empty(heads * dv))
+        self.output_norm_bias = nn.Parameter(torch.empty(heads * dv))
+        # [u, attn, u * norm(attn)] -> d: the reference's concat_ux output block.
+        self.output_weight = nn.Parameter(torch.empty(3 * heads * dv, d))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.input_norm_weight)
+        nn.init.zeros_(self.input_norm_bias)
+        nn.init.xavier_uniform_(self.uvqk_weight)
+        nn.init.zeros_(self.uvqk_bias)
+        nn.init.ones_(self.output_norm_weight)
+        nn.init.zeros_(self.output_norm_bias)
+        nn.init.xavier_uniform_(self.output_weight)
 
     def forward(
         self,
@@ -103,27 +130,53 @@ class STULayer(nn.Module):
         seq_offsets: torch.Tensor,
         max_seq_len: int,
         num_targets: torch.Tensor,
+        attention_kernel: hstu_ops.Kernel = hstu_ops.Kernel.PYTORCH,
+        layer_kernel: hstu_ops.Kernel = hstu_ops.Kernel.PYTORCH,
     ) -> torch.Tensor:
         cfg = self.config
         heads, dqk, dv = cfg.num_heads, cfg.attention_dim, cfg.linear_dim
-        uvqk = F.silu(self.uvqk(self.input_norm(x)))
-        u, v, q, k = torch.split(uvqk, [heads * dv, heads * dv, heads * dqk, heads * dqk], dim=-1)
+        u, q, k, v = hstu_ops.hstu_compute_uqvk(
+            x,
+            self.input_norm_weight.to(x.dtype),
+            self.input_norm_bias.to(x.dtype),
+            self.NORM_EPS,
+            heads,
+            dqk,
+            dv,
+            self.uvqk_weight.to(x.dtype),
+            self.uvqk_bias.to(x.dtype),
+            kernel=layer_kernel,
+        )
         attn = hstu_ops.hstu_mha(
             max_seq_len,
             1.0 / math.sqrt(dqk),
-            q.reshape(-1, heads, dqk),
-            k.reshape(-1, heads, dqk),
-            v.reshape(-1, heads, dv),
+            q,
+            k,
+            v,
             seq_offsets,
             causal=True,
             dropout_pr=cfg.attention_dropout,
             training=self.training,
             num_targets=num_targets,
             contextual_seq_len=cfg.contextual_seq_len,
-            kernel=hstu_ops.Kernel.PYTORCH,
+            kernel=attention_kernel,
         )
-        gated = self.output_norm(attn.reshape(-1, heads * dv)) * u
-        return x + self.output(F.dropout(gated, cfg.linear_dropout, self.training))
+        return hstu_ops.hstu_compute_output(
+            attn.reshape(-1, heads * dv),
+            u,
+            x,
+            self.output_norm_weight.to(x.dtype),
+            self.output_norm_bias.to(x.dtype),
+            self.NORM_EPS,
+            self.output_weight.to(x.dtype),
+            num_heads=heads,
+            linear_dim=dv,
+            dropout_ratio=cfg.linear_dropout,
+            training=self.training,
+            concat_ux=True,
+            group_norm=False,
+            kernel=layer_kernel,
+        )
 
 
 @dataclass
@@ -150,7 +203,15 @@ class HSTURanker(nn.Module):
         super().__init__()
         self.config = config
         self.features = config.features
-        self.kernel = hstu_ops.Kernel[config.kernel.upper()]
+        K = hstu_ops.Kernel
+        self.kernel = K[config.kernel.upper()]
+        # Each op family runs the chosen kernel where it has one, else its PyTorch reference.
+        self.jagged_kernel = K.NATIVE if self.kernel is K.NATIVE else K.PYTORCH
+        """complete_cumsum and 1-D jagged concat: PYTORCH or NATIVE."""
+        self.layer_kernel = K.TRITON if self.kernel is K.TRITON else K.PYTORCH
+        """hstu_compute_uqvk / hstu_compute_output: PYTORCH or TRITON."""
+        self.attention_kernel = K.TRITON if self.kernel is K.TRITON else K.PYTORCH
+        """hstu_mha: PYTORCH or TRITON."""
         d = config.embedding_dim
         self.tables = embedding_tables(config.features, vocab_sizes, config.contextual_features)
         self.contextual_keys: tuple[str, ...] = (
@@ -234,10 +295,6 @@ class HSTURanker(nn.Module):
         embedded = self.embedding_collection(ids)
         return {key: jt.values() for key, jt in embedded.items()}
 
-    def _time_buckets(self, gap_seconds: torch.Tensor) -> torch.Tensor:
-        minutes = gap_seconds.clamp(min=0).to(torch.float32) / 60.0
-        return torch.sqrt(minutes).floor().to(torch.int64).clamp(max=self.config.time_buckets - 1)
-
     def forward(self, uih: KeyedJaggedTensor, candidates: KeyedJaggedTensor) -> ModelOutput:
         f, cfg = self.features, self.config
         uih_jts, cand_jts = uih.to_dict(), candidates.to_dict()
@@ -298,23 +355,32 @@ class HSTURanker(nn.Module):
         token_times = token_times[order]
 
         seq_lengths = seq_offsets[1:] - seq_offsets[:-1]
-        sample_of_token = torch.repeat_interleave(
-            torch.arange(batch_size, device=x.device), seq_lengths
-        )
-        positions = torch.arange(x.shape[0], device=x.device) - seq_offsets[:-1][sample_of_token]
-        sample_query_time = query_time.view(batch_size, cfg.num_candidates)[:, 0]
-        gaps = sample_query_time[sample_of_token] - token_times
-        x = (
-            x * math.sqrt(cfg.embedding_dim)
-            + self.position_embeddings(positions)
-            + self.time_embeddings(self._time_buckets(gaps))
+        num_targets = candidate_lengths.to(torch.int64)
+        # The reference's positional encoder: sqrt(D) * x + position (counted back from the
+        # candidates; contextual tokens keep their own) + sqrt-minutes bucket of the time gap
+        # to the query time (every sequence's last token is a candidate at the query time).
+        x = hstu_ops.add_timestamp_positional_embeddings(
+            math.sqrt(cfg.embedding_dim),
+            cfg.max_seq_len,
+            cfg.contextual_seq_len,
+            self.position_embeddings.weight,
+            self.time_embeddings.weight,
+            seq_offsets,
+            seq_lengths,
+            x,
+            token_times,
+            num_targets,
+            interleave_targets=False,
+            time_bucket_fn="sqrt",
+            kernel=self.layer_kernel,
         )
         x = F.dropout(x, cfg.input_dropout, self.training)
 
         max_seq_len = int(seq_lengths.max())
-        num_targets = candidate_lengths.to(torch.int64)
         for layer in self.layers:
-            x = layer(x, seq_offsets, max_seq_len, num_targets)
+            x = layer(
+                x, seq_offsets, max_seq_len, num_targets, self.attention_kernel, self.layer_kernel
+            )
 
         candidate_rows = (
             seq_offsets[1:].unsqueeze(1)
@@ -329,7 +395,7 @@ class HSTURanker(nn.Module):
         self, batch_size: int, history_lengths: torch.Tensor, num_history: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Row of `tokens` for each sequence position, and the sequence offsets."""
-        cfg, kernel = self.config, self.kernel
+        cfg, kernel = self.config, self.jagged_kernel
         device = history_lengths.device
         ones = torch.ones(batch_size, dtype=torch.int64, device=device)
         ctx_offsets = hstu_ops.complete_cumsum(ones * cfg.contextual_seq_len, kernel=kernel)
