@@ -47,6 +47,7 @@ def test_command_line_surface_is_frozen():
         "checkpoint_dir": None,
         "checkpoint_every": 100,
         "checkpoint_seconds": 0.0,
+        "checkpoint_every_window": False,
         "keep_checkpoints": 2,
         "resume": "never",
         "dist_timeout_seconds": 300.0,
@@ -72,7 +73,7 @@ def test_bad_schedule_is_refused(argv, message, capsys):
         (["--resume", "auto"], "--resume: auto needs checkpoint_dir"),
         (
             ["--checkpoint-dir", "c", "--checkpoint-every", "0"],
-            "--checkpoint-dir: needs checkpoint_every > 0 or",
+            "--checkpoint-dir: needs checkpoint_every > 0, checkpoint_seconds > 0 or",
         ),
         (["--keep-checkpoints", "0"], "--keep-checkpoints: must be >= 1"),
     ],
@@ -154,6 +155,20 @@ def test_missing_dataset_is_named_and_the_run_is_logged_aborted(tmp_path):
     records = read_log(out / "mlperf.log")
     assert records[-1]["key"] == "run_stop"
     assert records[-1]["metadata"]["status"] == "aborted"
+
+
+def test_checkpoint_after_every_window(tmp_path):
+    """--checkpoint-every-window saves where each window's last batch ends (the 80-user data
+    has windows of one and two batches)."""
+    checkpoints = tmp_path / "checkpoints"
+    argv = [*SHORT, "--evals", "1", "--workers", "0"]
+    argv += ["--out", str(tmp_path / "run"), "--checkpoint-dir", str(checkpoints)]
+    argv += ["--checkpoint-every", "0", "--checkpoint-every-window", "--keep-checkpoints", "9"]
+    train.main(argv)
+    saved = ck.list_checkpoints(checkpoints)
+    assert all(c.extra["data"]["consumed"] == 0 for c in saved)
+    # Steps 4 and 10 end the first batch of a two-batch window: no checkpoint there.
+    assert [c.step for c in saved] == [1, 2, 3, 5, 6, 7, 8, 9, 11, 12]
 
 
 def test_run_killed_after_a_checkpoint_resumes_bit_identical(first_run, tmp_path):

@@ -58,6 +58,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=DEFAULTS.checkpoint_seconds,
         help="also save when this many seconds passed since the last save (0: off)",
     )
+    add(
+        "--checkpoint-every-window",
+        action="store_true",
+        help="also save after the last batch of each time window",
+    )
     add("--keep-checkpoints", type=int, default=DEFAULTS.keep_checkpoints, help="newest kept")
     add(
         "--resume",

@@ -96,6 +96,8 @@ class RunConfig:
     """Steps between checkpoints (0: off)."""
     checkpoint_seconds: float = 0.0
     """Also save once this many seconds passed since the last save (0: off)."""
+    checkpoint_every_window: bool = False
+    """Also save after the last batch of each time window."""
     keep_checkpoints: int = 2
     """Complete checkpoints kept (the newest)."""
     resume: Literal["never", "auto"] = "never"
@@ -147,9 +149,12 @@ class RunConfig:
             "auto needs checkpoint_dir",
         )
         require(
-            self.checkpoint_dir is None or bool(self.checkpoint_every or self.checkpoint_seconds),
+            self.checkpoint_dir is None
+            or bool(
+                self.checkpoint_every or self.checkpoint_seconds or self.checkpoint_every_window
+            ),
             "checkpoint_dir",
-            "needs checkpoint_every > 0 or checkpoint_seconds > 0",
+            "needs checkpoint_every > 0, checkpoint_seconds > 0 or checkpoint_every_window",
         )
 
     @property
@@ -468,7 +473,10 @@ class _StreamingRun:
                 seconds = loop["trained_seconds"] + time.perf_counter() - started
                 logits, labels = (t.cpu().numpy() for t in trainer.last_scores)
                 recorder.train_step(step, loss, logits, labels.round().astype(np.int64), seconds)
-                if checkpoints is not None and checkpoints.schedule.due(step):
+                # The schedule is asked at every step (its time decision is collective).
+                due = checkpoints is not None and checkpoints.schedule.due(step)
+                window_done = config.checkpoint_every_window and position.consumed == 0
+                if checkpoints is not None and (due or window_done):
                     started += save_checkpoint(seconds)  # saving is not training time
             loop["trained_seconds"] += time.perf_counter() - started
             tracker.block_stop(eval_at, first_epoch_num=loop["epoch"])
