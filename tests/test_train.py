@@ -163,7 +163,7 @@ def test_checkpoint_after_every_window(tmp_path):
     checkpoints = tmp_path / "checkpoints"
     argv = [*SHORT, "--evals", "1", "--workers", "0"]
     argv += ["--out", str(tmp_path / "run"), "--checkpoint-dir", str(checkpoints)]
-    argv += ["--checkpoint-every", "0", "--checkpoint-every-window", "--keep-checkpoints", "9"]
+    argv += ["--checkpoint-every", "0", "--checkpoint-every-window", "--keep-checkpoints", "20"]
     train.main(argv)
     saved = ck.list_checkpoints(checkpoints)
     assert all(c.extra["data"]["consumed"] == 0 for c in saved)
