@@ -1,9 +1,16 @@
 """MLPerf Storage training workloads as one typed source of truth.
 
-- :data:`WORKLOADS` / :func:`workload`: the DLIO parameters of each (model, accelerator).
+- :data:`WORKLOADS` / :func:`workload`: the DLIO parameters of each (model, accelerator);
+  :data:`DATAGENS` / :func:`datagen`: the datasets they read.
+- :data:`CHECKPOINT_WORKLOADS` / :func:`checkpoint_workload`: the llama3 checkpointing
+  workloads; :func:`to_checkpoint_config` their DLIO configs.
 - :func:`required_num_files` / :func:`suggested_subfolders`: dataset sizing for a system.
 - :func:`check_overrides` / :func:`verdict`: which parameter changes each division allows.
-- :func:`to_dlio_config` / :func:`write_dlio_config`: DLIO workload YAML for either engine.
+- :func:`to_dlio_config` / :func:`to_datagen_config` / :func:`write_dlio_config`: DLIO
+  workload YAML for either engine.
+- :func:`check_path` / :func:`check_params`: the rules checker (CLOSED, OPEN or INVALID) for a
+  parameters file, a run or a submission.
+- :mod:`storage_workloads.dliorun`: real DLIO runs (datagen, run, results, reports).
 - :data:`OBJECT_WORKLOADS` / :func:`object_workload`: the object-storage workloads (sai3-bench
   ResNet50 and UNet3D); :mod:`storage_workloads.s3` runs them against an S3 endpoint (boto3,
   the ``s3`` extra) and :mod:`storage_workloads.objresults` holds their results format.
@@ -11,12 +18,23 @@
 No torch here: the package imports with only PyYAML installed (boto3 only when a run starts).
 """
 
+from storage_workloads.checker import CheckReport, check_params, check_path
+from storage_workloads.checkpoint import (
+    CHECKPOINT_MODELS,
+    CHECKPOINT_WORKLOADS,
+    CheckpointWorkload,
+    checkpoint_workload,
+    to_checkpoint_config,
+)
 from storage_workloads.dlio import (
     ENGINES,
     RECORD_LENGTH_KEYS,
     Engine,
+    dump_yaml,
+    to_datagen_config,
     to_dlio_config,
     write_dlio_config,
+    write_yaml,
 )
 from storage_workloads.objects import (
     OBJECT_WORKLOADS,
@@ -46,13 +64,17 @@ from storage_workloads.sizing import (
 )
 from storage_workloads.workloads import (
     ACCELERATORS,
+    ASSUMED_FIELDS,
     DATA_LOADERS,
+    DATAGENS,
     FORMATS,
     FRAMEWORKS,
     MODELS,
     WORKLOADS,
+    Datagen,
     UnknownWorkloadError,
     Workload,
+    datagen,
     workload,
 )
 
@@ -61,7 +83,11 @@ __version__ = "0.1.0"
 __all__ = [
     "ACCELERATORS",
     "ACCELERATOR_SAMPLES_FACTOR",
+    "ASSUMED_FIELDS",
+    "CHECKPOINT_MODELS",
+    "CHECKPOINT_WORKLOADS",
     "CLOSED_PARAMETERS",
+    "DATAGENS",
     "DATA_LOADERS",
     "DIVISIONS",
     "ENGINES",
@@ -75,6 +101,9 @@ __all__ = [
     "OPEN_PARAMETERS",
     "RECORD_LENGTH_KEYS",
     "WORKLOADS",
+    "CheckReport",
+    "CheckpointWorkload",
+    "Datagen",
     "Engine",
     "Issue",
     "Level",
@@ -84,14 +113,22 @@ __all__ = [
     "Workload",
     "__version__",
     "check_overrides",
+    "check_params",
+    "check_path",
+    "checkpoint_workload",
     "clipped_lognormal_mean",
+    "datagen",
     "draw_sizes",
+    "dump_yaml",
     "lognormal_params",
     "object_workload",
     "required_num_files",
     "suggested_subfolders",
+    "to_checkpoint_config",
+    "to_datagen_config",
     "to_dlio_config",
     "verdict",
     "workload",
     "write_dlio_config",
+    "write_yaml",
 ]

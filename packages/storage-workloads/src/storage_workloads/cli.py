@@ -1,26 +1,61 @@
 """``storage-workloads``: the command line.
 
+    storage-workloads list [--format text|json]
+    storage-workloads show MODEL [--accelerator A] [--format yaml|json] [--engine E] [--datagen]
+    storage-workloads size MODEL --accelerators N --host-memory-gb M [--hosts H] [--accelerator A]
+    storage-workloads check RUN_DIR_OR_PARAMS [--format text|json]
+    storage-workloads datagen MODEL --data-dir DIR --run-dir DIR [--processes N] ...
+    storage-workloads run MODEL --accelerator A --data-dir DIR --run-dir DIR [--processes N] ...
+    storage-workloads report RUN_DIR... [--format text|json] [--out DIR]
     storage-workloads object list
     storage-workloads object prepare|get|run WORKLOAD --bucket B --out DIR [--endpoint URL]
         [--clients N] [--concurrency C] [--duration S | --ops N] [--objects N] [--seed S] ...
 
-Exit status: 0 when the run completed without a failed operation, 1 when it completed but some
-operations failed (the results files say which), 2 when it could not run (bad arguments,
-unreachable endpoint, missing bucket or objects, ...), 130 when interrupted. Errors are one
-line on stderr, never a traceback.
+Exit status: 0 on success (``check``: CLOSED or OPEN; ``run``: the AU threshold met; ``object``:
+no failed operation), 1 when the command completed with a negative outcome (``check``:
+INVALID; ``run``: AU below the threshold; ``datagen``: the files on disk do not match;
+``object``: some operations failed), 2 when it could not run (bad arguments, DLIO missing or
+failing, unreachable endpoint, ...), 130 when interrupted. Errors are one line on stderr (DLIO
+failures add the tail of its log), never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from storage_workloads.checker import check_path
+from storage_workloads.checkpoint import CHECKPOINT_WORKLOADS, to_checkpoint_config
+from storage_workloads.dlio import ENGINES, dump_yaml, to_datagen_config, to_dlio_config
+from storage_workloads.dliorun import (
+    DLIO_VENV_ENV,
+    DlioError,
+    aggregate_results,
+    parse_param,
+    run_datagen,
+    run_training,
+    write_report,
+)
 from storage_workloads.objects import OBJECT_WORKLOADS, ObjectWorkload, object_workload
 from storage_workloads.objresults import BUCKET_SCHEMES, PERCENTILES
+from storage_workloads.sizing import (
+    ACCELERATOR_SAMPLES_FACTOR,
+    HOST_MEMORY_FACTOR,
+    required_num_files,
+    suggested_subfolders,
+)
+from storage_workloads.workloads import (
+    ASSUMED_FIELDS,
+    WORKLOADS,
+    UnknownWorkloadError,
+    workload,
+)
 
 __all__ = ["main"]
 
@@ -50,11 +85,174 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
+
+
+def _dlio_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("model", help="workload name (storage-workloads list)")
+    sub.add_argument("--data-dir", required=True, metavar="DIR", help="dataset folder")
+    sub.add_argument("--run-dir", required=True, metavar="DIR", help="where the run's files go")
+    sub.add_argument(
+        "--num-files",
+        type=_int_at_least(1),
+        metavar="N",
+        help="dataset.num_files_train (default: the workload's reference count)",
+    )
+    sub.add_argument(
+        "--subfolders",
+        type=_int_at_least(0),
+        metavar="K",
+        help="dataset.num_subfolders_train (default: one per 10,000 files above 10,000)",
+    )
+    sub.add_argument(
+        "--processes",
+        type=_int_at_least(1),
+        default=1,
+        metavar="N",
+        help="MPI processes, one per emulated accelerator (default 1)",
+    )
+    sub.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="dlio",
+        help="DLIO flavour: dlio (dlio-benchmark 2.0.0, default) or mlperf-dlio",
+    )
+    sub.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a dotted DLIO parameter (value read as YAML); repeatable",
+    )
+    sub.add_argument(
+        "--dlio-venv",
+        metavar="DIR",
+        help=f"DLIO's virtual environment (default: ${DLIO_VENV_ENV}, else PATH)",
+    )
+    sub.add_argument("--no-mpi", action="store_true", help="run one DLIO process without mpirun")
+    sub.add_argument(
+        "--mpi-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra mpirun argument (--mpi-arg=--host --mpi-arg=a,b); repeatable",
+    )
+    sub.add_argument(
+        "--timeout", type=_seconds, metavar="S", help="stop DLIO after S seconds (default: none)"
+    )
+    sub.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG, description="MLPerf Storage workloads: object-storage runner."
+        prog=PROG,
+        description="MLPerf Storage workloads: definitions, sizing, rules checker, DLIO runs "
+        "and the object-storage runner.",
     )
-    commands = parser.add_subparsers(dest="area", required=True, metavar="{object}")
+    commands = parser.add_subparsers(
+        dest="area",
+        required=True,
+        metavar="{list,show,size,check,datagen,run,report,object}",
+    )
+    listing = commands.add_parser("list", help="the training and checkpointing workloads")
+    listing.add_argument("--format", choices=("text", "json"), default="text")
+
+    show = commands.add_parser(
+        "show", help="one workload: its fields and DLIO YAML", description="Show one workload."
+    )
+    show.add_argument("model", help="workload name")
+    show.add_argument("--accelerator", metavar="A", help="accelerator (default: the model's first)")
+    show.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    show.add_argument("--engine", choices=ENGINES, default="dlio", help="DLIO flavour of the YAML")
+    show.add_argument(
+        "--datagen", action="store_true", help="the data-generation config instead of the run"
+    )
+    show.add_argument(
+        "--data-dir", default="data", metavar="DIR", help="dataset.data_folder (default: data)"
+    )
+    show.add_argument(
+        "--processes",
+        type=_int_at_least(1),
+        metavar="N",
+        help="checkpointing: MPI processes (fewer than the closed count selects subset mode)",
+    )
+
+    size = commands.add_parser(
+        "size",
+        help="dataset size for a system (sizing rule)",
+        description="Files a closed run needs: the larger of 5x the hosts' memory and 500 steps "
+        "per accelerator; subfolders above 10,000 files.",
+    )
+    size.add_argument("model", help="training workload name")
+    size.add_argument("--accelerator", metavar="A", help="accelerator (default: the model's first)")
+    size.add_argument(
+        "--accelerators",
+        type=_int_at_least(1),
+        required=True,
+        metavar="N",
+        help="emulated accelerators in all hosts",
+    )
+    size.add_argument(
+        "--host-memory-gb",
+        type=_positive_float,
+        required=True,
+        metavar="M",
+        help="memory of one host in GiB (2^30 bytes)",
+    )
+    size.add_argument(
+        "--hosts", type=_int_at_least(1), default=1, metavar="H", help="hosts (default 1)"
+    )
+    size.add_argument("--format", choices=("text", "json"), default="text")
+
+    check = commands.add_parser(
+        "check",
+        help="CLOSED, OPEN or INVALID: a parameters file, a run or a submission directory",
+        description="Check a run against the MLPerf Storage rules.",
+    )
+    check.add_argument("path", metavar="RUN_DIR_OR_PARAMS")
+    check.add_argument("--format", choices=("text", "json"), default="text")
+
+    datagen = commands.add_parser(
+        "datagen",
+        help="generate a workload's dataset with DLIO and verify the files",
+        description="Generate a dataset with DLIO, then check file counts and sizes on disk.",
+    )
+    _dlio_options(datagen)
+    datagen.add_argument(
+        "--accelerator", metavar="A", help="whose dataset (default: the model's first)"
+    )
+
+    run = commands.add_parser(
+        "run",
+        help="run a training workload with DLIO and write results.json/results.csv",
+        description="Run a training workload with DLIO on a generated dataset.",
+    )
+    _dlio_options(run)
+    run.add_argument("--accelerator", metavar="A", help="accelerator (default: the model's first)")
+    run.add_argument("--division", choices=("closed", "open"), default="closed")
+    run.add_argument("--hosts", type=_int_at_least(1), default=1, metavar="H")
+    run.add_argument(
+        "--host-memory-gb",
+        type=_positive_float,
+        metavar="M",
+        help="memory of one host in GiB, for the sizing rule (default: what DLIO measures)",
+    )
+
+    report = commands.add_parser(
+        "report",
+        help="aggregate the results of several runs",
+        description="Aggregate results.json of runs (or of the run folders of a submission).",
+    )
+    report.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    report.add_argument("--format", choices=("text", "json"), default="text")
+    report.add_argument("--out", metavar="DIR", help="also write report.json and report.csv here")
     obj = commands.add_parser(
         "object",
         help="object-storage workloads (sai3-bench ResNet50/UNet3D) against an S3 endpoint",
@@ -230,21 +428,349 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_accelerator(model: str, accelerator: str | None) -> str:
+    if accelerator is not None:
+        return accelerator
+    m = model.strip().lower()
+    for mod, acc in WORKLOADS:
+        if mod == m:
+            return acc
+    workload(model, "h100")  # raises UnknownWorkloadError naming the known models
+    raise AssertionError("unreachable")
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    if args.format == "json":
+        data = {
+            "training": [
+                {**dataclasses.asdict(w), "assumed": dict(ASSUMED_FIELDS.get(w.key, {}))}
+                for w in WORKLOADS.values()
+            ],
+            "checkpointing": [
+                {**dataclasses.asdict(c), "closed_processes": c.closed_processes}
+                for c in CHECKPOINT_WORKLOADS.values()
+            ],
+        }
+        print(json.dumps(data, indent=2))
+        return 0
+    rows = [
+        [
+            "model",
+            "accelerator",
+            "format",
+            "files x samples",
+            "record B",
+            "batch",
+            "compute s",
+            "AU",
+            "epochs",
+        ]
+    ]
+    for w in WORKLOADS.values():
+        rows.append(
+            [
+                w.model,
+                w.accelerator,
+                w.format,
+                f"{w.num_files_train:,} x {w.num_samples_per_file:,}",
+                f"{w.record_length_bytes:,}",
+                f"{w.batch_size:,}",
+                f"{w.computation_time_s:g}",
+                f"{w.au_threshold:g}",
+                str(w.epochs),
+            ]
+        )
+    print("training workloads (DLIO):")
+    print(_columns(rows))
+    rows = [["model", "model GB", "optimizer GB", "closed processes", "TPxPPxDP", "ZeRO"]]
+    for c in CHECKPOINT_WORKLOADS.values():
+        rows.append(
+            [
+                c.name,
+                f"{c.model_gb:,}",
+                f"{c.optimizer_gb:,}",
+                f"{c.closed_processes:,}",
+                f"{c.tensor_parallelism}x{c.pipeline_parallelism}x{c.data_parallelism}",
+                str(c.zero_stage),
+            ]
+        )
+    print("\ncheckpointing workloads (10 writes then 10 reads, fsync):")
+    print(_columns(rows))
+    return 0
+
+
+def _columns(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  "
+        + "  ".join(
+            c.ljust(w) if i < 2 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    )
+
+
+def _emit(data: Any, fmt: str) -> None:
+    if fmt == "json":
+        print(json.dumps(data, indent=2))
+    else:
+        print(dump_yaml(data), end="")
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    name = args.model.strip().lower().replace("-", "_")
+    if name in CHECKPOINT_WORKLOADS:
+        c = CHECKPOINT_WORKLOADS[name]
+        config = to_checkpoint_config(
+            c,
+            checkpoint_folder=f"checkpoints/{c.name}",
+            num_processes=args.processes,
+            engine="mlperf-dlio",
+        )
+        data = {
+            "workload": {**dataclasses.asdict(c), "closed_processes": c.closed_processes},
+            "dlio_config": config,
+            "engine": "mlperf-dlio",
+            "note": "dlio-benchmark 2.0.0 has no checkpoint-only workflow; this config is for "
+            "the MLPerf Storage DLIO",
+        }
+        _emit(data, args.format)
+        return 0
+    w = workload(args.model, _default_accelerator(args.model, args.accelerator))
+    if args.datagen:
+        config = to_datagen_config(w, data_folder=args.data_dir, engine=args.engine)
+    else:
+        config = to_dlio_config(w, data_folder=args.data_dir, engine=args.engine)
+    data = {
+        "workload": dataclasses.asdict(w),
+        "assumed": dict(ASSUMED_FIELDS.get(w.key, {})),
+        "engine": args.engine,
+        "dlio_config": config,
+    }
+    _emit(data, args.format)
+    return 0
+
+
+def _cmd_size(args: argparse.Namespace) -> int:
+    w = workload(args.model, _default_accelerator(args.model, args.accelerator))
+    memory = math.ceil(args.hosts * args.host_memory_gb * 2**30)
+    file_bytes = w.num_samples_per_file * w.record_length_bytes
+    by_memory = -(-HOST_MEMORY_FACTOR * memory // file_bytes)
+    by_steps = -(
+        -ACCELERATOR_SAMPLES_FACTOR * args.accelerators * w.batch_size // w.num_samples_per_file
+    )
+    files = required_num_files(
+        w, total_host_memory_bytes=memory, num_accelerators=args.accelerators
+    )
+    assert files == max(by_memory, by_steps)
+    winner = "memory" if by_memory >= by_steps else "steps"
+    subfolders = suggested_subfolders(files)
+    data = {
+        "model": w.model,
+        "accelerator": w.accelerator,
+        "accelerators": args.accelerators,
+        "hosts": args.hosts,
+        "host_memory_gb": args.host_memory_gb,
+        "files_by_memory": by_memory,
+        "files_by_steps": by_steps,
+        "num_files_train": files,
+        "winner": winner,
+        "num_subfolders_train": subfolders,
+        "dataset_bytes": files * file_bytes,
+    }
+    if args.format == "json":
+        print(json.dumps(data, indent=2))
+        return 0
+    print(
+        f"{w.model} on {w.accelerator}: {files:,} files ({files * file_bytes / 1e9:,.1f} GB), "
+        f"{subfolders} subfolders"
+    )
+    print(
+        f"  memory term: ceil(5 x {args.hosts} x {args.host_memory_gb:g} GiB / "
+        f"({w.num_samples_per_file:,} x {w.record_length_bytes:,} B)) = {by_memory:,} files"
+    )
+    print(
+        f"  steps term:  ceil(500 x {args.accelerators} accelerators x batch {w.batch_size:,} / "
+        f"{w.num_samples_per_file:,} samples per file) = {by_steps:,} files"
+    )
+    reason = (
+        "the dataset must be 5x the memory of all hosts, so that it cannot be cached"
+        if winner == "memory"
+        else "every accelerator needs 500 steps of data"
+    )
+    print(f"  the {winner} term wins: {reason}")
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    report = check_path(args.path)
+    if args.format == "json":
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        print(report.to_text())
+    return 1 if report.verdict == "INVALID" else 0
+
+
+def _params(pairs: Sequence[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for text in pairs:
+        key, value = parse_param(text)
+        params[key] = value
+    return params
+
+
+def _logger(args: argparse.Namespace) -> Any:
+    def log(message: str) -> None:
+        if not args.quiet:
+            print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+    return log
+
+
+def _dlio_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "run_dir": args.run_dir,
+        "data_folder": args.data_dir,
+        "num_files": args.num_files,
+        "num_subfolders": args.subfolders,
+        "engine": args.engine,
+        "processes": args.processes,
+        "params": _params(args.param),
+        "dlio_venv": args.dlio_venv,
+        "mpi": not args.no_mpi,
+        "mpi_args": args.mpi_arg,
+        "timeout_s": args.timeout,
+        "log": _logger(args),
+    }
+
+
+def _cmd_datagen(args: argparse.Namespace) -> int:
+    w = workload(args.model, _default_accelerator(args.model, args.accelerator))
+    result = run_datagen(w, **_dlio_kwargs(args))
+    v = result["verification"]
+    print(
+        f"{v['files_found']:,} of {v['files_expected']:,} .{v['format']} files, mean "
+        f"{v['file_bytes_mean']:,.0f} B (expected {v['file_bytes_expected']:,} B"
+        f"{'' if v['size_compared'] else ', not compared for this format'}), "
+        f"{v['bytes_total']:,} B in all, {result['wall_s']:.1f} s"
+    )
+    for problem in v["problems"]:
+        print(f"{PROG}: datagen check failed: {problem}", file=sys.stderr)
+    return 0 if v["passed"] else 1
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    w = workload(args.model, _default_accelerator(args.model, args.accelerator))
+    result = run_training(
+        w,
+        division=args.division,
+        hosts=args.hosts,
+        host_memory_gb=args.host_memory_gb,
+        **_dlio_kwargs(args),
+    )
+    print(_run_table(result))
+    return 0 if result["passed"] else 1
+
+
+def _run_table(result: Mapping[str, Any]) -> str:
+    rows = [["epoch", "AU %", "samples/s", "MB/s", "steps"]]
+    for e in result["epochs"]:
+        rows.append(
+            [
+                str(e["epoch"]),
+                f"{e['au_percent']:.2f}",
+                f"{e['samples_per_s']:,.2f}",
+                f"{e['mb_per_s']:,.2f}",
+                str(e["steps"]),
+            ]
+        )
+    rows.append(
+        [
+            "mean",
+            f"{result['au_mean_percent']:.2f}",
+            f"{result['samples_per_s_mean']:,.2f}",
+            f"{result['mb_per_s_mean']:,.2f}",
+            "",
+        ]
+    )
+    verdict = "PASS" if result["passed"] else "FAIL"
+    lines = [
+        f"{result['model']} {result['accelerator']}, {result['num_accelerators']} accelerator(s): "
+        f"{verdict} (AU {result['au_mean_percent']:.2f}% against {result['au_threshold_percent']:g}%),"
+        f" rules: {result['verdict']}",
+        _columns(rows),
+    ]
+    if not result["consistent_with_summary"]:
+        lines.append("warning: the rank files do not reproduce DLIO's summary.json figures")
+    return "\n".join(lines)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    report = aggregate_results(args.runs)
+    if args.out:
+        write_report(args.out, report)
+    if args.format == "json":
+        print(json.dumps(report, indent=2))
+        return 0
+    rows = [["run", "workload", "procs", "AU %", "samples/s", "MB/s", "passed", "rules"]]
+    for r in report["runs"]:
+        rows.append(
+            [
+                r["run"],
+                f"{r['model']} {r['accelerator']}",
+                str(r["processes"]),
+                f"{r['au_mean_percent']:.2f}",
+                f"{r['samples_per_s_mean']:,.2f}",
+                f"{r['mb_per_s_mean']:,.2f}",
+                str(r["passed"]),
+                str(r["verdict"]),
+            ]
+        )
+    print(_columns(rows))
+    s = report["samples_per_s_mean"]
+    a = report["au_mean_percent"]
+    print(
+        f"{report['count']} run(s), all passed: {report['all_passed']}; AU mean {a['mean']:.2f}% "
+        f"(min {a['min']:.2f}, max {a['max']:.2f}); samples/s mean {s['mean']:,.2f} "
+        f"(min {s['min']:,.2f}, max {s['max']:,.2f}); MB/s mean {report['mb_per_s_mean']['mean']:,.2f}"
+    )
+    return 0
+
+
+_COMMANDS: dict[str, Any] = {
+    "list": _cmd_list,
+    "show": _cmd_show,
+    "size": _cmd_size,
+    "check": _cmd_check,
+    "datagen": _cmd_datagen,
+    "run": _cmd_run,
+    "report": _cmd_report,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``storage-workloads``; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
+        if args.area != "object":
+            return int(_COMMANDS[args.area](args))
         if args.command == "list":
             return _list()
         return _run(args)
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # one line, never a traceback
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except Exception as exc:  # one line (DLIO: plus its log's tail), never a traceback
         from storage_workloads.s3 import ObjectStoreError
-        from storage_workloads.workloads import UnknownWorkloadError
 
-        if isinstance(exc, ObjectStoreError | UnknownWorkloadError | ValueError | TypeError):
+        if isinstance(
+            exc, ObjectStoreError | UnknownWorkloadError | DlioError | ValueError | TypeError
+        ):
             print(f"{PROG}: error: {exc}", file=sys.stderr)
         else:
             print(f"{PROG}: error: {type(exc).__name__}: {exc}", file=sys.stderr)

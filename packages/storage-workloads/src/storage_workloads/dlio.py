@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
-import contextlib
 import numbers
 import os
-import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
 import yaml
 
+from storage_workloads._atomic import write_text_atomic
 from storage_workloads.sizing import suggested_subfolders
-from storage_workloads.workloads import Workload
+from storage_workloads.workloads import Datagen, Workload
 
 __all__ = [
     "ENGINES",
     "RECORD_LENGTH_KEYS",
     "Engine",
+    "dump_yaml",
+    "to_datagen_config",
     "to_dlio_config",
     "write_dlio_config",
+    "write_yaml",
 ]
 
 Engine = Literal["dlio", "mlperf-dlio"]
@@ -33,6 +36,48 @@ RECORD_LENGTH_KEYS: Final[dict[str, tuple[str, str]]] = {
     "mlperf-dlio": ("record_length_bytes", "record_length_bytes_stdev"),
 }
 ENGINES: Final = tuple(RECORD_LENGTH_KEYS)
+
+
+def _dataset_section(
+    *,
+    format: str,
+    num_files: object,
+    num_files_given: object,
+    num_samples_per_file: int,
+    record: int,
+    stdev: int,
+    data_folder: str | os.PathLike[str],
+    num_subfolders: object,
+    engine: str,
+) -> dict[str, Any]:
+    if engine not in RECORD_LENGTH_KEYS:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    folder = os.fspath(data_folder)
+    if not isinstance(folder, str) or not folder.strip():
+        raise ValueError(f"data_folder must be a non-empty path, got {data_folder!r}")
+    if isinstance(num_files, bool) or not isinstance(num_files, numbers.Integral) or num_files < 1:
+        raise ValueError(f"num_files must be an integer >= 1, got {num_files_given!r}")
+    files = int(num_files)
+    subfolders = suggested_subfolders(files) if num_subfolders is None else num_subfolders
+    if (
+        isinstance(subfolders, bool)
+        or not isinstance(subfolders, numbers.Integral)
+        or subfolders < 0
+    ):
+        raise ValueError(f"num_subfolders must be an integer >= 0, got {num_subfolders!r}")
+    length_key, stdev_key = RECORD_LENGTH_KEYS[engine]
+    dataset: dict[str, Any] = {
+        "data_folder": folder,
+        "format": format,
+        "num_files_train": files,
+        "num_samples_per_file": num_samples_per_file,
+        length_key: record,
+    }
+    if stdev:
+        dataset[stdev_key] = stdev
+    if subfolders:
+        dataset["num_subfolders_train"] = int(subfolders)
+    return dataset
 
 
 def to_dlio_config(
@@ -63,36 +108,17 @@ def to_dlio_config(
     """
     if not isinstance(workload, Workload):
         raise TypeError(f"workload must be a Workload, got {type(workload).__name__}")
-    if engine not in RECORD_LENGTH_KEYS:
-        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
-    folder = os.fspath(data_folder)
-    if not isinstance(folder, str) or not folder.strip():
-        raise ValueError(f"data_folder must be a non-empty path, got {data_folder!r}")
-    files = workload.num_files_train if num_files is None else num_files
-    if isinstance(files, bool) or not isinstance(files, numbers.Integral) or files < 1:
-        raise ValueError(f"num_files must be an integer >= 1, got {num_files!r}")
-    files = int(files)
-    subfolders = suggested_subfolders(files) if num_subfolders is None else num_subfolders
-    if (
-        isinstance(subfolders, bool)
-        or not isinstance(subfolders, numbers.Integral)
-        or subfolders < 0
-    ):
-        raise ValueError(f"num_subfolders must be an integer >= 0, got {num_subfolders!r}")
-    subfolders = int(subfolders)
-
-    length_key, stdev_key = RECORD_LENGTH_KEYS[engine]
-    dataset: dict[str, Any] = {
-        "data_folder": folder,
-        "format": workload.format,
-        "num_files_train": files,
-        "num_samples_per_file": workload.num_samples_per_file,
-        length_key: workload.record_length_bytes,
-    }
-    if workload.record_length_bytes_stdev:
-        dataset[stdev_key] = workload.record_length_bytes_stdev
-    if subfolders:
-        dataset["num_subfolders_train"] = subfolders
+    dataset = _dataset_section(
+        format=workload.format,
+        num_files=workload.num_files_train if num_files is None else num_files,
+        num_files_given=num_files,
+        num_samples_per_file=workload.num_samples_per_file,
+        record=workload.record_length_bytes,
+        stdev=workload.record_length_bytes_stdev,
+        data_folder=data_folder,
+        num_subfolders=num_subfolders,
+        engine=engine,
+    )
     reader: dict[str, Any] = {
         "data_loader": workload.data_loader,
         "batch_size": workload.batch_size,
@@ -117,29 +143,57 @@ def to_dlio_config(
     }
 
 
+def to_datagen_config(
+    dataset: Workload | Datagen,
+    *,
+    data_folder: str | os.PathLike[str],
+    num_files: int | None = None,
+    num_subfolders: int | None = None,
+    engine: Engine = "dlio",
+) -> dict[str, Any]:
+    """The DLIO mapping that generates ``dataset`` (a workload's, or a :class:`Datagen`).
+
+    Sections ``model.name``, ``framework``, ``workflow`` (``generate_data: true``, ``train`` and
+    ``checkpoint`` false) and ``dataset``, with the same keys and rules as
+    :func:`to_dlio_config`: the engine's record-length spelling, the stdev only when non-zero,
+    ``num_subfolders_train`` from :func:`storage_workloads.suggested_subfolders` unless given.
+    """
+    if isinstance(dataset, Workload):
+        dataset = dataset.datagen
+    if not isinstance(dataset, Datagen):
+        raise TypeError(f"dataset must be a Workload or a Datagen, got {type(dataset).__name__}")
+    return {
+        "model": {"name": dataset.model},
+        "framework": dataset.framework,
+        "workflow": {"generate_data": True, "train": False, "checkpoint": False},
+        "dataset": _dataset_section(
+            format=dataset.format,
+            num_files=dataset.num_files_train if num_files is None else num_files,
+            num_files_given=num_files,
+            num_samples_per_file=dataset.num_samples_per_file,
+            record=dataset.record_length_bytes,
+            stdev=dataset.record_length_bytes_stdev,
+            data_folder=data_folder,
+            num_subfolders=num_subfolders,
+            engine=engine,
+        ),
+    }
+
+
+def dump_yaml(config: Mapping[str, Any]) -> str:
+    """``config`` as block-style YAML, keys in their order."""
+    return yaml.safe_dump(dict(config), sort_keys=False, default_flow_style=False)
+
+
+def write_yaml(path: str | os.PathLike[str], config: Mapping[str, Any]) -> Path:
+    """Write ``config`` to ``path`` as YAML, atomically (temporary file, fsync, rename)."""
+    return write_text_atomic(path, dump_yaml(config))
+
+
 def write_dlio_config(path: str | os.PathLike[str], workload: Workload, **options: Any) -> Path:
     """Write ``to_dlio_config(workload, **options)`` to ``path`` as YAML, atomically.
 
     The YAML goes to a temporary file in the same directory, which is flushed, synced and
     renamed over ``path``; a reader never sees a partial file. Returns ``path``.
     """
-    config = to_dlio_config(workload, **options)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
-    # mkstemp creates the file private (0600); give it the mode of the file it replaces, or
-    # the usual 0644 for a new one.
-    mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return target
+    return write_yaml(path, to_dlio_config(workload, **options))

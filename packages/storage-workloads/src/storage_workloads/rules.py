@@ -60,18 +60,46 @@ ODIRECT_MODELS: Final = frozenset({"unet3d"})
 
 @dataclass(frozen=True)
 class Issue:
-    """One finding about an override.
+    """One finding about a run's parameters.
 
     Attributes:
-        parameter: the dotted DLIO parameter (``reader.read_threads``).
+        parameter: the dotted DLIO parameter (``reader.read_threads``) or the run setting
+            (``num_processes``) the finding is about.
         level: ``"OPEN"`` (allowed, but only in the open division) or ``"INVALID"`` (allowed
             in no division, or a value of the wrong kind).
         message: what is wrong, naming the parameter.
+        expected: what the rule wants, in words or as a value (``None``: not applicable).
+        actual: the value found (``None``: not applicable or missing).
+        rule: short name of the rule (``closed-parameters``, ``odirect``, ``sizing``, ...).
     """
 
     parameter: str
     level: Level
     message: str
+    expected: object = None
+    actual: object = None
+    rule: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        """The issue as a JSON-ready mapping (values that JSON cannot hold become text)."""
+        return {
+            "parameter": self.parameter,
+            "level": self.level,
+            "rule": self.rule,
+            "expected": _jsonable(self.expected),
+            "actual": _jsonable(self.actual),
+            "message": self.message,
+        }
+
+
+def _jsonable(value: object) -> object:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return str(value)
 
 
 def _is_int(value: object, minimum: int) -> bool:
@@ -149,6 +177,9 @@ def check_overrides(
                     name,
                     "INVALID",
                     f"{name} may only be set for {', '.join(sorted(ODIRECT_MODELS))}, not {m}",
+                    expected="not set",
+                    actual=value,
+                    rule="odirect",
                 )
             )
             continue
@@ -159,15 +190,40 @@ def check_overrides(
                 text = f"{name} may only be changed in the open division; the run cannot be closed"
             else:
                 text = f"{name} is an open-division change"
-            issues.append(Issue(name, "OPEN", text))
+            issues.append(
+                Issue(
+                    name,
+                    "OPEN",
+                    text,
+                    expected="the workload's value",
+                    actual=value,
+                    rule="open-parameters",
+                )
+            )
         else:
             issues.append(
-                Issue(name, "INVALID", f"{name} may not be changed in the closed or open division")
+                Issue(
+                    name,
+                    "INVALID",
+                    f"{name} may not be changed in the closed or open division",
+                    expected="the workload's value",
+                    actual=value,
+                    rule="allowed-overrides",
+                )
             )
             continue
         test, kind = _VALUE_RULES[name]
         if not test(value):
-            issues.append(Issue(name, "INVALID", f"{name} must be {kind}, got {value!r}"))
+            issues.append(
+                Issue(
+                    name,
+                    "INVALID",
+                    f"{name} must be {kind}, got {value!r}",
+                    expected=kind,
+                    actual=value,
+                    rule="value-kind",
+                )
+            )
     return issues
 
 
