@@ -10,18 +10,18 @@ latency, plus the per-second log. :func:`write_results` writes ``results.json``,
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
 import math
 import os
-import tempfile
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+
+from storage_workloads._atomic import write_text_atomic
 
 __all__ = [
     "BUCKET_SCHEMES",
@@ -309,22 +309,6 @@ def _per_second_csv(results: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-def _atomic_write(target: Path, text: str) -> None:
-    mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def write_results(out_dir: str | os.PathLike[str], results: dict[str, Any]) -> dict[str, Path]:
     """Write ``per_second.csv``, ``results.csv`` and ``results.json`` into ``out_dir``.
 
@@ -342,5 +326,5 @@ def write_results(out_dir: str | os.PathLike[str], results: dict[str, Any]) -> d
     paths = {}
     for name in RESULTS_FILES:
         paths[name] = out / name
-        _atomic_write(paths[name], texts[name])
+        write_text_atomic(paths[name], texts[name])
     return paths
