@@ -34,6 +34,8 @@ def test_command_line_surface_is_frozen():
     defaults = vars(train.parse_args([]))
     assert defaults == {
         "preset": "tiny",
+        "config_file": None,
+        "overrides": [],
         "data": None,
         "size": "50m",
         "users": 400,
@@ -155,6 +157,22 @@ def test_missing_dataset_is_named_and_the_run_is_logged_aborted(tmp_path):
     records = read_log(out / "mlperf.log")
     assert records[-1]["key"] == "run_stop"
     assert records[-1]["metadata"]["status"] == "aborted"
+
+
+def test_config_file_then_set_items_override_the_preset(tmp_path):
+    (tmp_path / "over.toml").write_text("[model]\nnum_layers = 1\nnum_heads = 1\n")
+    out = tmp_path / "run"
+    argv = ["--users", "80", "--steps", "2", "--evals", "1", "--workers", "0", "--out", str(out)]
+    argv += ["--config", str(tmp_path / "over.toml"), "--set", "model.num_heads=4"]
+    train.main(argv)
+    config = json.loads((out / "config.json").read_text())
+    assert (config["model"]["num_layers"], config["model"]["num_heads"]) == (1, 4)
+    assert config["run"]["overrides"] == ["model.num_heads=4"]
+
+
+def test_bad_override_is_named(tmp_path):
+    with pytest.raises(hstu_model.ConfigError, match=r"model\.num_layerz"):
+        train.main(["--set", "model.num_layerz=1", "--out", str(tmp_path / "run")])
 
 
 def test_checkpoint_after_every_window(tmp_path):

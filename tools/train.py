@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from hstu_model import ConfigError
+from hstu_model.config import PRESETS
 from hstu_model.training.distributed import RankLostError
 from hstu_model.training.run import RunConfig, train
 
@@ -33,8 +34,17 @@ DEFAULTS = RunConfig()
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add = p.add_argument
-    # yambda-5b's tables (about 600 GB) need sharding across devices, which this tool lacks.
-    add("--preset", default=DEFAULTS.preset, choices=("tiny",))
+    # yambda-5b's tables (about 600 GB) need GPUs under torchrun (sharded by TorchRec).
+    add("--preset", default=DEFAULTS.preset, choices=sorted(PRESETS))
+    add("--config", dest="config_file", type=Path, help="TOML/JSON/YAML overrides of the preset")
+    add(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override one config field (after --config and HSTU_* variables; repeatable)",
+    )
     add("--data", type=Path, help="Yambda root (default: synthesize one under --out)")
     add("--size", default=DEFAULTS.size, help="dataset size folder under flat/ (default 50m)")
     add("--users", type=int, default=DEFAULTS.users, help="users of the synthetic dataset")

@@ -31,8 +31,9 @@ import torch
 
 import yambda_data
 from hstu_model import checkpoint as ckpt
-from hstu_model.config import ConfigError, ModelConfig, preset
+from hstu_model.config import PRESETS, ConfigError, ModelConfig
 from hstu_model.model import HSTURanker
+from hstu_model.overrides import resolve_config
 from hstu_model.sharding import shard_model
 from hstu_model.training.distributed import Distributed, init_distributed
 from hstu_model.training.recorder import MetricsRecorder
@@ -48,7 +49,19 @@ from yambda_data.loader import make_loader
 
 __all__ = ["MIN_HISTORY", "RUN_IDENTITY", "RunConfig", "model_crosses", "train"]
 
-RUN_IDENTITY = ("preset", "data", "size", "users", "seed", "steps", "evals", "kernel", "target_auc")
+RUN_IDENTITY = (
+    "preset",
+    "config_file",
+    "overrides",
+    "data",
+    "size",
+    "users",
+    "seed",
+    "steps",
+    "evals",
+    "kernel",
+    "target_auc",
+)
 """Fields a resumed run must share with the checkpointed one (the others, such as `workers`
 and `out`, do not change the result)."""
 
@@ -69,6 +82,12 @@ class RunConfig:
 
     preset: str = "tiny"
     """Model and optimizer preset (hstu_model.preset)."""
+    config_file: Path | None = None
+    """TOML, JSON or YAML overrides of the preset (hstu_model.overrides); then HSTU_* variables
+    of the environment, then `overrides`, each winning over the previous."""
+    overrides: tuple[str, ...] = ()
+    """`section.field=value` items (hstu_model.overrides). `kernel` and `seed` below are set
+    last."""
     data: Path | None = None
     """Yambda root; None synthesizes a small dataset in the Yambda schema under `out`."""
     size: str = "50m"
@@ -111,6 +130,9 @@ class RunConfig:
             if not ok:
                 raise ConfigError(f"RunConfig.{field}: {message}")
 
+        if isinstance(self.overrides, list):
+            object.__setattr__(self, "overrides", tuple(self.overrides))
+        require(self.preset in PRESETS, "preset", f"unknown preset {self.preset!r}")
         require(self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
         require(
             1 <= self.evals <= self.steps,
@@ -172,10 +194,11 @@ class RunConfig:
         return {name: None if v is None else str(v) for name, v in values.items()}
 
     def as_json(self) -> dict:
-        return {
-            f.name: str(v) if isinstance(v := getattr(self, f.name), Path) else v
-            for f in dataclasses.fields(self)
-        } | {"target_auc": self.effective_target_auc}
+        def plain(value):
+            return str(value) if isinstance(value, Path) else value
+
+        values = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return values | {"target_auc": self.effective_target_auc, "overrides": list(self.overrides)}
 
 
 def _stderr(message: str) -> None:
@@ -287,7 +310,7 @@ class _StreamingRun:
             resume,
         )
         self.log = log if ctx.is_main else lambda message: None
-        hstu = preset(config.preset).replace(
+        hstu = resolve_config(config.preset, file=config.config_file, cli=config.overrides).replace(
             model={"kernel": config.kernel}, train={"seed": config.seed}
         )
         if ctx.active or ctx.device.type != "cpu":
