@@ -19,8 +19,6 @@ inputs and ref_bf16 the reference in bfloat16.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import math
 
 import pytest
@@ -36,20 +34,11 @@ from hstu_ops.pytorch.pt_hstu_compute import (
 )
 
 BACKEND = "hstu_ops.triton.triton_hstu_compute"
-HAVE_TRITON = importlib.util.find_spec("triton") is not None
-needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
 
 FP32_TOL = {"atol": 1e-5, "rtol": 1e-4}
 FP32_NORM_PARAM_TOL = {"atol": 1e-4, "rtol": 1e-4}
 BF16_REL_ATOL = 1e-3
 GRAD_NAMES = ("attn", "u", "x", "norm_weight", "norm_bias", "output_weight")
-
-
-@pytest.fixture
-def tt(load_triton):
-    with load_triton(BACKEND, interpret=True) as module:
-        yield module
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,6 +128,27 @@ def masked_formula(inputs, masks, dropout_ratio, options):
     return torch.addmm(inputs["x"], y, inputs["output_weight"])
 
 
+def positional_output_call(inputs, num_heads, linear_dim, **kwargs):
+    """The dispatcher hstu_compute_output with positional arguments (its order differs from the
+    references': norm_eps before output_weight), eps 1e-5, no dropout, the layer norm."""
+    return hstu_compute_output(
+        inputs["attn"],
+        inputs["u"],
+        inputs["x"],
+        inputs["norm_weight"],
+        inputs["norm_bias"],
+        1e-5,
+        inputs["output_weight"],
+        num_heads,
+        linear_dim,
+        0.0,
+        True,
+        False,
+        False,
+        **kwargs,
+    )
+
+
 def recover_y(tt, inputs, **kwargs):
     """y of a TRITON call, as its output with x = 0 and an identity output_weight."""
     rows, y_width = inputs["attn"].shape[0], inputs["output_weight"].shape[0]
@@ -219,32 +229,16 @@ def test_reference_dropout_zeroes_and_rescales():
 
 def test_reference_low_precision_rounds_y_once():
     inputs, _ = output_inputs(6, 2, 8, 4, group_norm=True, concat_ux=False, dtype=torch.bfloat16)
-    y = pytorch_norm_mul_dropout(
-        inputs["attn"],
-        inputs["u"],
-        inputs["norm_weight"],
-        inputs["norm_bias"],
-        1e-5,
-        0.0,
-        True,
-        group_norm=True,
-        num_heads=2,
-        linear_dim=8,
-    )
+
+    def y_of(t):
+        parts = (t["attn"], t["u"], t["norm_weight"], t["norm_bias"])
+        return pytorch_norm_mul_dropout(
+            *parts, 1e-5, 0.0, True, group_norm=True, num_heads=2, linear_dim=8
+        )
+
+    y = y_of(inputs)
     assert y.dtype == torch.bfloat16
-    wide = {k: v.float() for k, v in inputs.items()}
-    y32 = pytorch_norm_mul_dropout(
-        wide["attn"],
-        wide["u"],
-        wide["norm_weight"],
-        wide["norm_bias"],
-        1e-5,
-        0.0,
-        True,
-        group_norm=True,
-        num_heads=2,
-        linear_dim=8,
-    )
+    y32 = y_of({k: v.float() for k, v in inputs.items()})
     assert torch.equal(y, y32.to(torch.bfloat16))
 
 
@@ -301,7 +295,7 @@ CASES = [
 ]
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize(
     ("rows", "heads", "linear_dim", "out_dim", "group_norm", "concat_ux", "recompute_y"),
     CASES,
@@ -321,8 +315,8 @@ def test_fp32_matches_reference(
     assert_fp32_close(got, ref)
 
 
-@needs_triton
-def test_dispatch_default_tiles_strided_attn_and_mixed_param_dtype(tt):
+@pytest.mark.triton
+def test_dispatch_default_tiles_strided_attn_and_mixed_param_dtype(tt, assert_flash_oracle):
     """Through hstu_compute_output(kernel="triton"); attn is a column slice (row stride >
     width); bfloat16 activations with float32 norm parameters keep float32 gradients."""
     inputs, dout = output_inputs(
@@ -367,19 +361,21 @@ def test_dispatch_default_tiles_strided_attn_and_mixed_param_dtype(tt):
     assert_flash_oracle(got, ref16, ref32)
 
 
-def assert_flash_oracle(got, ref16, ref32):
-    pairs = [("out", got[0], ref16[0], ref32[0])]
-    pairs += [(f"d{n}", got[1][n], ref16[1][n], ref32[1][n]) for n in GRAD_NAMES]
-    for name, g, r16, r32 in pairs:
-        err = (g.float() - r32).abs().max().item()
-        ref_err = (r16.float() - r32).abs().max().item()
-        atol = BF16_REL_ATOL * r32.abs().max().item()
-        assert err <= 2 * ref_err + atol, (
-            f"{name}: |triton - fp32| = {err:.3g}, |torch bf16 - fp32| = {ref_err:.3g}"
-        )
+@pytest.fixture
+def assert_flash_oracle(flash_oracle):
+    """``assert_flash_oracle(got, ref16, ref32)`` for the output and every gradient."""
+
+    def check(got, ref16, ref32):
+        def flat(result):
+            return (result[0], *(result[1][n] for n in GRAD_NAMES))
+
+        names = ("out", *(f"d{n}" for n in GRAD_NAMES))
+        flash_oracle(names, flat(got), flat(ref16), flat(ref32), rel_atol=BF16_REL_ATOL)
+
+    return check
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize(
     ("rows", "group_norm", "concat_ux", "dtype"),
     [
@@ -389,7 +385,9 @@ def assert_flash_oracle(got, ref16, ref32):
     ],
     ids=["n123-layer-concat", "n42-group", "n42-layer-fp16"],
 )
-def test_low_precision_flash_attention_oracle(tt, rows, group_norm, concat_ux, dtype):
+def test_low_precision_flash_attention_oracle(
+    tt, assert_flash_oracle, rows, group_norm, concat_ux, dtype
+):
     heads, linear_dim = 2, 20
     inputs, dout = output_inputs(
         rows,
@@ -410,7 +408,7 @@ def test_low_precision_flash_attention_oracle(tt, rows, group_norm, concat_ux, d
     assert_flash_oracle(got, ref16, ref32)
 
 
-@needs_triton
+@pytest.mark.triton
 def test_empty_batch(tt):
     inputs, dout = output_inputs(0, 2, 8, 4, group_norm=False, concat_ux=True)
     out, grads = forward_backward(
@@ -427,24 +425,15 @@ def test_empty_batch(tt):
 BIG_TILES = dict(block_n=32, num_warps=1, bwd_programs=2)  # fewer interpreted programs
 
 
-@needs_triton
-def test_philox_known_answers(tt):
-    """Random123's known-answer vectors of Philox-4x32-10."""
-    cases = [
-        ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-        ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-        (
-            (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
-            (0xA4093822, 0x299F31D0),
-            (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
-        ),
-    ]
-    for counter, key, expected in cases:
+@pytest.mark.triton
+def test_philox_known_answers(tt, philox_known_answers):
+    """Random123's known-answer vectors of Philox-4x32-10, through the kernels' generator."""
+    for counter, key, expected in philox_known_answers:
         got = tt.philox4x32_10(torch.tensor([counter]), key)
         assert tuple(got[0].tolist()) == expected
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize(
     ("group_norm", "concat_ux"), [(False, True), (True, False)], ids=["layer-concat", "group"]
 )
@@ -476,7 +465,7 @@ def test_dropout_masks_are_recovered_and_match_the_formula(tt, group_norm, conca
         assert_fp32_close(got, ref)
 
 
-@needs_triton
+@pytest.mark.triton
 def test_dropout_seed_reproducibility_and_training_flag(tt):
     inputs, _ = output_inputs(20, 2, 20, 8, group_norm=False, concat_ux=True, seed=5)
     options = output_options(2, 20, False, True, dropout_ratio=0.5)
@@ -503,7 +492,7 @@ def test_dropout_seed_reproducibility_and_training_flag(tt):
     assert not leaves["attn"].grad.any() and not leaves["u"].grad.any()
 
 
-@needs_triton
+@pytest.mark.triton
 def test_dropout_rates_and_independent_streams(tt):
     rows, width, p = 100, 300, 0.3
     masks = {part: tt.dropout_keep_mask(99, rows, width, part, p) for part in ("u", "attn", "y")}
@@ -530,7 +519,7 @@ def test_dropout_rates_and_independent_streams(tt):
     )
 
 
-@needs_triton
+@pytest.mark.triton
 def test_y_mask_is_the_same_with_and_without_concat(tt):
     rows, heads, linear_dim, p = 33, 1, 40, 0.4
     options = output_options(heads, linear_dim, False, False, dropout_ratio=p)
@@ -542,7 +531,7 @@ def test_y_mask_is_the_same_with_and_without_concat(tt):
     assert torch.equal(y_alone, y_concat[:, 2 * linear_dim :])
 
 
-@needs_triton
+@pytest.mark.triton
 def test_recompute_y_gives_identical_gradients(tt):
     inputs, dout = output_inputs(33, 3, 20, 16, group_norm=True, concat_ux=True, seed=3)
     options = output_options(3, 20, True, True, dropout_ratio=0.2)
@@ -595,7 +584,7 @@ def uqvk_inputs(rows, dim, heads, attn_dim, hidden_dim, dtype=torch.float32, see
     ]
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_uqvk_triton_dispatch_matches_reference(tt, dtype):
     args = uqvk_inputs(42, 40, 2, 8, 12, dtype=dtype, seed=1)
@@ -609,7 +598,7 @@ def test_uqvk_triton_dispatch_matches_reference(tt, dtype):
     assert all(a.grad is not None for a in leaves if isinstance(a, torch.Tensor))
 
 
-@needs_triton
+@pytest.mark.triton
 def test_default_kernel_triton_runs_triton(tt, monkeypatch):
     calls = []
     real = tt.triton_hstu_compute_output
@@ -618,21 +607,7 @@ def test_default_kernel_triton_runs_triton(tt, monkeypatch):
     )
     inputs, _ = output_inputs(6, 2, 8, 4, group_norm=False, concat_ux=False)
     hstu_ops.set_default_kernel(Kernel.TRITON)
-    got = hstu_compute_output(
-        inputs["attn"],
-        inputs["u"],
-        inputs["x"],
-        inputs["norm_weight"],
-        inputs["norm_bias"],
-        1e-5,
-        inputs["output_weight"],
-        2,
-        8,
-        0.0,
-        True,
-        False,
-        False,
-    )
+    got = positional_output_call(inputs, 2, 8)
     assert calls == [1]
     ref = pytorch_hstu_compute_output(**inputs, **output_options(2, 8, False, False))
     torch.testing.assert_close(got, ref, **FP32_TOL)
@@ -643,22 +618,7 @@ def test_kernels_available():
     with pytest.raises(
         ValueError, match=r"hstu_compute_output has no NATIVE kernel.*PYTORCH, TRITON"
     ):
-        hstu_compute_output(
-            inputs["attn"],
-            inputs["u"],
-            inputs["x"],
-            inputs["norm_weight"],
-            inputs["norm_bias"],
-            1e-5,
-            inputs["output_weight"],
-            1,
-            4,
-            0.0,
-            True,
-            False,
-            False,
-            kernel="native",
-        )
+        positional_output_call(inputs, 1, 4, kernel="native")
     with pytest.raises(ValueError, match=r"hstu_compute_uqvk has no NATIVE kernel"):
         hstu_compute_uqvk(*uqvk_inputs(2, 4, 1, 2, 2), kernel=Kernel.NATIVE)
     # The default NATIVE falls back to the reference.
@@ -716,7 +676,7 @@ OUTPUT_ERRORS = [
 
 
 @pytest.mark.parametrize(("changes", "error", "message"), OUTPUT_ERRORS)
-@pytest.mark.parametrize("kernel", ["pytorch", pytest.param("triton", marks=needs_triton)])
+@pytest.mark.parametrize("kernel", ["pytorch", pytest.param("triton", marks=pytest.mark.triton)])
 def test_output_argument_errors(request, kernel, changes, error, message):
     if kernel == "triton":
         request.getfixturevalue("tt")
@@ -736,7 +696,7 @@ UQVK_ERRORS = [
 
 
 @pytest.mark.parametrize(("index", "value", "error", "message"), UQVK_ERRORS)
-@pytest.mark.parametrize("kernel", ["pytorch", pytest.param("triton", marks=needs_triton)])
+@pytest.mark.parametrize("kernel", ["pytorch", pytest.param("triton", marks=pytest.mark.triton)])
 def test_uqvk_argument_errors(request, kernel, index, value, error, message):
     if kernel == "triton":
         request.getfixturevalue("tt")
@@ -746,7 +706,7 @@ def test_uqvk_argument_errors(request, kernel, index, value, error, message):
         hstu_compute_uqvk(*args, kernel=kernel)
 
 
-@needs_triton
+@pytest.mark.triton
 def test_triton_only_errors(tt, load_triton):
     inputs, _ = output_inputs(4, 1, 8, 2, group_norm=False, concat_ux=False)
     options = output_options(1, 8, False, False)
@@ -765,63 +725,22 @@ def test_triton_only_errors(tt, load_triton):
         tt.dropout_keep_mask(0, 2, 2, "x", 0.5)
     with load_triton(BACKEND, interpret=False) as compiled:
         with pytest.raises(ValueError, match=r"needs CUDA or ROCm tensors, got cpu tensors"):
-            hstu_compute_output(
-                inputs["attn"],
-                inputs["u"],
-                inputs["x"],
-                inputs["norm_weight"],
-                inputs["norm_bias"],
-                1e-5,
-                inputs["output_weight"],
-                1,
-                8,
-                0.0,
-                True,
-                False,
-                False,
-                kernel="triton",
-            )
+            positional_output_call(inputs, 1, 8, kernel="triton")
         assert not compiled.INTERPRETED
 
 
 # --------------------------------------------------------------------------------------------
 # Compilation for a GPU target, without a GPU
 # --------------------------------------------------------------------------------------------
-def _backend_available(module: str) -> bool:
-    if not HAVE_TRITON:
-        return False
-    try:
-        importlib.import_module(f"triton.backends.{module}.compiler")
-    except Exception:
-        return False
-    return True
-
-
-GPU_TARGETS = [
-    pytest.param(
-        ("cuda", 90, 32),
-        "cubin",
-        id="cuda-sm90",
-        marks=pytest.mark.skipif(not _backend_available("nvidia"), reason="no NVIDIA backend"),
-    ),
-    pytest.param(
-        ("hip", "gfx942", 64),
-        "hsaco",
-        id="hip-gfx942",
-        marks=pytest.mark.skipif(not _backend_available("amd"), reason="no AMD backend"),
-    ),
-]
-
-
 @pytest.mark.slow
-@needs_triton
-@pytest.mark.parametrize(("target", "binary_kind"), GPU_TARGETS)
-def test_kernels_compile_for_gpus(target, binary_kind, load_triton):
+@pytest.mark.triton
+def test_kernels_compile_for_gpus(gpu_target, load_triton):
     """The interpreter does not type-check like the compiler: compile the real thing, no GPU."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+    types = {
+        **dict.fromkeys(("ATTN", "U", "W", "B", "Y", "DY", "DATTN", "DU"), "*bf16"),
+        **dict.fromkeys(("Mean", "Rstd", "DW_PARTIAL", "DB_PARTIAL"), "*fp32"),
+        **dict.fromkeys(("eps", "dropout_ratio", "dropout_scale"), "fp32"),
+    }
     with load_triton(BACKEND, interpret=False) as compiled:
         # The heaviest variant at the widest row the kernels take, and an HSTU-like group norm.
         for groups, group_width, group_norm in ((1, 4096, False), (4, 128, True)):
@@ -840,38 +759,19 @@ def test_kernels_compile_for_gpus(target, binary_kind, load_triton):
                 compiled._norm_mul_dropout_fwd_kernel,
                 compiled._norm_mul_dropout_bwd_kernel,
             ):
-                signature = {}
-                for name in kernel.arg_names:
-                    if name in constants:
-                        signature[name] = "constexpr"
-                    elif name in ("ATTN", "U", "W", "B", "Y", "DY", "DATTN", "DU"):
-                        signature[name] = "*bf16"
-                    elif name in ("Mean", "Rstd", "DW_PARTIAL", "DB_PARTIAL"):
-                        signature[name] = "*fp32"
-                    elif name in ("eps", "dropout_ratio", "dropout_scale"):
-                        signature[name] = "fp32"
-                    else:
-                        signature[name] = "i32"
-                used = {k: v for k, v in constants.items() if k in kernel.arg_names}
-                binary = triton.compile(
-                    ASTSource(kernel, signature, constexprs=used),
-                    target=GPUTarget(*target),
-                    options={"num_warps": cfg.num_warps},
-                )
-                assert binary.asm[binary_kind], kernel.__name__
+                gpu_target.compile(kernel, constants, {"num_warps": cfg.num_warps}, types=types)
 
 
 # --------------------------------------------------------------------------------------------
 # On a GPU: compiled kernels
 # --------------------------------------------------------------------------------------------
 @pytest.mark.gpu
-@needs_cuda
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
     ("group_norm", "concat_ux"), [(False, True), (True, False)], ids=["layer-concat", "group"]
 )
-def test_gpu_matches_reference(load_triton, dtype, group_norm, concat_ux):
+def test_gpu_matches_reference(load_triton, assert_flash_oracle, dtype, group_norm, concat_ux):
     rows, heads, linear_dim, out_dim = 3001, 4, 128, 512
     with load_triton(BACKEND, interpret=False) as compiled:
         inputs, dout = output_inputs(

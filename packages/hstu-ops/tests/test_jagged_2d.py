@@ -16,8 +16,6 @@ the low precision.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import itertools
 
 import pytest
@@ -32,18 +30,9 @@ from hstu_ops.pytorch.pt_jagged_2d import (
 )
 
 BACKEND = "hstu_ops.triton.triton_jagged"
-HAVE_TRITON = importlib.util.find_spec("triton") is not None
-needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
 
 FP32_TOL = {"atol": 1e-5, "rtol": 1e-4}
 LOW_PRECISION_ATOL = 1e-4
-
-
-@pytest.fixture
-def tj(load_triton):
-    with load_triton(BACKEND, interpret=True) as module:
-        yield module
 
 
 # --------------------------------------------------------------------------------------------
@@ -212,10 +201,10 @@ def _forward_backward_split(fn, max_seq_len, values, split_args, d_left, d_right
 LAYOUTS = [1, 4, None]  # single-row, multi-row of 4 rows, the default (16 rows here)
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize(("left", "right"), SIDES, ids=["-".join(s) for s in SIDES])
 @pytest.mark.parametrize("rows_per_program", LAYOUTS, ids=["single-row", "multi-row", "default"])
-def test_triton_concat_and_split_match_reference(tj, left, right, rows_per_program):
+def test_triton_concat_and_split_match_reference(tt, left, right, rows_per_program):
     # Cycle the dtypes over the cases rather than multiplying the (slow) interpreter runs.
     case = SIDES.index((left, right)) + LAYOUTS.index(rows_per_program)
     dtype = (torch.float32, torch.bfloat16, torch.float16)[case % 3]
@@ -231,7 +220,7 @@ def test_triton_concat_and_split_match_reference(tj, left, right, rows_per_progr
     d_out = torch.randn(ref_out.shape, generator=gen).to(dtype)
 
     def triton_concat(*a):
-        return tj.triton_concat_2D_jagged(*a, rows_per_program=rows_per_program)
+        return tt.triton_concat_2D_jagged(*a, rows_per_program=rows_per_program)
 
     got = _forward_backward_concat(triton_concat, max_seq_len, args, d_out)
     ref = _forward_backward_concat(pytorch_concat_2D_jagged, max_seq_len, args, d_out)
@@ -241,7 +230,7 @@ def test_triton_concat_and_split_match_reference(tj, left, right, rows_per_progr
         return
 
     def triton_split(*a):
-        return tj.triton_split_2D_jagged(*a, rows_per_program=rows_per_program)
+        return tt.triton_split_2D_jagged(*a, rows_per_program=rows_per_program)
 
     d_l, d_r = (torch.randn(a.shape, generator=gen).to(dtype) for a in args[:2])
     split_args = _split_args(args)
@@ -253,22 +242,22 @@ def test_triton_concat_and_split_match_reference(tj, left, right, rows_per_progr
         assert g.dtype == r.dtype and torch.equal(g, r), name
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float64, torch.uint8])
-def test_triton_concat_split_other_dtypes_and_one_wide_rows(tj, dtype):
+def test_triton_concat_split_other_dtypes_and_one_wide_rows(tt, dtype):
     gen = torch.Generator().manual_seed(20)
     for d, rows in ((1, 8), (3, 1)):
         args, lens_l, lens_r = _case(
             gen, "jagged", "dense", [5, 0, 2], [0, 0, 0], d, dtype, torch.int32, dense_r=2
         )
-        got = tj.triton_concat_2D_jagged(7, *args, rows_per_program=rows)
+        got = tt.triton_concat_2D_jagged(7, *args, rows_per_program=rows)
         assert torch.equal(got, _loop_concat(args[0], args[1], lens_l, lens_r))
-        left, right = tj.triton_split_2D_jagged(7, got, *_split_args(args), rows_per_program=rows)
+        left, right = tt.triton_split_2D_jagged(7, got, *_split_args(args), rows_per_program=rows)
         assert torch.equal(left, args[0]) and torch.equal(right, args[1])
 
 
-@needs_triton
-def test_triton_strided_values_and_dispatch(tj):
+@pytest.mark.triton
+def test_triton_strided_values_and_dispatch(tt):
     """Row-strided values (slices of wider rows), through the dispatcher with kernel="triton"."""
     gen = torch.Generator().manual_seed(21)
     lens_l, lens_r = [4, 0, 9], [2, 5, 0]
@@ -289,29 +278,29 @@ def test_triton_strided_values_and_dispatch(tj):
         assert torch.equal(got[0], left) and torch.equal(got[1], right)
 
 
-@needs_triton
-def test_triton_split_gradient_of_one_output_only(tj):
+@pytest.mark.triton
+def test_triton_split_gradient_of_one_output_only(tt):
     """The unused output's gradient is zeros (autograd materialises it)."""
     gen = torch.Generator().manual_seed(22)
     offsets_l, offsets_r = _offsets([3, 1]), _offsets([2, 2])
     values = torch.randn(8, 20, generator=gen, requires_grad=True)
     grads = []
-    for fn in (tj.triton_split_2D_jagged, pytorch_split_2D_jagged):
+    for fn in (tt.triton_split_2D_jagged, pytorch_split_2D_jagged):
         left, _ = fn(6, values, None, None, None, None, offsets_l, offsets_r)
         (grad,) = torch.autograd.grad(left.sum(), values)
         grads.append(grad)
     assert torch.equal(grads[0], grads[1])
 
 
-@needs_triton
-def test_triton_empty_inputs(tj):
+@pytest.mark.triton
+def test_triton_empty_inputs(tt):
     for lens_l, lens_r, d in (([], [], 8), ([0, 0], [0, 0], 8), ([2, 1], [0, 3], 0)):
         args, *_ = _case(
             torch.Generator(), "jagged", "jagged", lens_l, lens_r, d, torch.float32, torch.int64
         )
-        out = tj.triton_concat_2D_jagged(5, *args)
+        out = tt.triton_concat_2D_jagged(5, *args)
         assert out.shape == (sum(lens_l) + sum(lens_r), d)
-        left, right = tj.triton_split_2D_jagged(5, out, *_split_args(args))
+        left, right = tt.triton_split_2D_jagged(5, out, *_split_args(args))
         assert left.shape == (sum(lens_l), d) and right.shape == (sum(lens_r), d)
 
 
@@ -337,7 +326,7 @@ def _bmm_forward_backward(fn, max_seq_len, offsets, jag, dense, bias, d_out, **k
 BMM_NAMES = ("out", "d_jagged", "d_dense", "d_bias")
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize(
     ("k", "n", "tiles", "lengths"),
     [
@@ -346,21 +335,21 @@ BMM_NAMES = ("out", "d_jagged", "d_dense", "d_bias")
         (40, 1, (16, 16, 16), [0, 1, 6, 42, 123]),
     ],
 )
-def test_triton_bmm_fp32_matches_reference(tj, k, n, tiles, lengths):
+def test_triton_bmm_fp32_matches_reference(tt, k, n, tiles, lengths):
     gen = torch.Generator().manual_seed(k + n)
     odtype = torch.int32 if k == 100 else torch.int64
     inputs = _bmm_inputs(gen, lengths, k, n, torch.float32, odtype)
-    cfg = None if tiles is None else tj.BmmBlockConfig(*tiles)
+    cfg = None if tiles is None else tt.BmmBlockConfig(*tiles)
     got = _bmm_forward_backward(
-        tj.triton_jagged_dense_bmm_broadcast_add, 130, *inputs, block_config=cfg
+        tt.triton_jagged_dense_bmm_broadcast_add, 130, *inputs, block_config=cfg
     )
     ref = _bmm_forward_backward(pytorch_jagged_dense_bmm_broadcast_add, 130, *inputs)
     for name, g, r in zip(BMM_NAMES, got, ref, strict=True):
         torch.testing.assert_close(g, r, **FP32_TOL, msg=lambda m, name=name: f"{name}: {m}")
 
 
-@needs_triton
-def test_triton_bmm_strided_inputs_and_dispatch(tj):
+@pytest.mark.triton
+def test_triton_bmm_strided_inputs_and_dispatch(tt):
     """jagged sliced from wider rows, dense transposed in memory, bias a column slice."""
     gen = torch.Generator().manual_seed(30)
     lengths = [7, 0, 19]
@@ -386,38 +375,35 @@ def test_triton_bmm_strided_inputs_and_dispatch(tj):
         torch.testing.assert_close(g, r, **FP32_TOL, msg=lambda m, name=name: f"{name}: {m}")
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize(
     ("dtype", "lengths"), [(torch.bfloat16, [0, 1, 6, 42, 123]), (torch.float16, [1, 0, 42, 6])]
 )
-def test_triton_bmm_low_precision_oracle(tj, dtype, lengths):
+def test_triton_bmm_low_precision_oracle(tt, flash_oracle, dtype, lengths):
     gen = torch.Generator().manual_seed(31)
     offsets, *tensors = _bmm_inputs(gen, lengths, 40, 20, torch.float32)
     low = [t.to(dtype) for t in tensors]
-    got = _bmm_forward_backward(tj.triton_jagged_dense_bmm_broadcast_add, 123, offsets, *low)
+    got = _bmm_forward_backward(tt.triton_jagged_dense_bmm_broadcast_add, 123, offsets, *low)
     ref16 = _bmm_forward_backward(pytorch_jagged_dense_bmm_broadcast_add, 123, offsets, *low)
     ref32 = _bmm_forward_backward(
         pytorch_jagged_dense_bmm_broadcast_add, 123, offsets, *(t.float() for t in low)
     )
-    for name, g, r16, r32 in zip(BMM_NAMES, got, ref16, ref32, strict=True):
-        assert g.dtype == dtype, name
-        err = (g.float() - r32).abs().max().item()
-        ref_err = (r16.float() - r32).abs().max().item()
-        assert err <= 2 * ref_err + LOW_PRECISION_ATOL, (name, err, ref_err)
+    assert got[0].dtype == dtype
+    flash_oracle(BMM_NAMES, got, ref16, ref32, atol=LOW_PRECISION_ATOL)
 
 
-@needs_triton
-def test_triton_bmm_backward_is_deterministic_and_degenerate_shapes(tj):
+@pytest.mark.triton
+def test_triton_bmm_backward_is_deterministic_and_degenerate_shapes(tt):
     gen = torch.Generator().manual_seed(32)
     inputs = _bmm_inputs(gen, [37, 0, 12], 24, 20, torch.float32)
-    first = _bmm_forward_backward(tj.triton_jagged_dense_bmm_broadcast_add, 40, *inputs)
-    second = _bmm_forward_backward(tj.triton_jagged_dense_bmm_broadcast_add, 40, *inputs)
+    first = _bmm_forward_backward(tt.triton_jagged_dense_bmm_broadcast_add, 40, *inputs)
+    second = _bmm_forward_backward(tt.triton_jagged_dense_bmm_broadcast_add, 40, *inputs)
     for a, b in zip(first, second, strict=True):
         assert torch.equal(a, b)
     # K == 0 (the output is the bias), N == 0, no rows, no sequences.
     for lengths, k, n in (([3, 0, 2], 0, 5), ([3, 1], 4, 0), ([0, 0], 4, 3), ([], 4, 3)):
         inputs = _bmm_inputs(gen, lengths, k, n, torch.float32)
-        got = _bmm_forward_backward(tj.triton_jagged_dense_bmm_broadcast_add, 4, *inputs)
+        got = _bmm_forward_backward(tt.triton_jagged_dense_bmm_broadcast_add, 4, *inputs)
         ref = _bmm_forward_backward(pytorch_jagged_dense_bmm_broadcast_add, 4, *inputs)
         for name, g, r in zip(BMM_NAMES, got, ref, strict=True):
             assert g.shape == r.shape, name
@@ -594,7 +580,7 @@ ERROR_CASES = [
 
 
 @pytest.mark.parametrize(
-    "kernel", [Kernel.PYTORCH, pytest.param(Kernel.TRITON, marks=needs_triton)]
+    "kernel", [Kernel.PYTORCH, pytest.param(Kernel.TRITON, marks=pytest.mark.triton)]
 )
 @pytest.mark.parametrize(
     ("call", "exc", "pattern"),
@@ -621,14 +607,14 @@ def test_kernel_choice():
         _BMM(9, _OFF, _V, torch.zeros(2, 4, 6), torch.zeros(2, 6), kernel="native")
 
 
-@needs_triton
-def test_triton_specific_errors(tj, load_triton):
+@pytest.mark.triton
+def test_triton_specific_errors(tt, load_triton):
     with pytest.raises(
         TypeError,
         match=r"the TRITON kernel supports float16, bfloat16 and "
         r"float32, got torch.float64",
     ):
-        tj.triton_jagged_dense_bmm_broadcast_add(
+        tt.triton_jagged_dense_bmm_broadcast_add(
             9, _OFF, _V.double(), torch.zeros(2, 4, 6).double(), torch.zeros(2, 6).double()
         )
     with pytest.raises(
@@ -636,94 +622,35 @@ def test_triton_specific_errors(tj, load_triton):
         match=r"the TRITON kernel supports values of dtype .*; got "
         r"torch.bool",
     ):
-        tj.triton_concat_2D_jagged(9, _V.bool(), _V.bool(), None, None, _OFF, _OFF)
+        tt.triton_concat_2D_jagged(9, _V.bool(), _V.bool(), None, None, _OFF, _OFF)
     with pytest.raises(ValueError, match=r"BmmBlockConfig.block_k must be a power of 2 >= 16"):
-        tj.BmmBlockConfig(block_k=24)
+        tt.BmmBlockConfig(block_k=24)
     with load_triton(BACKEND, interpret=False) as compiled:
         with pytest.raises(ValueError, match=r"needs CUDA or ROCm tensors, got cpu tensors"):
             _CONCAT(9, _V, _V, None, None, _OFF, _OFF, kernel=Kernel.TRITON)
         assert not compiled.INTERPRETED
 
 
-@needs_triton
-def test_default_rows_per_program(tj):
-    assert tj.default_rows_per_program(100) == 16  # the interpreter's choice
-    assert tj.default_rows_per_program(512) == 1
+@pytest.mark.triton
+def test_default_rows_per_program(tt):
+    assert tt.default_rows_per_program(100) == 16  # the interpreter's choice
+    assert tt.default_rows_per_program(512) == 1
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(tj, "INTERPRETED", False)
+        mp.setattr(tt, "INTERPRETED", False)
         mp.setattr(torch.version, "hip", None)
-        assert tj.default_rows_per_program(512) == 1
-        assert tj.default_rows_per_program(100) == 32  # 4096 elements: 32 rows of 128
-        assert tj.default_rows_per_program(1) == 256
+        assert tt.default_rows_per_program(512) == 1
+        assert tt.default_rows_per_program(100) == 32  # 4096 elements: 32 rows of 128
+        assert tt.default_rows_per_program(1) == 256
         mp.setattr(torch.version, "hip", "6.4")
-        assert tj.default_rows_per_program(512) == 8  # ROCm: always multi-row
+        assert tt.default_rows_per_program(512) == 8  # ROCm: always multi-row
 
 
 # --------------------------------------------------------------------------------------------
 # Compilation for GPU targets, without a GPU
 # --------------------------------------------------------------------------------------------
-def _backend_available(module: str) -> bool:
-    if not HAVE_TRITON:
-        return False
-    try:
-        importlib.import_module(f"triton.backends.{module}.compiler")
-    except Exception:
-        return False
-    return True
-
-
-GPU_TARGETS = [
-    pytest.param(
-        ("cuda", 90, 32),
-        "cubin",
-        id="cuda-sm90",
-        marks=pytest.mark.skipif(not _backend_available("nvidia"), reason="no NVIDIA backend"),
-    ),
-    pytest.param(
-        ("hip", "gfx942", 64),
-        "hsaco",
-        id="hip-gfx942",
-        marks=pytest.mark.skipif(not _backend_available("amd"), reason="no AMD backend"),
-    ),
-]
-
-
-def compile_for(kernel, values, constants, target, options):
-    """triton.compile for ``target`` with the specialisation a launch on ``values`` would get.
-
-    values: pointer type strings ("*bf16", assumed 16-byte aligned) or sample integers, which
-    are specialised as a launch does (1 becomes a constant, multiples of 16 get the
-    divisibility hint that lets the compiler vectorise and pipeline).
-    """
-    import triton
-    from triton.backends.compiler import BaseBackend, GPUTarget
-    from triton.compiler import ASTSource
-    from triton.runtime.jit import native_specialize_impl
-
-    signature, constants, attrs = {}, dict(constants), {}
-    for i, name in enumerate(kernel.arg_names):
-        if name in constants:
-            signature[name] = "constexpr"
-            continue
-        value = values[name]
-        if isinstance(value, str):
-            signature[name], attrs[(i,)] = value, [["tt.divisibility", 16]]
-            continue
-        kind, spec = native_specialize_impl(BaseBackend, value, False, True, True)
-        if kind == "constexpr":
-            signature[name], constants[name] = "constexpr", value
-        else:
-            signature[name] = kind
-            if spec == "D":
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    source = ASTSource(kernel, signature, constexprs=constants, attrs=attrs)
-    return triton.compile(source, target=GPUTarget(*target), options=options)
-
-
 @pytest.mark.slow
-@needs_triton
-@pytest.mark.parametrize(("target", "binary_kind"), GPU_TARGETS)
-def test_kernels_compile_for_gpus(target, binary_kind, load_triton):
+@pytest.mark.triton
+def test_kernels_compile_for_gpus(gpu_target, load_triton):
     """The interpreter does not type-check like the compiler: compile the real thing, no GPU."""
     with load_triton(BACKEND, interpret=False) as compiled:
         d = 100
@@ -789,10 +716,9 @@ def test_kernels_compile_for_gpus(target, binary_kind, load_triton):
             ),
         ]
         for kernel, values, constants, warps in kernels:
-            binary = compile_for(
-                kernel, values, constants, target, {"num_warps": warps, "num_stages": 2}
-            )
-            assert binary.asm[binary_kind], kernel.__name__
+            options = {"num_warps": warps, "num_stages": 2}
+            binary = gpu_target.compile(kernel, constants, options, values=values)
+            # 64 KiB whatever the target: these tiles must fit every GPU's shared memory.
             assert binary.metadata.shared <= 64 * 1024, (kernel.__name__, binary.metadata.shared)
 
 
@@ -800,8 +726,7 @@ def test_kernels_compile_for_gpus(target, binary_kind, load_triton):
 # On a GPU: compiled kernels
 # --------------------------------------------------------------------------------------------
 @pytest.mark.gpu
-@needs_cuda
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("rows_per_program", [1, 8, None])
 def test_gpu_concat_split_match_reference(rows_per_program, load_triton):
     gen = torch.Generator().manual_seed(40)
@@ -839,10 +764,9 @@ def test_gpu_concat_split_match_reference(rows_per_program, load_triton):
 
 
 @pytest.mark.gpu
-@needs_cuda
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gpu_bmm_matches_reference(dtype, load_triton):
+def test_gpu_bmm_matches_reference(dtype, load_triton, flash_oracle):
     gen = torch.Generator().manual_seed(41)
     lengths = [0, 1, 100, 513, 1000, 77]
     with load_triton(BACKEND, interpret=False) as compiled:
@@ -863,7 +787,4 @@ def test_gpu_bmm_matches_reference(dtype, load_triton):
             ref32 = _bmm_forward_backward(
                 pytorch_jagged_dense_bmm_broadcast_add, 1000, offsets, *(t.float() for t in low)
             )
-            for name, g, r16, r32 in zip(BMM_NAMES, got, ref, ref32, strict=True):
-                err = (g.float() - r32).abs().max().item()
-                ref_err = (r16.float() - r32).abs().max().item()
-                assert err <= 2 * ref_err + LOW_PRECISION_ATOL, (name, k, n, err, ref_err)
+            flash_oracle(BMM_NAMES, got, ref, ref32, atol=LOW_PRECISION_ATOL)

@@ -13,8 +13,6 @@ in float32 and rounds once, so ref16 - ref32 is the rounding error of the result
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import math
 
 import pytest
@@ -31,9 +29,6 @@ from hstu_ops.pytorch.pt_norms import (
 )
 
 BACKEND = "hstu_ops.triton.triton_norms"
-HAVE_TRITON = importlib.util.find_spec("triton") is not None
-needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
 
 FP32_TOL = {"atol": 1e-5, "rtol": 1e-5}
 LOW_PRECISION_ATOL = 1e-5
@@ -50,18 +45,6 @@ DISPATCHERS = {
     "swish_layer_norm": swish_layer_norm,
     "rms_norm": rms_norm,
 }
-
-
-@pytest.fixture
-def triton_backend(load_triton):
-    """``triton_backend(interpret)``: the norms module, interpreted or compiled."""
-    return lambda interpret=True: load_triton(BACKEND, interpret)
-
-
-@pytest.fixture
-def tt(triton_backend):
-    with triton_backend(interpret=True) as module:
-        yield module
 
 
 def triton_op(tt, op: str):
@@ -116,20 +99,21 @@ def assert_matches_fp32(fn, op, x, params, dy, tol=None, eps=1e-5, **kwargs):
         torch.testing.assert_close(g, r, **(tol or FP32_TOL), msg=lambda m, n=name: f"{n}: {m}")
 
 
-def assert_low_precision_oracle(fn, op, x, params, dy, **kwargs):
-    """The flash-attention oracle for the output and every gradient (16-bit x)."""
-    got = forward_backward(fn, op, x, params, dy, **kwargs)
-    ref16 = forward_backward(REFERENCES[op], op, x, params, dy)
-    ref32 = forward_backward(
-        REFERENCES[op], op, x.float(), tuple(p.float() for p in params), dy.float()
-    )
-    for name, g, r16, r32 in zip(NAMES, got, ref16, ref32, strict=False):
-        assert g.dtype == r16.dtype, name
-        err = (g.float() - r32).abs().max().item()
-        ref_err = (r16.float() - r32).abs().max().item()
-        assert err <= 2 * ref_err + LOW_PRECISION_ATOL, (
-            f"{name}: |triton - fp32| = {err:.3g}, |torch {x.dtype} - fp32| = {ref_err:.3g}"
+@pytest.fixture
+def assert_low_precision_oracle(flash_oracle):
+    """``assert_low_precision_oracle(fn, op, x, params, dy, **kwargs)``: the flash-attention
+    oracle for the output and every gradient (16-bit x)."""
+
+    def check(fn, op, x, params, dy, **kwargs):
+        got = forward_backward(fn, op, x, params, dy, **kwargs)
+        ref16 = forward_backward(REFERENCES[op], op, x, params, dy)
+        ref32 = forward_backward(
+            REFERENCES[op], op, x.float(), tuple(p.float() for p in params), dy.float()
         )
+        names = NAMES[: len(got)]
+        flash_oracle(names, got, ref16, ref32, atol=LOW_PRECISION_ATOL)
+
+    return check
 
 
 # --------------------------------------------------------------------------------------------
@@ -210,7 +194,7 @@ def _bad_arguments(op: str):
     return [pytest.param(op, *case, id=f"{op}-{i}") for i, case in enumerate(cases)]
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("kernel", ["pytorch", "triton"])
 @pytest.mark.parametrize(
     ("op", "error", "match", "args", "kwargs"),
@@ -252,7 +236,7 @@ SHAPES_AND_CONFIGS = [
 ]
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("weighted", [True, False], ids=["weighted", "plain"])
 @pytest.mark.parametrize(
@@ -264,7 +248,7 @@ def test_fp32_matches_reference(tt, op, weighted, shape, cfg):
     assert_matches_fp32(triton_op(tt, op), op, x, params, dy, config=config)
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("op", OPS)
 def test_3d_strided_input_and_expanded_gradient(tt, op):
     """x [2, 21, 40] sliced from a wider tensor (row stride 48), gradient of sum() (stride 0)."""
@@ -285,7 +269,7 @@ def test_3d_strided_input_and_expanded_gradient(tt, op):
         torch.testing.assert_close(g, r, **FP32_TOL, msg=lambda m, n=name: f"{n}: {m}")
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("op", OPS)
 def test_dispatch_and_default_kernel_triton(tt, op, monkeypatch):
     """Through hstu_ops.norms with kernel="triton", then with TRITON as process default."""
@@ -307,7 +291,7 @@ def test_dispatch_and_default_kernel_triton(tt, op, monkeypatch):
 @pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")
 @pytest.mark.filterwarnings("ignore:invalid value encountered in multiply:RuntimeWarning")
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("op", OPS)
 def test_eps_extreme_inputs_and_constant_rows(tt, op):
     """Large eps, eps = 0, a saturated swish gate (|z| ~ 1e3), and a constant row.
@@ -324,7 +308,7 @@ def test_eps_extreme_inputs_and_constant_rows(tt, op):
     assert_matches_fp32(triton_op(tt, op), op, x, params, dy, tol={"atol": 1e-3, "rtol": 1e-5})
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("op", OPS)
 def test_empty_inputs(tt, op):
     for shape in ((0, 40), (2, 0, 16)):
@@ -335,7 +319,7 @@ def test_empty_inputs(tt, op):
         assert all(not p.any() for p in dparams)
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("op", OPS)
 def test_backward_is_deterministic(tt, op):
     x, params, dy = make_inputs(op, (123, 40), seed=9)
@@ -348,7 +332,7 @@ def test_backward_is_deterministic(tt, op):
 # --------------------------------------------------------------------------------------------
 # TRITON, 16-bit: the flash-attention oracle
 # --------------------------------------------------------------------------------------------
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize(
     ("dtype", "param_dtype", "shape", "weighted"),
@@ -360,7 +344,9 @@ def test_backward_is_deterministic(tt, op):
     ],
     ids=["bf16", "bf16-plain-3d", "bf16-fp32-weights", "fp16"],
 )
-def test_low_precision_oracle(tt, op, dtype, param_dtype, shape, weighted):
+def test_low_precision_oracle(
+    tt, assert_low_precision_oracle, op, dtype, param_dtype, shape, weighted
+):
     x, params, dy = make_inputs(op, shape, weighted, dtype, param_dtype, seed=10)
     cfg = tt.NormConfig(block_n=8, num_warps=1, bwd_programs=3)
     assert_low_precision_oracle(triton_op(tt, op), op, x, params, dy, config=cfg)
@@ -369,7 +355,7 @@ def test_low_precision_oracle(tt, op, dtype, param_dtype, shape, weighted):
 # --------------------------------------------------------------------------------------------
 # Errors and configuration of the TRITON kernel
 # --------------------------------------------------------------------------------------------
-@needs_triton
+@pytest.mark.triton
 def test_triton_only_errors(tt):
     x = torch.randn(2, 8)
     with pytest.raises(TypeError, match=r"^layer_norm: .*float32, got x of dtype torch.float64"):
@@ -387,7 +373,7 @@ def test_triton_only_errors(tt):
         tt.NormConfig(block_n=1, num_warps=1, bwd_programs=0)
 
 
-@needs_triton
+@pytest.mark.triton
 def test_cpu_tensors_without_the_interpreter_are_refused(triton_backend):
     with triton_backend(interpret=False) as compiled:
         assert not compiled.INTERPRETED
@@ -395,18 +381,7 @@ def test_cpu_tensors_without_the_interpreter_are_refused(triton_backend):
             rms_norm(torch.randn(2, 8), None, kernel=Kernel.TRITON)
 
 
-@needs_triton
-def test_row_sums_use_the_library_combine_only_under_the_interpreter(triton_backend):
-    """Compiled kernels call nothing of triton's library; the interpreter's fast sum is used."""
-    import triton.language as tl
-
-    with triton_backend(interpret=True) as interpreted:
-        assert interpreted._SUM_COMBINE is tl.standard._sum_combine
-    with triton_backend(interpret=False) as compiled:
-        assert compiled._SUM_COMBINE is compiled._add
-
-
-@needs_triton
+@pytest.mark.triton
 def test_default_configs(triton_backend):
     """GPU tiles of ~2048 elements, whole rows; one row per tile from 2048 features on."""
     with triton_backend(interpret=False) as compiled:
@@ -419,66 +394,23 @@ def test_default_configs(triton_backend):
 # --------------------------------------------------------------------------------------------
 # Compilation for a GPU target, without a GPU
 # --------------------------------------------------------------------------------------------
-def _backend_available(module: str) -> bool:
-    if not HAVE_TRITON:
-        return False
-    try:
-        importlib.import_module(f"triton.backends.{module}.compiler")
-    except Exception:
-        return False
-    return True
-
-
-# (target, binary kind, shared memory per block): H100, and MI300 (64 KiB of LDS).
-GPU_TARGETS = [
-    pytest.param(
-        ("cuda", 90, 32),
-        "cubin",
-        227 * 1024,
-        id="cuda-sm90",
-        marks=pytest.mark.skipif(not _backend_available("nvidia"), reason="no NVIDIA backend"),
-    ),
-    pytest.param(
-        ("hip", "gfx942", 64),
-        "hsaco",
-        64 * 1024,
-        id="hip-gfx942",
-        marks=pytest.mark.skipif(not _backend_available("amd"), reason="no AMD backend"),
-    ),
-]
-
-
-def _signature(kernel, constants: dict, dtype: str) -> dict:
-    pointers = {"X": dtype, "Y": dtype, "DY": dtype, "DX": dtype, "W": dtype, "B": dtype}
-    signature = {}
-    for name in kernel.arg_names:
-        if name in constants:
-            signature[name] = "constexpr"
-        elif name in pointers:
-            signature[name] = f"*{pointers[name]}"
-        elif name in ("Mean", "Rstd", "DW_partial", "DB_partial", "Partial"):
-            signature[name] = "*fp32"
-        elif name == "Out":
-            signature[name] = f"*{dtype}"
-        elif name == "eps":
-            signature[name] = "fp32"
-        else:
-            signature[name] = "i32"
-    return signature
+# Argument types of the kernels' signatures (other arguments are i32).
+SIGNATURE_TYPES = {
+    **dict.fromkeys(("X", "Y", "DY", "DX", "W", "B", "Out"), "*bf16"),
+    **dict.fromkeys(("Mean", "Rstd", "DW_partial", "DB_partial", "Partial"), "*fp32"),
+    "eps": "fp32",
+}
 
 
 @pytest.mark.slow
-@needs_triton
-@pytest.mark.parametrize(("target", "binary_kind", "max_shared"), GPU_TARGETS)
-def test_kernels_compile_for_gpus(target, binary_kind, max_shared, triton_backend):
+@pytest.mark.triton
+def test_kernels_compile_for_gpus(gpu_target, triton_backend):
     """The interpreter does not type-check like the compiler: compile the real thing, no GPU.
 
     Every kernel variant once, with its default launch shape for a width chosen so that both
     multi-row tiles (narrow rows) and the widest rows (16384, one row per tile) are compiled.
     """
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     with triton_backend(interpret=False) as compiled:
         variants = [
@@ -500,25 +432,20 @@ def test_kernels_compile_for_gpus(target, binary_kind, max_shared, triton_backen
         constants = dict(BLOCK_P=16, BLOCK_C=128, INTERPRET_BF16=False)
         launches.append((compiled._sum_partials_kernel, constants, 4))
         for kernel, constants, num_warps in launches:
-            binary = triton.compile(
-                ASTSource(kernel, _signature(kernel, constants, "bf16"), constexprs=constants),
-                target=GPUTarget(*target),
-                options={"num_warps": num_warps},
-            )
-            name = f"{kernel.__name__} {constants}"
-            assert binary.asm[binary_kind], name
-            assert binary.metadata.shared <= max_shared, (name, binary.metadata.shared)
+            options = {"num_warps": num_warps}
+            binary = gpu_target.compile(kernel, constants, options, types=SIGNATURE_TYPES)
+            shared = binary.metadata.shared
+            assert shared <= gpu_target.max_shared, (kernel.__name__, constants, shared)
 
 
 # --------------------------------------------------------------------------------------------
 # On a GPU: compiled kernels, default launch shapes
 # --------------------------------------------------------------------------------------------
 @pytest.mark.gpu
-@needs_cuda
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gpu_matches_reference(op, dtype, triton_backend):
+def test_gpu_matches_reference(op, dtype, triton_backend, assert_low_precision_oracle):
     with triton_backend(interpret=False) as compiled:
         fn = triton_op(compiled, op)
         for shape in ((1, 20), (123, 100), (4097, 512), (3, 77, 1024), (300, 4096), (9, 16384)):

@@ -15,8 +15,6 @@ rounding of a "log" bucket boundary, where backends may legitimately differ.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
 import itertools
 import re
 
@@ -32,18 +30,9 @@ from hstu_ops.pytorch.pt_position import (
 )
 
 BACKEND = "hstu_ops.triton.triton_position"
-HAVE_TRITON = importlib.util.find_spec("triton") is not None
-needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
 
 FP32_TOL = {"atol": 1e-5, "rtol": 1e-5}
 BF16_ATOL = 1e-5
-
-
-@pytest.fixture
-def tp(load_triton):
-    with load_triton(BACKEND, interpret=True) as module:
-        yield module
 
 
 # --------------------------------------------------------------------------------------------
@@ -114,8 +103,8 @@ def run(fn, problem, alpha=0.7, max_seq_len=200, contextual=0, interleave=False,
     return out.detach(), grads
 
 
-def assert_matches_reference(tp, problem, cfg=None, **options):
-    triton_fn = lambda *a: tp.triton_add_timestamp_positional_embeddings(  # noqa: E731
+def assert_matches_reference(tt, problem, cfg=None, **options):
+    triton_fn = lambda *a: tt.triton_add_timestamp_positional_embeddings(  # noqa: E731
         *a, block_config=cfg
     )
     got, got_grads = run(triton_fn, problem, **options)
@@ -126,27 +115,27 @@ def assert_matches_reference(tp, problem, cfg=None, **options):
         torch.testing.assert_close(g, r, **FP32_TOL, msg=lambda m, name=name: f"d {name}: {m}")
 
 
-def bf16_oracle(tp, problem, cfg=None, **options):
-    triton_fn = lambda *a: tp.triton_add_timestamp_positional_embeddings(  # noqa: E731
-        *a, block_config=cfg
-    )
-    low = run(triton_fn, problem, **options)
-    ref16 = run(pytorch_add_timestamp_positional_embeddings, problem, **options)
-    upcast = {
-        k: (v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
-        for k, v in problem.items()
-    }
-    ref32 = run(pytorch_add_timestamp_positional_embeddings, upcast, **options)
-    names = ("out", *(f"d {n}" for n in DIFFERENTIABLE))
-    for name, g, r16, r32 in zip(
-        names, (low[0], *low[1]), (ref16[0], *ref16[1]), (ref32[0], *ref32[1]), strict=True
-    ):
-        assert g.dtype == r16.dtype
-        err = (g.float() - r32).abs().max().item()
-        ref_err = (r16.float() - r32).abs().max().item()
-        assert err <= 2 * ref_err + BF16_ATOL, (
-            f"{name}: |triton - fp32| = {err:.3g}, |torch bf16 - fp32| = {ref_err:.3g}"
+@pytest.fixture
+def bf16_oracle(flash_oracle):
+    """``bf16_oracle(tt, problem, cfg=None, **options)``: the flash-attention oracle for out
+    and each gradient."""
+
+    def check(tt, problem, cfg=None, **options):
+        triton_fn = lambda *a: tt.triton_add_timestamp_positional_embeddings(  # noqa: E731
+            *a, block_config=cfg
         )
+        low = run(triton_fn, problem, **options)
+        ref16 = run(pytorch_add_timestamp_positional_embeddings, problem, **options)
+        upcast = {
+            k: (v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+            for k, v in problem.items()
+        }
+        ref32 = run(pytorch_add_timestamp_positional_embeddings, upcast, **options)
+        names = ("out", *(f"d {n}" for n in DIFFERENTIABLE))
+        flat = [(r[0], *r[1]) for r in (low, ref16, ref32)]
+        flash_oracle(names, *flat, atol=BF16_ATOL)
+
+    return check
 
 
 # --------------------------------------------------------------------------------------------
@@ -287,22 +276,22 @@ FP32_CASES = [
 ]
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize(
     ("targets", "interleave", "contextual", "fn_name", "dim", "block_d"), FP32_CASES
 )
-def test_fp32_matches_reference(tp, targets, interleave, contextual, fn_name, dim, block_d):
+def test_fp32_matches_reference(tt, targets, interleave, contextual, fn_name, dim, block_d):
     # 50 position rows: the two longest sequences reach the clamp. 25 time-bucket rows: gaps of
     # up to a day between tokens reach the clamp too (sqrt of a week in minutes is 100).
     problem = make_problem(LENGTHS, dim, 50, 25, seed=dim, targets=targets)
-    cfg = tp.PositionBlockConfig(block_n=32, block_d=block_d, rows_per_step=3)
+    cfg = tt.PositionBlockConfig(block_n=32, block_d=block_d, rows_per_step=3)
     assert_matches_reference(
-        tp, problem, cfg, contextual=contextual, interleave=interleave, fn_name=fn_name
+        tt, problem, cfg, contextual=contextual, interleave=interleave, fn_name=fn_name
     )
 
 
-@needs_triton
-def test_default_tiles_dispatch_int32_and_strided(tp):
+@pytest.mark.triton
+def test_default_tiles_dispatch_int32_and_strided(tt):
     """Through the dispatcher, default tiles, int32 offsets/lengths/timestamps/targets, and
     seq_embeddings sliced from a wider tensor (row stride > width)."""
     problem = make_problem([7, 0, 30], 20, 40, 30, seed=9, targets=[2, 0, 4])
@@ -322,23 +311,23 @@ def test_default_tiles_dispatch_int32_and_strided(tp):
         torch.testing.assert_close(g, r, **FP32_TOL)
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize(
     ("table_dtype", "fn_name"), [(torch.bfloat16, "sqrt"), (torch.float32, "log")]
 )
-def test_bf16_flash_attention_oracle(tp, table_dtype, fn_name):
+def test_bf16_flash_attention_oracle(tt, bf16_oracle, table_dtype, fn_name):
     problem = make_problem(
         LENGTHS, 40, 50, 30, seed=5, targets=TARGETS, dtype=torch.bfloat16, table_dtype=table_dtype
     )
-    cfg = tp.PositionBlockConfig(block_n=16, block_d=64, rows_per_step=8)
-    bf16_oracle(tp, problem, cfg, alpha=6.3, contextual=2, fn_name=fn_name)
+    cfg = tt.PositionBlockConfig(block_n=16, block_d=64, rows_per_step=8)
+    bf16_oracle(tt, problem, cfg, alpha=6.3, contextual=2, fn_name=fn_name)
 
 
-@needs_triton
-def test_empty_sequences_and_batches(tp):
+@pytest.mark.triton
+def test_empty_sequences_and_batches(tt):
     for lengths in ([], [0, 0], [0, 5, 0]):
         problem = make_problem(lengths, 20, 10, 10, seed=2)
-        got, got_grads = run(tp.triton_add_timestamp_positional_embeddings, problem)
+        got, got_grads = run(tt.triton_add_timestamp_positional_embeddings, problem)
         ref, ref_grads = run(pytorch_add_timestamp_positional_embeddings, problem)
         torch.testing.assert_close(got, ref, **FP32_TOL)
         for g, r in zip(got_grads, ref_grads, strict=True):
@@ -346,9 +335,9 @@ def test_empty_sequences_and_batches(tp):
             torch.testing.assert_close(g, r, **FP32_TOL)
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("fn_name", ["sqrt", "log"])
-def test_huge_gaps_clamp_to_the_last_table_row(tp, fn_name):
+def test_huge_gaps_clamp_to_the_last_table_row(tt, fn_name):
     """Gaps up to 2**62 s with a 3-row time table narrower than wide (D = 40): every backend
     clamps at the last row (upstream's PyTorch path would clamp at D - 1 = 39, out of range)."""
     q = 2**62
@@ -361,7 +350,7 @@ def test_huge_gaps_clamp_to_the_last_table_row(tp, fn_name):
     )
     assert int(bucket.max()) == 2 and int(bucket.min()) == 0 and int(pos.max()) <= 7
     assert bucket.tolist()[:2] == [2, 2]  # the gaps of ~2**62 s
-    got, got_grads = run(tp.triton_add_timestamp_positional_embeddings, problem, fn_name=fn_name)
+    got, got_grads = run(tt.triton_add_timestamp_positional_embeddings, problem, fn_name=fn_name)
     ref, ref_grads = run(pytorch_add_timestamp_positional_embeddings, problem, fn_name=fn_name)
     torch.testing.assert_close(got, ref, **FP32_TOL)
     for g, r in zip(got_grads, ref_grads, strict=True):
@@ -371,21 +360,21 @@ def test_huge_gaps_clamp_to_the_last_table_row(tp, fn_name):
     torch.testing.assert_close(got_grads[2][2], problem["dout"][clamped].sum(0), **FP32_TOL)
 
 
-@needs_triton
-def test_only_the_needed_gradients_and_determinism(tp):
+@pytest.mark.triton
+def test_only_the_needed_gradients_and_determinism(tt):
     """Frozen tables (no index saved) and a hot table row: repeated backwards are bit-equal."""
     # Every timestamp equal: all 300 rows in bucket 0, one segment of 300 rows.
     problem = make_problem([150, 150], 16, 8, 4, seed=6)
     problem["timestamps"] = torch.full((300,), 123, dtype=torch.int64)
-    first = run(tp.triton_add_timestamp_positional_embeddings, problem)
-    second = run(tp.triton_add_timestamp_positional_embeddings, problem)
+    first = run(tt.triton_add_timestamp_positional_embeddings, problem)
+    second = run(tt.triton_add_timestamp_positional_embeddings, problem)
     for a, b in zip((first[0], *first[1]), (second[0], *second[1]), strict=True):
         assert torch.equal(a, b)
     torch.testing.assert_close(first[1][2][0], problem["dout"].sum(0), **FP32_TOL)
     assert torch.count_nonzero(first[1][2][1:]) == 0
 
     seq = problem["seq_embeddings"].clone().requires_grad_()
-    out = tp.triton_add_timestamp_positional_embeddings(
+    out = tt.triton_add_timestamp_positional_embeddings(
         2.0, 200, 0, problem["position_embeddings_weight"],
         problem["timestamp_embeddings_weight"], problem["seq_offsets"], problem["seq_lengths"],
         seq, problem["timestamps"], None, False,
@@ -451,12 +440,12 @@ ERRORS = [
 @pytest.mark.parametrize(
     ("changes", "exc", "pattern"), ERRORS, ids=[f"e{i}" for i in range(len(ERRORS))]
 )
-@pytest.mark.parametrize("kernel", [Kernel.PYTORCH, Kernel.TRITON])
+@pytest.mark.parametrize(
+    "kernel", [Kernel.PYTORCH, pytest.param(Kernel.TRITON, marks=pytest.mark.triton)]
+)
 def test_argument_errors(kernel, changes, exc, pattern, load_triton):
     backend = contextlib.nullcontext()
     if kernel is Kernel.TRITON:
-        if not HAVE_TRITON:
-            pytest.skip("triton is not installed")
         backend = load_triton(BACKEND, interpret=True)
     with backend, pytest.raises(exc) as info:
         _call(kernel, **changes)
@@ -465,8 +454,8 @@ def test_argument_errors(kernel, changes, exc, pattern, load_triton):
     assert re.search(pattern, message), message
 
 
-@needs_triton
-def test_triton_specific_errors(tp, load_triton):
+@pytest.mark.triton
+def test_triton_specific_errors(tt, load_triton):
     with pytest.raises(TypeError, match=r"supports float16, bfloat16 and float32, got "
                        r"torch.float64 for seq_embeddings"):  # fmt: skip
         problem = make_problem([3, 5], 8, 6, 4, dtype=torch.float64)
@@ -475,7 +464,7 @@ def test_triton_specific_errors(tp, load_triton):
                        r"add_timestamp_positional_embeddings: PYTORCH, TRITON"):  # fmt: skip
         _call(Kernel.NATIVE)
     with pytest.raises(ValueError, match=r"power of 2 >= 16, got 24"):
-        tp.PositionBlockConfig(block_d=24)
+        tt.PositionBlockConfig(block_d=24)
     with load_triton(BACKEND, interpret=False) as compiled:
         assert not compiled.INTERPRETED
         with pytest.raises(ValueError, match=r"needs CUDA or ROCm tensors, got cpu tensors"):
@@ -485,41 +474,22 @@ def test_triton_specific_errors(tp, load_triton):
 # --------------------------------------------------------------------------------------------
 # Compilation for a GPU target, without a GPU; compiled kernels on a GPU
 # --------------------------------------------------------------------------------------------
-def _backend_available(module: str) -> bool:
-    if not HAVE_TRITON:
-        return False
-    try:
-        importlib.import_module(f"triton.backends.{module}.compiler")
-    except Exception:
-        return False
-    return True
-
-
-GPU_TARGETS = [
-    pytest.param(
-        ("cuda", 90, 32),
-        "cubin",
-        id="cuda-sm90",
-        marks=pytest.mark.skipif(not _backend_available("nvidia"), reason="no NVIDIA backend"),
-    ),
-    pytest.param(
-        ("hip", "gfx942", 64),
-        "hsaco",
-        id="hip-gfx942",
-        marks=pytest.mark.skipif(not _backend_available("amd"), reason="no AMD backend"),
-    ),
-]
-
-
 @pytest.mark.slow
-@needs_triton
-@pytest.mark.parametrize(("target", "binary_kind"), GPU_TARGETS)
-def test_kernels_compile_for_gpus(target, binary_kind, load_triton):
+@pytest.mark.triton
+def test_kernels_compile_for_gpus(gpu_target, load_triton):
     """The interpreter does not type-check like the compiler: compile the real thing, no GPU."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+    types = {
+        "SeqEmb": "*bf16",
+        "PosTable": "*fp32",
+        "TsTable": "*bf16",
+        "Out": "*bf16",
+        "DOut": "*bf16",
+        "DTable": "*fp32",
+        **dict.fromkeys(("Timestamps", "seq_offsets", "num_targets"), "*i64"),
+        **dict.fromkeys(("order", "segment_starts"), "*i64"),
+        **dict.fromkeys(("PosIdx", "TsIdx"), "*i32"),
+        **dict.fromkeys(("alpha", "increment"), "fp32"),
+    }
     with load_triton(BACKEND, interpret=False) as compiled:
         cfg = compiled.default_position_block_config(128)
         fwd_constants = dict(
@@ -535,43 +505,13 @@ def test_kernels_compile_for_gpus(target, binary_kind, load_triton):
         bwd_constants = dict(
             ROWS_PER_STEP=cfg.rows_per_step, BLOCK_D=cfg.block_d, INTERPRET_BF16=False
         )
-        pointer_types = {
-            "SeqEmb": "*bf16",
-            "PosTable": "*fp32",
-            "TsTable": "*bf16",
-            "Out": "*bf16",
-            "DOut": "*bf16",
-            "DTable": "*fp32",
-            "Timestamps": "*i64",
-            "seq_offsets": "*i64",
-            "num_targets": "*i64",
-            "order": "*i64",
-            "segment_starts": "*i64",
-            "PosIdx": "*i32",
-            "TsIdx": "*i32",
-        }
         for kernel, constants, warps in (
             (compiled._add_timestamp_pos_emb_fwd_kernel, fwd_constants, cfg.fwd_warps),
             (compiled._add_timestamp_pos_emb_fwd_kernel, sqrt_constants, cfg.fwd_warps),
             (compiled._segment_sum_rows_kernel, bwd_constants, cfg.bwd_warps),
         ):
-            signature = {}
-            for name in kernel.arg_names:
-                if name in constants:
-                    signature[name] = "constexpr"
-                elif name in pointer_types:
-                    signature[name] = pointer_types[name]
-                elif name in ("alpha", "increment"):
-                    signature[name] = "fp32"
-                else:
-                    signature[name] = "i32"
-            binary = triton.compile(
-                ASTSource(kernel, signature, constexprs=constants),
-                target=GPUTarget(*target),
-                options={"num_warps": warps},
-            )
-            assert binary.asm[binary_kind], kernel.__name__
-            if target[0] == "cuda" and constants is not bwd_constants:
+            binary = gpu_target.compile(kernel, constants, {"num_warps": warps}, types=types)
+            if gpu_target.vendor == "nvidia" and constants is not bwd_constants:
                 # The bucket's division and square root must be the IEEE ones, not .approx.
                 ptx = binary.asm["ptx"]
                 assert "div.rn.f32" in ptx and "div.full" not in ptx
@@ -580,10 +520,9 @@ def test_kernels_compile_for_gpus(target, binary_kind, load_triton):
 
 
 @pytest.mark.gpu
-@needs_cuda
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gpu_matches_reference(dtype, load_triton):
+def test_gpu_matches_reference(dtype, load_triton, bf16_oracle):
     lengths = [0, 1, 100, 513, 1000, 77]
     with load_triton(BACKEND, interpret=False) as compiled:
         for dim, fn_name in ((64, "sqrt"), (200, "log")):

@@ -13,14 +13,13 @@ ref16 the reference run in the low precision.
 Dropout: the kernels' mask is a pure function of (seed, sequence, head, query, key), exposed by
 ``dropout_keep_mask``; out, dq, dk, dv must equal the reference with its ``F.dropout``
 replaced by that mask (same tolerances as above), the forward's applied mask is read back with
-v = identity, the mask's bits are checked against a plain-Python Philox4x32-10 (itself checked
-against Random123's known answers), and the kept fraction must be 1 - p within 5 sigma.
+v = identity, the mask's bits are checked against a plain-Python Philox4x32-10 (the
+``philox4x32`` fixture of conftest.py, itself checked against Random123's known answers), and
+the kept fraction must be 1 - p within 5 sigma.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import itertools
 import os
 import subprocess
@@ -35,24 +34,9 @@ from hstu_ops import Kernel
 from hstu_ops.pytorch import pytorch_hstu_mha
 
 BACKEND = "hstu_ops.triton.triton_hstu_attention"
-HAVE_TRITON = importlib.util.find_spec("triton") is not None
-needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="triton is not installed")
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU")
 
 FP32_TOL = {"atol": 1e-5, "rtol": 1e-4}
 BF16_ATOL = 1e-4
-
-
-@pytest.fixture
-def triton_backend(load_triton):
-    """``triton_backend(interpret)``: the attention module, interpreted or compiled."""
-    return lambda interpret=True: load_triton(BACKEND, interpret)
-
-
-@pytest.fixture
-def tt(triton_backend):
-    with triton_backend(interpret=True) as module:
-        yield module
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,33 +85,36 @@ def assert_matches_fp32(
         torch.testing.assert_close(g, r, **tol, msg=lambda m, name=name: f"d{name}: {m}")
 
 
-def bf16_oracle(
-    tt, lengths, heads, attn_dim, hidden_dim, seed, cfg=None, device="cpu", dtype=None, **options
-):
-    """Checks the flash-attention oracle for out, dq, dk, dv (bfloat16 unless dtype says)."""
-    dtype = dtype or torch.bfloat16
-    q, k, v, offsets, dout = jagged_inputs(
-        lengths, heads, attn_dim, hidden_dim, seed=seed, device=device
-    )
-    q, k, v, dout = (x.to(dtype) for x in (q, k, v, dout))
-    args = (max(lengths) + 1, 1.0 / attn_dim**0.5, offsets)
-    got = forward_backward(tt.triton_hstu_mha, q, k, v, dout, *args, block_config=cfg, **options)
-    ref16 = forward_backward(pytorch_hstu_mha, q, k, v, dout, *args, **options)
-    q32, k32, v32, dout32 = (x.float() for x in (q, k, v, dout))
-    ref32 = forward_backward(pytorch_hstu_mha, q32, k32, v32, dout32, *args, **options)
-    for name, g, r16, r32 in zip(
-        ("out", "dq", "dk", "dv"),
-        (got[0], *got[1]),
-        (ref16[0], *ref16[1]),
-        (ref32[0], *ref32[1]),
-        strict=True,
+NAMES = ("out", "dq", "dk", "dv")
+
+
+def flat(result):
+    """(out, dq, dk, dv) of a forward_backward result."""
+    return (result[0], *result[1])
+
+
+@pytest.fixture
+def bf16_oracle(flash_oracle):
+    """``bf16_oracle(tt, lengths, heads, attn_dim, hidden_dim, seed, ...)``: the flash-attention
+    oracle for out, dq, dk, dv (bfloat16 unless dtype says)."""
+
+    def check(
+        tt, lengths, heads, attn_dim, hidden_dim, seed, cfg=None, device="cpu", dtype=None, **opts
     ):
-        assert g.dtype == dtype
-        err = (g.float() - r32).abs().max().item()
-        ref_err = (r16.float() - r32).abs().max().item()
-        assert err <= 2 * ref_err + BF16_ATOL, f"{name}: |triton - fp32| = {err:.3g}, " + (
-            f"|torch bf16 - fp32| = {ref_err:.3g}"
+        dtype = dtype or torch.bfloat16
+        q, k, v, offsets, dout = jagged_inputs(
+            lengths, heads, attn_dim, hidden_dim, seed=seed, device=device
         )
+        q, k, v, dout = (x.to(dtype) for x in (q, k, v, dout))
+        args = (max(lengths) + 1, 1.0 / attn_dim**0.5, offsets)
+        got = forward_backward(tt.triton_hstu_mha, q, k, v, dout, *args, block_config=cfg, **opts)
+        ref16 = forward_backward(pytorch_hstu_mha, q, k, v, dout, *args, **opts)
+        q32, k32, v32, dout32 = (x.float() for x in (q, k, v, dout))
+        ref32 = forward_backward(pytorch_hstu_mha, q32, k32, v32, dout32, *args, **opts)
+        assert got[0].dtype == dtype
+        flash_oracle(NAMES, flat(got), flat(ref16), flat(ref32), atol=BF16_ATOL)
+
+    return check
 
 
 # --------------------------------------------------------------------------------------------
@@ -176,7 +163,7 @@ def test_import_and_clear_error_without_triton():
 
 
 @pytest.mark.slow  # a fresh interpreter
-@needs_triton
+@pytest.mark.triton
 def test_interpreter_from_the_environment_in_a_fresh_process():
     """The documented way: TRITON_INTERPRET=1 before Python starts; dispatch by hstu_mha."""
     script = textwrap.dedent(
@@ -205,9 +192,10 @@ def test_interpreter_from_the_environment_in_a_fresh_process():
     assert result.stdout.strip() == "ok"
 
 
-@needs_triton
+@pytest.mark.triton
 def test_interpreted_although_triton_was_imported_without_the_variable(triton_backend):
-    """Only this module's jit functions are used, so its import alone decides the mode."""
+    """Only hstu_ops' own jit functions are used (the module's and _common's, imported in one
+    mode), so their import alone decides the mode."""
     import triton.language as tl
     from triton.runtime.jit import JITFunction
 
@@ -242,7 +230,7 @@ MASK_OPTIONS = [
 ]
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize(("causal", "with_targets", "max_attn_len", "ctx"), MASK_OPTIONS)
 def test_fp32_matches_reference(tt, causal, with_targets, max_attn_len, ctx):
     assert_matches_fp32(
@@ -260,7 +248,7 @@ def test_fp32_matches_reference(tt, causal, with_targets, max_attn_len, ctx):
     )
 
 
-@needs_triton
+@pytest.mark.triton
 def test_fp32_two_heads_default_tiles_and_dispatch(tt):
     """Through hstu_mha(kernel="triton") with the interpreter's 16 x 16 tiles, two heads."""
     q, k, v, offsets, dout = jagged_inputs([42, 0, 17, 1], 2, 32, 16, seed=7)
@@ -274,10 +262,10 @@ def test_fp32_two_heads_default_tiles_and_dispatch(tt):
         torch.testing.assert_close(g, r, **FP32_TOL)
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("dims", [(32, 64), (128, 96)])
-def test_gpu_default_tiles_in_the_interpreter(tt, dtype, dims):
+def test_gpu_default_tiles_in_the_interpreter(tt, bf16_oracle, dtype, dims):
     """The tiles a GPU would use (large, one block per short sequence) give the same result."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tt, "INTERPRETED", False)
@@ -291,7 +279,7 @@ def test_gpu_default_tiles_in_the_interpreter(tt, dtype, dims):
         bf16_oracle(tt, [70, 3, 0, 33], 1, *dims, seed=3, cfg=cfg, contextual_seq_len=2)
 
 
-@needs_triton
+@pytest.mark.triton
 def test_max_attn_len_longer_than_every_sequence_is_no_limit(tt):
     assert_matches_fp32(
         tt, [20, 5], 1, 16, 16, seed=1, max_attn_len=200, contextual_seq_len=1, causal=False
@@ -301,7 +289,7 @@ def test_max_attn_len_longer_than_every_sequence_is_no_limit(tt):
 # --------------------------------------------------------------------------------------------
 # bfloat16 (and float16): the flash-attention oracle
 # --------------------------------------------------------------------------------------------
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize(
     ("dtype", "causal", "with_targets", "max_attn_len", "ctx"),
     [
@@ -313,7 +301,9 @@ def test_max_attn_len_longer_than_every_sequence_is_no_limit(tt):
     ],
     ids=["causal-targets", "causal-targets-m9-c3", "full-c1", "full-targets-m5", "fp16"],
 )
-def test_low_precision_flash_attention_oracle(tt, dtype, causal, with_targets, max_attn_len, ctx):
+def test_low_precision_flash_attention_oracle(
+    tt, bf16_oracle, dtype, causal, with_targets, max_attn_len, ctx
+):
     bf16_oracle(
         tt,
         LENGTHS,
@@ -333,7 +323,7 @@ def test_low_precision_flash_attention_oracle(tt, dtype, causal, with_targets, m
 # --------------------------------------------------------------------------------------------
 # Random problems
 # --------------------------------------------------------------------------------------------
-@needs_triton
+@pytest.mark.triton
 def test_random_problems_hypothesis(triton_backend):
     hypothesis = pytest.importorskip("hypothesis")
     st = hypothesis.strategies
@@ -378,7 +368,7 @@ def test_random_problems_hypothesis(triton_backend):
 # --------------------------------------------------------------------------------------------
 # Layouts, edge cases, errors
 # --------------------------------------------------------------------------------------------
-@needs_triton
+@pytest.mark.triton
 def test_strided_inputs_int32_offsets_and_expanded_gradient(tt):
     """q, k, v sliced from one projection (row stride > width), int32 offsets, sum() backward."""
     gen = torch.Generator().manual_seed(5)
@@ -398,7 +388,7 @@ def test_strided_inputs_int32_offsets_and_expanded_gradient(tt):
     torch.testing.assert_close(results[0][1], results[1][1], **FP32_TOL)
 
 
-@needs_triton
+@pytest.mark.triton
 def test_empty_batches_give_zeros_and_zero_gradients(tt):
     for lengths in ([], [0, 0]):
         q, k, v, offsets, dout = jagged_inputs(lengths, 2, 16, 8)
@@ -407,7 +397,7 @@ def test_empty_batches_give_zeros_and_zero_gradients(tt):
         assert [g.shape for g in grads] == [(0, 2, 16), (0, 2, 16), (0, 2, 8)]
 
 
-@needs_triton
+@pytest.mark.triton
 def test_backward_is_deterministic(tt):
     q, k, v, offsets, dout = jagged_inputs([37, 12], 2, 16, 16, seed=2)
     first = forward_backward(tt.triton_hstu_mha, q, k, v, dout, 40, 1.0, offsets)
@@ -416,7 +406,7 @@ def test_backward_is_deterministic(tt):
         assert torch.equal(a, b)
 
 
-@needs_triton
+@pytest.mark.triton
 def test_default_kernel_triton_runs_triton_for_hstu_mha(tt, monkeypatch):
     calls = []
     real = tt.triton_hstu_mha
@@ -430,7 +420,7 @@ def test_default_kernel_triton_runs_triton_for_hstu_mha(tt, monkeypatch):
     assert hstu_ops.complete_cumsum(torch.tensor([2, 1])).tolist() == [0, 2, 3]
 
 
-@needs_triton
+@pytest.mark.triton
 def test_dtype_and_argument_errors(tt):
     q, k, v, offsets, _ = jagged_inputs([5, 3], 1, 16, 16)
     with pytest.raises(ValueError, match=r"hstu_mha: dropout_pr must be in \[0, 1\], got 1.5"):
@@ -452,7 +442,7 @@ def test_dtype_and_argument_errors(tt):
         tt.BlockConfig(fwd_block_m=24)
 
 
-@needs_triton
+@pytest.mark.triton
 def test_cpu_tensors_without_the_interpreter_are_refused(triton_backend):
     with triton_backend(interpret=False) as compiled:
         assert not compiled.INTERPRETED
@@ -461,47 +451,26 @@ def test_cpu_tensors_without_the_interpreter_are_refused(triton_backend):
             hstu_ops.hstu_mha(8, 1.0, q, k, v, offsets, kernel=Kernel.TRITON)
 
 
-@needs_triton
+@pytest.mark.triton
 def test_backend_module_and_environment_are_restored(triton_backend):
-    before = (sys.modules.get(BACKEND), os.environ.get("TRITON_INTERPRET"))
+    common = "hstu_ops.triton._common"
+    before = (sys.modules.get(BACKEND), sys.modules.get(common), os.environ.get("TRITON_INTERPRET"))
     for interpret in (True, False):
         with triton_backend(interpret=interpret) as module:
             assert sys.modules[BACKEND] is module
             assert module.INTERPRETED is interpret
-        assert (sys.modules.get(BACKEND), os.environ.get("TRITON_INTERPRET")) == before
+            assert sys.modules[common].INTERPRETED is interpret
+        after = (
+            sys.modules.get(BACKEND),
+            sys.modules.get(common),
+            os.environ.get("TRITON_INTERPRET"),
+        )
+        assert after == before
 
 
 # --------------------------------------------------------------------------------------------
 # Dropout
 # --------------------------------------------------------------------------------------------
-def philox4x32(counter, key, rounds=10):
-    """Philox4x32 in plain Python integers (Salmon et al., SC'11), independent of the kernels."""
-    c0, c1, c2, c3 = counter
-    k0, k1 = key
-    m32 = 0xFFFFFFFF
-    for _ in range(rounds):
-        p0 = 0xD2511F53 * c0
-        p1 = 0xCD9E8D57 * c2
-        c0, c1, c2, c3 = (
-            ((p1 >> 32) ^ c1 ^ k0) & m32,
-            p1 & m32,
-            ((p0 >> 32) ^ c3 ^ k1) & m32,
-            p0 & m32,
-        )
-        k0 = (k0 + 0x9E3779B9) & m32
-        k1 = (k1 + 0xBB67AE85) & m32
-    return c0, c1, c2, c3
-
-
-def test_python_philox_matches_random123_known_answers():
-    """Random123's known-answer vectors for philox4x32-10 (kat_vectors)."""
-    m = 0xFFFFFFFF
-    assert philox4x32((0, 0, 0, 0), (0, 0)) == (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)
-    assert philox4x32((m, m, m, m), (m, m)) == (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)
-    pi = ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0))
-    assert philox4x32(*pi) == (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)
-
-
 class _MaskedDropout:
     """Stands in for torch.nn.functional in the reference: F.dropout becomes weights * mask /
     (1 - p) with the kernel's own mask; everything else is torch's."""
@@ -547,12 +516,12 @@ DROPOUT_CASES = [
 ]
 
 
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize(
     ("dtype", "heads", "causal", "with_targets", "max_attn_len", "ctx", "p"), DROPOUT_CASES
 )
 def test_dropout_matches_reference_with_the_kernel_mask(
-    tt, monkeypatch, dtype, heads, causal, with_targets, max_attn_len, ctx, p
+    tt, monkeypatch, flash_oracle, dtype, heads, causal, with_targets, max_attn_len, ctx, p
 ):
     """out, dq, dk, dv equal the reference formula with the mask of dropout_keep_mask (which the
     backward kernels regenerate: nothing is stored), with tiles different in every kernel."""
@@ -578,29 +547,18 @@ def test_dropout_matches_reference_with_the_kernel_mask(
     ref = forward_backward(pytorch_hstu_mha, q, k, v, dout, *args, **options)
     assert stand_in.calls == 1
     if dtype == torch.float32:
-        for name, g, r in zip(
-            ("out", "dq", "dk", "dv"), (got[0], *got[1]), (ref[0], *ref[1]), strict=True
-        ):
+        for name, g, r in zip(NAMES, flat(got), flat(ref), strict=True):
             torch.testing.assert_close(g, r, **FP32_TOL, msg=lambda m, name=name: f"{name}: {m}")
         return
     stand_in.mask = mask.float()
     ref32 = forward_backward(
         pytorch_hstu_mha, *(x.float() for x in (q, k, v, dout)), *args, **options
     )
-    for name, g, r16, r32 in zip(
-        ("out", "dq", "dk", "dv"),
-        (got[0], *got[1]),
-        (ref[0], *ref[1]),
-        (ref32[0], *ref32[1]),
-        strict=True,
-    ):
-        err = (g.float() - r32).abs().max().item()
-        ref_err = (r16.float() - r32).abs().max().item()
-        assert err <= 2 * ref_err + BF16_ATOL, f"{name}: {err:.3g} vs torch bf16 {ref_err:.3g}"
+    flash_oracle(NAMES, flat(got), flat(ref), flat(ref32), atol=BF16_ATOL)
 
 
-@needs_triton
-def test_dropout_mask_is_philox_of_sequence_head_query_key(tt):
+@pytest.mark.triton
+def test_dropout_mask_is_philox_of_sequence_head_query_key(tt, philox4x32):
     """Entry (b, h, i, j) of the mask is kept iff the top 24 bits of the first word of
     Philox4x32-10(counter (j, i, h, b), key (seed low, seed high)) are >= round(p * 2**24)."""
     seed, p = 0xFEDCBA9876543210, 0.45
@@ -614,7 +572,7 @@ def test_dropout_mask_is_philox_of_sequence_head_query_key(tt):
             assert bool(mask[b, h, i, j]) == (i < n and j < n and (word >> 8) >= threshold)
 
 
-@needs_triton
+@pytest.mark.triton
 def test_dropout_mask_recovered_from_the_kernel_output(tt):
     """v = identity: out row i is row i of the dropped weights, so (out != 0) is the mask that
     the forward kernel applied, to compare with dropout_keep_mask's on every allowed pair."""
@@ -633,7 +591,7 @@ def test_dropout_mask_recovered_from_the_kernel_output(tt):
     torch.testing.assert_close(out[:, 0, :], undropped * expected / (1 - p), **FP32_TOL)
 
 
-@needs_triton
+@pytest.mark.triton
 def test_dropout_keep_fraction_and_independence(tt):
     """The kept fraction is 1 - p (within 5 sigma), and the masks of different heads,
     sequences and seeds are independent (they agree on p**2 + (1 - p)**2 of the entries)."""
@@ -651,15 +609,12 @@ def test_dropout_keep_fraction_and_independence(tt):
             assert abs((a == b).float().mean().item() - agree) < 6 * sigma_agree, p
 
 
-@needs_triton
+@pytest.mark.triton
 def test_dropout_reproducible_with_the_seed_and_torch_manual_seed(tt):
     q, k, v, offsets, dout = jagged_inputs([20, 9], 2, 16, 16, seed=4)
     run = lambda **kw: forward_backward(  # noqa: E731
         tt.triton_hstu_mha, q, k, v, dout, 30, 0.5, offsets, dropout_pr=0.4, **kw
     )
-
-    def flat(result):
-        return (result[0], *result[1])
 
     torch.manual_seed(1234)
     first = flat(run())
@@ -675,7 +630,7 @@ def test_dropout_reproducible_with_the_seed_and_torch_manual_seed(tt):
     assert not torch.equal(first[0], other)
 
 
-@needs_triton
+@pytest.mark.triton
 def test_dropout_off_paths_and_drop_everything(tt):
     """dropout_pr = 0, or training=False: the no-dropout kernels, bit for bit, and torch's
     generator untouched; dropout_pr = 1: zeros and zero gradients, as F.dropout gives."""
@@ -697,48 +652,23 @@ def test_dropout_off_paths_and_drop_everything(tt):
 # --------------------------------------------------------------------------------------------
 # Compilation for a GPU target, without a GPU
 # --------------------------------------------------------------------------------------------
-def _backend_available(module: str) -> bool:
-    if not HAVE_TRITON:
-        return False
-    try:
-        importlib.import_module(f"triton.backends.{module}.compiler")
-    except Exception:
-        return False
-    return True
-
-
-# (target, binary kind, shared memory per block): H100, and MI300 (64 KiB of LDS).
-GPU_TARGETS = [
-    pytest.param(
-        ("cuda", 90, 32),
-        "cubin",
-        227 * 1024,
-        id="cuda-sm90",
-        marks=pytest.mark.skipif(not _backend_available("nvidia"), reason="no NVIDIA backend"),
-    ),
-    pytest.param(
-        ("hip", "gfx942", 64),
-        "hsaco",
-        64 * 1024,
-        id="hip-gfx942",
-        marks=pytest.mark.skipif(not _backend_available("amd"), reason="no AMD backend"),
-    ),
-]
+# Argument types of the kernels' signatures (other arguments are i32).
+SIGNATURE_TYPES = {
+    **dict.fromkeys(("Q", "K", "V", "Out", "DO", "DQ", "DK", "DV"), "*bf16"),
+    **dict.fromkeys(("seq_offsets", "num_targets"), "*i64"),
+    "Mask": "*i8",
+    **dict.fromkeys(("alpha", "inv_max_seq_len", "inv_keep"), "fp32"),
+}
 
 
 @pytest.mark.slow
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("dropout", [False, True], ids=["plain", "dropout"])
-@pytest.mark.parametrize(("target", "binary_kind", "max_shared"), GPU_TARGETS)
-def test_kernels_compile_for_gpus(target, binary_kind, max_shared, dropout, triton_backend):
+def test_kernels_compile_for_gpus(gpu_target, dropout, triton_backend):
     """The interpreter does not type-check like the compiler: compile the real thing, no GPU.
 
     Each path with its default tiles (dropout has its own); with dropout, also the mask kernel.
     """
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     with triton_backend(interpret=False) as compiled:
         cfg = compiled.default_block_config(128, 128, torch.bfloat16, dropout=dropout)
         kernels = (
@@ -767,38 +697,19 @@ def test_kernels_compile_for_gpus(target, binary_kind, max_shared, dropout, trit
                 DOT_PRECISION=None,
                 INTERPRET_BF16=False,
             )
-            constants = {k: v for k, v in constants.items() if k in kernel.arg_names}
-            signature = {}
-            for name in kernel.arg_names:
-                if name in constants:
-                    signature[name] = "constexpr"
-                elif name in ("Q", "K", "V", "Out", "DO", "DQ", "DK", "DV"):
-                    signature[name] = "*bf16"
-                elif name in ("seq_offsets", "num_targets"):
-                    signature[name] = "*i64"
-                elif name == "Mask":
-                    signature[name] = "*i8"
-                elif name in ("alpha", "inv_max_seq_len", "inv_keep"):
-                    signature[name] = "fp32"
-                else:
-                    signature[name] = "i32"
-            binary = triton.compile(
-                ASTSource(kernel, signature, constexprs=constants),
-                target=GPUTarget(*target),
-                options={"num_warps": warps, "num_stages": cfg.num_stages},
-            )
-            assert binary.asm[binary_kind], kernel.__name__
-            assert binary.metadata.shared <= max_shared, (kernel.__name__, binary.metadata.shared)
+            options = {"num_warps": warps, "num_stages": cfg.num_stages}
+            binary = gpu_target.compile(kernel, constants, options, types=SIGNATURE_TYPES)
+            shared = binary.metadata.shared
+            assert shared <= gpu_target.max_shared, (kernel.__name__, shared)
 
 
 # --------------------------------------------------------------------------------------------
 # On a GPU: compiled kernels
 # --------------------------------------------------------------------------------------------
 @pytest.mark.gpu
-@needs_cuda
-@needs_triton
+@pytest.mark.triton
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gpu_matches_reference(dtype, triton_backend):
+def test_gpu_matches_reference(dtype, triton_backend, bf16_oracle):
     lengths = [0, 1, 100, 513, 1000, 77]
     options = dict(num_targets=torch.tensor([0, 1, 10, 20, 64, 0]).cuda(), contextual_seq_len=3)
     with triton_backend(interpret=False) as compiled:
@@ -813,8 +724,7 @@ def test_gpu_matches_reference(dtype, triton_backend):
 
 
 @pytest.mark.gpu
-@needs_cuda
-@needs_triton
+@pytest.mark.triton
 def test_gpu_dropout_matches_reference_with_the_kernel_mask(triton_backend, monkeypatch):
     lengths, heads, seed, p = [0, 1, 100, 513, 77], 2, 2024, 0.25
     options = dict(num_targets=torch.tensor([0, 1, 10, 20, 0]).cuda(), contextual_seq_len=3)

@@ -9,9 +9,18 @@ and the other kernels keep working.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from types import ModuleType
 
-__all__ = ["TritonUnavailableError", "load_triton_module", "triton_available"]
+from hstu_ops._kernel import Kernel, resolve_kernel
+
+__all__ = [
+    "TritonUnavailableError",
+    "load_triton_module",
+    "select_kernel",
+    "triton_available",
+    "triton_function",
+]
 
 
 class TritonUnavailableError(RuntimeError):
@@ -19,7 +28,9 @@ class TritonUnavailableError(RuntimeError):
 
 
 def load_triton_module(op: str, module: str) -> ModuleType:
-    """Imports ``hstu_ops.triton.<module>`` for ``op``; TritonUnavailableError if triton is absent."""
+    """Imports ``hstu_ops.triton.<module>`` for ``op``; TritonUnavailableError if triton is absent
+    or the module cannot be imported (one reason: ``TRITON_INTERPRET`` changed after another
+    Triton module of hstu_ops was imported; see :mod:`hstu_ops.triton._common`)."""
     name = f"hstu_ops.triton.{module}"
     try:
         return importlib.import_module(name)
@@ -35,6 +46,26 @@ def load_triton_module(op: str, module: str) -> ModuleType:
             f"{op}: the TRITON kernel could not be loaded: importing {name} failed with "
             f"{type(exc).__name__}: {exc}"
         ) from exc
+
+
+def triton_function(op: str, module: str) -> Callable:
+    """The TRITON kernel of ``op``: ``hstu_ops.triton.<module>.triton_<op>``, imported on first
+    use (TritonUnavailableError without triton)."""
+    return getattr(load_triton_module(op, module), f"triton_{op}")
+
+
+def select_kernel(
+    op: str,
+    kernel: Kernel | str | None,
+    reference: Callable,
+    module: str,
+    available: tuple[Kernel, ...] = (Kernel.PYTORCH, Kernel.TRITON),
+) -> Callable:
+    """The function of an op with a PYTORCH and a TRITON kernel that ``kernel`` selects (see
+    :func:`hstu_ops._kernel.resolve_kernel`): ``reference`` or :func:`triton_function`."""
+    if resolve_kernel(op, kernel, available) is Kernel.TRITON:
+        return triton_function(op, module)
+    return reference
 
 
 def triton_available() -> bool:

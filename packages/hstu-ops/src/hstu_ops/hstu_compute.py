@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from hstu_ops._kernel import Kernel, resolve_kernel
-from hstu_ops._triton import load_triton_module
+from hstu_ops._triton import select_kernel, triton_function
 from hstu_ops.pytorch.pt_hstu_compute import (
     pytorch_hstu_compute_output,
     pytorch_hstu_compute_uqvk,
@@ -21,6 +21,7 @@ from hstu_ops.pytorch.pt_hstu_compute import (
 __all__ = ["hstu_compute_output", "hstu_compute_uqvk"]
 
 _KERNELS = (Kernel.PYTORCH, Kernel.TRITON)
+_TRITON_MODULE = "triton_hstu_compute"
 
 
 def hstu_compute_uqvk(
@@ -58,11 +59,7 @@ def hstu_compute_uqvk(
         u [N, num_heads * hidden_dim] (after the SiLU), q and k [N, num_heads, attn_dim], v
         [N, num_heads, hidden_dim]; q, k, v are views into one projection.
     """
-    chosen = resolve_kernel("hstu_compute_uqvk", kernel, _KERNELS)
-    impl = pytorch_hstu_compute_uqvk
-    if chosen is Kernel.TRITON:
-        module = load_triton_module("hstu_compute_uqvk", "triton_hstu_compute")
-        impl = module.triton_hstu_compute_uqvk
+    impl = select_kernel("hstu_compute_uqvk", kernel, pytorch_hstu_compute_uqvk, _TRITON_MODULE)
     return impl(
         x,
         norm_weight,
@@ -119,7 +116,8 @@ def hstu_compute_output(
     Returns:
         [N, out] in x's dtype.
     """
-    chosen = resolve_kernel("hstu_compute_output", kernel, _KERNELS)
+    op = "hstu_compute_output"
+    chosen = resolve_kernel(op, kernel, _KERNELS)
     common = dict(
         attn=attn,
         u=u,
@@ -136,8 +134,6 @@ def hstu_compute_output(
         linear_dim=linear_dim,
     )
     if chosen is Kernel.TRITON:
-        module = load_triton_module("hstu_compute_output", "triton_hstu_compute")
-        return module.triton_hstu_compute_output(
-            **common, recompute_y_in_backward=recompute_y_in_backward
-        )
+        impl = triton_function(op, _TRITON_MODULE)
+        return impl(**common, recompute_y_in_backward=recompute_y_in_backward)
     return pytorch_hstu_compute_output(**common)

@@ -15,7 +15,7 @@ import torch
 
 from hstu_ops._kernel import Kernel, resolve_kernel
 from hstu_ops._native import native_ops
-from hstu_ops._triton import load_triton_module
+from hstu_ops._triton import select_kernel, triton_function
 from hstu_ops.pytorch import pt_jagged, pt_jagged_2d
 
 __all__ = [
@@ -129,8 +129,7 @@ def concat_2D_jagged(
         offsets_right,
     )
     if chosen is Kernel.TRITON:
-        triton_jagged = load_triton_module(op, "triton_jagged")
-        return triton_jagged.triton_concat_2D_jagged(*args, rows_per_program=rows_per_program)
+        return triton_function(op, "triton_jagged")(*args, rows_per_program=rows_per_program)
     return pt_jagged_2d.pytorch_concat_2D_jagged(*args)
 
 
@@ -174,8 +173,7 @@ def split_2D_jagged(
         offsets_right,
     )
     if chosen is Kernel.TRITON:
-        triton_jagged = load_triton_module(op, "triton_jagged")
-        return triton_jagged.triton_split_2D_jagged(*args, rows_per_program=rows_per_program)
+        return triton_function(op, "triton_jagged")(*args, rows_per_program=rows_per_program)
     return pt_jagged_2d.pytorch_split_2D_jagged(*args)
 
 
@@ -199,9 +197,6 @@ def jagged_dense_bmm_broadcast_add(
     Returns:
         [total, N] in jagged's dtype, accumulated in float32 (16-bit inputs) and rounded once.
     """
-    op = "jagged_dense_bmm_broadcast_add"
-    chosen = resolve_kernel(op, kernel, _KERNELS_2D)
-    impl = pt_jagged_2d.pytorch_jagged_dense_bmm_broadcast_add
-    if chosen is Kernel.TRITON:
-        impl = load_triton_module(op, "triton_jagged").triton_jagged_dense_bmm_broadcast_add
+    reference = pt_jagged_2d.pytorch_jagged_dense_bmm_broadcast_add
+    impl = select_kernel("jagged_dense_bmm_broadcast_add", kernel, reference, "triton_jagged")
     return impl(max_seq_len, seq_offsets, jagged, dense, bias)

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import torch
 
-from hstu_ops._kernel import Kernel, resolve_kernel
-from hstu_ops._triton import load_triton_module
+from hstu_ops._kernel import Kernel
+from hstu_ops._triton import select_kernel
 from hstu_ops.pytorch.pt_mm import pytorch_addmm
 
 __all__ = ["addmm"]
-
-_KERNELS = (Kernel.PYTORCH, Kernel.TRITON)
 
 
 def addmm(
@@ -37,7 +35,4 @@ def addmm(
     Returns:
         [M, N]; differentiable in all three arguments.
     """
-    chosen = resolve_kernel("addmm", kernel, _KERNELS)
-    if chosen is Kernel.TRITON:
-        return load_triton_module("addmm", "triton_addmm").triton_addmm(input, mat1, mat2)
-    return pytorch_addmm(input, mat1, mat2)
+    return select_kernel("addmm", kernel, pytorch_addmm, "triton_addmm")(input, mat1, mat2)

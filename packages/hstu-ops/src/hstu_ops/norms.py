@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from hstu_ops._kernel import Kernel, resolve_kernel
-from hstu_ops._triton import load_triton_module
+from hstu_ops._kernel import Kernel
+from hstu_ops._triton import select_kernel
 from hstu_ops.pytorch.pt_norms import (
     pytorch_layer_norm,
     pytorch_rms_norm,
@@ -19,7 +19,6 @@ from hstu_ops.pytorch.pt_norms import (
 
 __all__ = ["layer_norm", "rms_norm", "swish_layer_norm"]
 
-_KERNELS = (Kernel.PYTORCH, Kernel.TRITON)
 _TRITON_MODULE = "triton_norms"
 
 
@@ -45,10 +44,8 @@ def layer_norm(
     Returns:
         The shape and dtype of x.
     """
-    op = "layer_norm"
-    if resolve_kernel(op, kernel, _KERNELS) is Kernel.TRITON:
-        return load_triton_module(op, _TRITON_MODULE).triton_layer_norm(x, weight, bias, eps)
-    return pytorch_layer_norm(x, weight, bias, eps)
+    impl = select_kernel("layer_norm", kernel, pytorch_layer_norm, _TRITON_MODULE)
+    return impl(x, weight, bias, eps)
 
 
 def swish_layer_norm(
@@ -61,23 +58,11 @@ def swish_layer_norm(
 ) -> torch.Tensor:
     """``x * sigmoid(layer_norm(x, weight, bias, eps))``: x gated by its own layer norm.
 
-    Args:
-        x: [..., D], any floating dtype (computed in float32, float64 for float64 inputs, and
-            rounded once to the dtype of x).
-        weight, bias: [D], or both None for the plain (non-affine) norm inside the gate.
-        eps: added to the biased variance, >= 0.
-        kernel: ``Kernel.PYTORCH``, ``Kernel.TRITON`` or None for the process default. TRITON
-            needs CUDA/ROCm tensors of dtype float16, bfloat16 or float32 with at most 16384
-            features; it raises TritonUnavailableError when triton is not installed.
-
-    Returns:
-        The shape and dtype of x.
+    Arguments and result as :func:`layer_norm` (weight and bias are those of the norm inside
+    the gate).
     """
-    op = "swish_layer_norm"
-    if resolve_kernel(op, kernel, _KERNELS) is Kernel.TRITON:
-        module = load_triton_module(op, _TRITON_MODULE)
-        return module.triton_swish_layer_norm(x, weight, bias, eps)
-    return pytorch_swish_layer_norm(x, weight, bias, eps)
+    impl = select_kernel("swish_layer_norm", kernel, pytorch_swish_layer_norm, _TRITON_MODULE)
+    return impl(x, weight, bias, eps)
 
 
 def rms_norm(
@@ -89,19 +74,9 @@ def rms_norm(
 ) -> torch.Tensor:
     """RMS norm over the last dimension: ``x / sqrt(mean(x^2) + eps) * weight``.
 
-    Args:
-        x: [..., D], any floating dtype (computed in float32, float64 for float64 inputs, and
-            rounded once to the dtype of x; the weight is applied before that rounding).
-        weight: [D], or None for no scaling.
-        eps: added to the mean square, >= 0.
-        kernel: ``Kernel.PYTORCH``, ``Kernel.TRITON`` or None for the process default. TRITON
-            needs CUDA/ROCm tensors of dtype float16, bfloat16 or float32 with at most 16384
-            features; it raises TritonUnavailableError when triton is not installed.
-
-    Returns:
-        The shape and dtype of x.
+    Arguments and result as :func:`layer_norm`, except: weight is [D] or None (no scaling), there
+    is no bias, eps is added to the mean square, and the weight is applied before the one
+    rounding to the dtype of x.
     """
-    op = "rms_norm"
-    if resolve_kernel(op, kernel, _KERNELS) is Kernel.TRITON:
-        return load_triton_module(op, _TRITON_MODULE).triton_rms_norm(x, weight, eps)
-    return pytorch_rms_norm(x, weight, eps)
+    impl = select_kernel("rms_norm", kernel, pytorch_rms_norm, _TRITON_MODULE)
+    return impl(x, weight, eps)

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import torch
 
-from hstu_ops._kernel import Kernel, resolve_kernel
-from hstu_ops._triton import load_triton_module
+from hstu_ops._kernel import Kernel
+from hstu_ops._triton import select_kernel
 from hstu_ops.pytorch.pt_position import pytorch_add_timestamp_positional_embeddings
 
 __all__ = ["add_timestamp_positional_embeddings"]
 
 _OP = "add_timestamp_positional_embeddings"
-_KERNELS = (Kernel.PYTORCH, Kernel.TRITON)
 
 
 def add_timestamp_positional_embeddings(
@@ -62,11 +61,9 @@ def add_timestamp_positional_embeddings(
         [total, D] in the dtype of seq_embeddings; differentiable in seq_embeddings and both
         tables.
     """
-    chosen = resolve_kernel(_OP, kernel, _KERNELS)
-    impl = pytorch_add_timestamp_positional_embeddings
-    if chosen is Kernel.TRITON:
-        module = load_triton_module(_OP, "triton_position")
-        impl = module.triton_add_timestamp_positional_embeddings
+    impl = select_kernel(
+        _OP, kernel, pytorch_add_timestamp_positional_embeddings, "triton_position"
+    )
     return impl(
         alpha,
         max_seq_len,

@@ -96,6 +96,11 @@ def hstu_attention_mask(
     return allowed & real[:, :, None] & real[:, None, :]
 
 
+def _check_dropout_pr(dropout_pr: float) -> None:
+    if not 0.0 <= dropout_pr <= 1.0:
+        raise ValueError(f"{_OP}: dropout_pr must be in [0, 1], got {dropout_pr}")
+
+
 def _check_inputs(
     max_seq_len: int,
     q: torch.Tensor,
@@ -123,8 +128,7 @@ def _check_inputs(
         raise TypeError(
             f"{_OP}: q, k, v must share one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
         )
-    if not 0.0 <= dropout_pr <= 1.0:
-        raise ValueError(f"{_OP}: dropout_pr must be in [0, 1], got {dropout_pr}")
+    _check_dropout_pr(dropout_pr)
     if max_attn_len < 0:
         raise ValueError(f"{_OP}: max_attn_len must be >= 0, got {max_attn_len}")
     if contextual_seq_len < 0:

@@ -197,6 +197,39 @@ def _dense_rows_name(side: str, batch: int, dense_len: int) -> str:
     return f"batch size {batch} x max_len_{side} {dense_len} = {batch * dense_len}"
 
 
+def _resolved_sides(
+    op: str,
+    max_seq_len: int,
+    batch: int,
+    device: torch.device,
+    offsets: tuple[torch.Tensor | None, torch.Tensor | None],
+    max_lens: tuple[int | None, int | None],
+    rows: tuple[int, int],
+    names: tuple[str, str],
+) -> JaggedSides:
+    """The JaggedSides of checked (left, right) arguments, after the length bounds: a jagged
+    side's max_len (``names``: what the messages call each side's sequences) and
+    max_seq_len."""
+    int64_offsets, lengths = [], []
+    sides = zip(("left", "right"), offsets, max_lens, names, strict=True)
+    for side, side_offsets, max_len, name in sides:
+        o = _int64_offsets(side_offsets, max_len, batch, device)
+        int64_offsets.append(o)
+        lengths.append(o[1:] - o[:-1])
+        if side_offsets is not None:
+            _check_jagged_side_bound(op, side, name, lengths[-1], max_len)
+    return JaggedSides(
+        batch=batch,
+        offsets_left=int64_offsets[0],
+        offsets_right=int64_offsets[1],
+        dense_len_left=max_lens[0] if offsets[0] is None else None,
+        dense_len_right=max_lens[1] if offsets[1] is None else None,
+        rows_left=rows[0],
+        rows_right=rows[1],
+        longest=_longest_joined(op, max_seq_len, *lengths),
+    )
+
+
 def resolve_concat_sides(
     op: str,
     max_seq_len: int,
@@ -257,25 +290,15 @@ def resolve_concat_sides(
                 f"{_dense_rows_name(side, batch, dense_len)} (a dense {side} side)"
             )
 
-    device = values_left.device
-    o_left = _int64_offsets(offsets_left, max_len_left, batch, device)
-    o_right = _int64_offsets(offsets_right, max_len_right, batch, device)
-    lengths_left = o_left[1:] - o_left[:-1]
-    lengths_right = o_right[1:] - o_right[:-1]
-    if offsets_left is not None:
-        _check_jagged_side_bound(op, "left", "values_left", lengths_left, max_len_left)
-    if offsets_right is not None:
-        _check_jagged_side_bound(op, "right", "values_right", lengths_right, max_len_right)
-    longest = _longest_joined(op, max_seq_len, lengths_left, lengths_right)
-    return JaggedSides(
-        batch=batch,
-        offsets_left=o_left,
-        offsets_right=o_right,
-        dense_len_left=max_len_left if offsets_left is None else None,
-        dense_len_right=max_len_right if offsets_right is None else None,
-        rows_left=rows_left,
-        rows_right=rows_right,
-        longest=longest,
+    return _resolved_sides(
+        op,
+        max_seq_len,
+        batch,
+        values_left.device,
+        (offsets_left, offsets_right),
+        (max_len_left, max_len_right),
+        (rows_left, rows_right),
+        ("values_left", "values_right"),
     )
 
 
@@ -332,25 +355,15 @@ def resolve_split_sides(
             f"{rows['left'] + rows['right']} rows but values.shape[0] = {values.shape[0]}"
         )
 
-    device = values.device
-    o_left = _int64_offsets(offsets_left, max_len_left, batch, device)
-    o_right = _int64_offsets(offsets_right, max_len_right, batch, device)
-    lengths_left = o_left[1:] - o_left[:-1]
-    lengths_right = o_right[1:] - o_right[:-1]
-    if offsets_left is not None:
-        _check_jagged_side_bound(op, "left", "offsets_left", lengths_left, max_len_left)
-    if offsets_right is not None:
-        _check_jagged_side_bound(op, "right", "offsets_right", lengths_right, max_len_right)
-    longest = _longest_joined(op, max_seq_len, lengths_left, lengths_right)
-    return JaggedSides(
-        batch=batch,
-        offsets_left=o_left,
-        offsets_right=o_right,
-        dense_len_left=max_len_left if offsets_left is None else None,
-        dense_len_right=max_len_right if offsets_right is None else None,
-        rows_left=rows["left"],
-        rows_right=rows["right"],
-        longest=longest,
+    return _resolved_sides(
+        op,
+        max_seq_len,
+        batch,
+        values.device,
+        (offsets_left, offsets_right),
+        (max_len_left, max_len_right),
+        (rows["left"], rows["right"]),
+        ("offsets_left", "offsets_right"),
     )
 
 

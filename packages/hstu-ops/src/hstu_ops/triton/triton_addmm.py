@@ -32,7 +32,8 @@ table. Under Triton's interpreter one small configuration is used whatever the v
 
 Importing this module imports ``triton``; ``TRITON_INTERPRET=1`` at that import selects the CPU
 interpreter, as for :mod:`hstu_ops.triton.triton_hstu_attention` (only ``triton.language``
-builtins and this module's own jit helpers inside the kernel, repeated here for that reason).
+builtins and the package's own jit helpers, from :mod:`hstu_ops.triton._common`, inside the
+kernel).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ import triton
 import triton.language as tl
 
 from hstu_ops.pytorch.pt_mm import check_addmm_args
+from hstu_ops.triton import _common
+from hstu_ops.triton._common import cast, device_arch, dot
 
 __all__ = [
     "AUTOTUNE_ENV",
@@ -63,41 +66,13 @@ AUTOTUNE_ENV = "HSTU_OPS_TRITON_AUTOTUNE"
 """Environment variable: ``full`` autotunes the addmm tiles; ``pinned`` or unset uses the table."""
 
 
-def _interpreting() -> bool:
-    knobs = getattr(triton, "knobs", None)
-    if knobs is not None:
-        return bool(knobs.runtime.interpret)
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-
-
-INTERPRETED: bool = _interpreting()
+INTERPRETED: bool = _common.kernel_module_mode(__name__)
 """Whether the kernel of this module was created for Triton's interpreter (CPU tensors)."""
 
 
 # --------------------------------------------------------------------------------------------
 # Kernel
 # --------------------------------------------------------------------------------------------
-@triton.jit
-def _dot(a, b, DOT_PRECISION: tl.constexpr, INTERPRET_BF16: tl.constexpr):
-    """a @ b accumulated in float32; bfloat16 widened under the interpreter, whose bfloat16
-    products are wrong (triton-lang/triton#11584). Products of bfloat16 values are exact in
-    float32, so the widened product is what the tensor cores compute."""
-    if INTERPRET_BF16:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    return tl.dot(a, b, input_precision=DOT_PRECISION)
-
-
-@triton.jit
-def _cast(x, dtype: tl.constexpr, INTERPRET_BF16: tl.constexpr):
-    """x.to(dtype) rounding to nearest even; the interpreter truncates float32 -> bfloat16, so
-    under it x is rounded to the nearest bfloat16 on its bits first (finite values)."""
-    if INTERPRET_BF16:
-        bits = x.to(tl.uint32, bitcast=True)
-        bits = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
-        x = bits.to(tl.float32, bitcast=True)
-    return x.to(dtype)
-
-
 @triton.jit
 def _addmm_kernel(
     X,
@@ -149,7 +124,7 @@ def _addmm_kernel(
         in_k = (k0 + offs_k) < K
         x = tl.load(x_ptrs, mask=in_m[:, None] & in_k[None, :], other=0.0)
         w = tl.load(w_ptrs, mask=in_k[:, None] & in_n[None, :], other=0.0)
-        acc += _dot(x, w, DOT_PRECISION, INTERPRET_BF16)
+        acc += dot(x, w, DOT_PRECISION, INTERPRET_BF16)
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
     tile = in_m[:, None] & in_n[None, :]
@@ -169,7 +144,7 @@ def _addmm_kernel(
         + n0 * stride_zn
         + offs_m[:, None] * stride_zm
         + offs_n[None, :] * stride_zn,
-        _cast(z, Z.dtype.element_ty, INTERPRET_BF16),
+        cast(z, Z.dtype.element_ty, INTERPRET_BF16),
         mask=tile,
     )
 
@@ -196,10 +171,7 @@ class MatmulConfig:
     waves_per_eu: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("block_m", "block_n", "block_k"):
-            value = getattr(self, name)
-            if value < 16 or value & (value - 1):
-                raise ValueError(f"MatmulConfig.{name} must be a power of 2 >= 16, got {value}")
+        _common.check_power_of_2(self, ("block_m", "block_n", "block_k"))
         if self.group_m < 1:
             raise ValueError(f"MatmulConfig.group_m must be >= 1, got {self.group_m}")
 
@@ -229,15 +201,11 @@ class MatmulConfig:
 
     def fitted(self, m: int, n: int, k: int) -> MatmulConfig:
         """The same configuration with tiles no larger than the matrix (and not below 16)."""
-
-        def fit(block: int, dim: int) -> int:
-            return min(block, max(16, triton.next_power_of_2(max(dim, 1))))
-
         return dataclasses.replace(
             self,
-            block_m=fit(self.block_m, m),
-            block_n=fit(self.block_n, n),
-            block_k=fit(self.block_k, k),
+            block_m=_common.fit_block(self.block_m, m),
+            block_n=_common.fit_block(self.block_n, n),
+            block_k=_common.fit_block(self.block_k, k),
         )
 
 
@@ -301,14 +269,6 @@ def full_autotune_configs(vendor: str) -> list[MatmulConfig]:
     raise ValueError(f"full_autotune_configs: vendor must be 'nvidia' or 'amd', got {vendor!r}")
 
 
-def device_arch(device: torch.device) -> str:
-    """ "sm<major><minor>" for an NVIDIA GPU, the gfx name ("gfx942") for an AMD one."""
-    props = torch.cuda.get_device_properties(device)
-    if torch.version.hip:
-        return props.gcnArchName.split(":")[0]
-    return f"sm{props.major}{props.minor}"
-
-
 def _autotune_mode() -> str:
     mode = os.environ.get(AUTOTUNE_ENV, "").strip().lower()
     if mode not in ("", "pinned", "full"):
@@ -329,14 +289,6 @@ def _autotuned_kernel(vendor: str) -> triton.runtime.Autotuner:
             _addmm_kernel
         )
     return _autotuned_kernels[vendor]
-
-
-def _dot_precision(dtype: torch.dtype, arch: str | None) -> str | None:
-    if dtype != torch.float32:
-        return None  # the backend's default; naming one could be refused by another backend
-    if arch is None or not torch.backends.cuda.matmul.allow_tf32:
-        return "ieee"
-    return "tf32" if arch.startswith("sm") or arch == "gfx942" else "ieee"
 
 
 def addmm_fwd(
@@ -372,7 +324,7 @@ def addmm_fwd(
         triton.next_power_of_2(m),
     )
     flags = {
-        "DOT_PRECISION": _dot_precision(mat1.dtype, arch),
+        "DOT_PRECISION": _common.dot_precision(mat1.dtype, arch),
         "INTERPRET_BF16": INTERPRETED and mat1.dtype == torch.bfloat16,
     }
     # The variable is read even where it cannot apply, so that a bad value never passes.
@@ -424,9 +376,6 @@ class _AddmmFunction(torch.autograd.Function):
         return d_input, d_mat1, d_mat2, None
 
 
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-
 def triton_addmm(
     input: torch.Tensor,
     mat1: torch.Tensor,
@@ -440,14 +389,6 @@ def triton_addmm(
     under the interpreter). ``config`` overrides the pinned table and the autotuning.
     """
     check_addmm_args(input, mat1, mat2)
-    if mat1.dtype not in _DTYPES:
-        raise TypeError(
-            f"{_OP}: the TRITON kernel supports float16, bfloat16 and float32, got {mat1.dtype}"
-        )
-    if not INTERPRETED and mat1.device.type != "cuda":
-        raise ValueError(
-            f"{_OP}: the TRITON kernel needs CUDA or ROCm tensors, got {mat1.device.type} "
-            "tensors (set TRITON_INTERPRET=1 before hstu_ops' Triton backend is first used to "
-            "run it in Triton's CPU interpreter)"
-        )
+    _common.check_float_dtype(_OP, mat1.dtype)
+    _common.check_device(_OP, mat1.device, INTERPRETED)
     return _AddmmFunction.apply(input, mat1, mat2, config)

@@ -32,9 +32,10 @@ the element mask is applied inside the ranges.
 Importing this module imports ``triton``. Whether the kernels run compiled (CUDA/ROCm tensors)
 or in Triton's interpreter (CPU tensors) is fixed when this module is imported, by the
 environment variable ``TRITON_INTERPRET=1`` (read by ``triton.jit``). The kernels call only
-``triton.language`` builtins and this module's own ``@triton.jit`` helpers, never the library's
-jit-compiled functions (``tl.sigmoid``, ``tl.zeros``, ...), which are fixed when ``triton`` itself
-is imported: so the mode depends on the variable at this module's import alone.
+``triton.language`` builtins, this module's own ``@triton.jit`` helpers and those of
+:mod:`hstu_ops.triton._common` (imported in the same mode, which the import checks), never the
+library's jit-compiled functions (``tl.sigmoid``, ``tl.zeros``, ...), which are fixed when
+``triton`` itself is imported: so the mode depends on the variable at this module's import alone.
 """
 
 # Kernels branch on tl.constexpr flags with if/else statements, which Triton resolves at compile
@@ -44,13 +45,14 @@ is imported: so the mode depends on the variable at this module's import alone.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-from hstu_ops.pytorch.pt_hstu_attention import _check_inputs
+from hstu_ops.pytorch.pt_hstu_attention import _check_dropout_pr, _check_inputs
+from hstu_ops.triton import _common
+from hstu_ops.triton._common import cast, dot, philox4x32_10, sequence
 
 __all__ = [
     "INTERPRETED",
@@ -67,14 +69,7 @@ __all__ = [
 _OP = "hstu_mha"
 
 
-def _interpreting() -> bool:
-    knobs = getattr(triton, "knobs", None)
-    if knobs is not None:
-        return bool(knobs.runtime.interpret)
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-
-
-INTERPRETED: bool = _interpreting()
+INTERPRETED: bool = _common.kernel_module_mode(__name__)
 """Whether the kernels of this module were created for Triton's interpreter (CPU tensors)."""
 
 
@@ -197,8 +192,7 @@ def _key_range(
 @triton.jit
 def _sequence(seq_offsets, num_targets, b, c, HAS_CTX: tl.constexpr, HAS_TARGETS: tl.constexpr):
     """(first row, length, target rank h) of sequence b."""
-    seq_start = tl.load(seq_offsets + b).to(tl.int64)
-    n = (tl.load(seq_offsets + b + 1).to(tl.int64) - seq_start).to(tl.int32)
+    seq_start, n = sequence(seq_offsets, b)
     if HAS_TARGETS:
         t = tl.load(num_targets + b).to(tl.int32)
     else:
@@ -210,39 +204,11 @@ def _sequence(seq_offsets, num_targets, b, c, HAS_CTX: tl.constexpr, HAS_TARGETS
     return seq_start, n, h
 
 
-@triton.jit
-def _dot(a, b, DOT_PRECISION: tl.constexpr, INTERPRET_BF16: tl.constexpr):
-    """a @ b accumulated in float32.
-
-    INTERPRET_BF16 (bfloat16 inputs under the interpreter only): the interpreter multiplies the
-    raw bit patterns of bfloat16 operands (triton-lang/triton#11584), so they are widened to
-    float32 first. A product of two bfloat16 values is exact in float32, so this computes what
-    the tensor cores do, up to the order of the float32 additions.
-    """
-    if INTERPRET_BF16:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    return tl.dot(a, b, input_precision=DOT_PRECISION)
-
-
-@triton.jit
-def _cast(x, dtype: tl.constexpr, INTERPRET_BF16: tl.constexpr):
-    """x.to(dtype), rounding to nearest even as compiled Triton does.
-
-    INTERPRET_BF16: the interpreter truncates float32 -> bfloat16 instead of rounding, so x
-    (float32) is first rounded to the nearest bfloat16 value on its bits (finite values).
-    """
-    if INTERPRET_BF16:
-        bits = x.to(tl.uint32, bitcast=True)
-        bits = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
-        x = bits.to(tl.float32, bitcast=True)
-    return x.to(dtype)
-
-
 # --------------------------------------------------------------------------------------------
 # Dropout: a counter-based RNG, so that the backward regenerates the forward's mask.
 # --------------------------------------------------------------------------------------------
-PHILOX_ROUNDS = tl.constexpr(10)
-"""Rounds of Philox4x32 (Random123's default, also the default of Triton's ``tl.randint``)."""
+PHILOX_ROUNDS = _common.PHILOX_ROUNDS
+"""Rounds of the Philox4x32 of the mask (:func:`hstu_ops.triton._common.philox4x32_10`)."""
 
 _THRESHOLD_BITS = 24
 DROPOUT_THRESHOLD_BITS = tl.constexpr(_THRESHOLD_BITS)
@@ -254,25 +220,6 @@ _DROPOUT_SEEDS = ["seed_lo", "seed_hi", "drop_threshold"]
 
 
 @triton.jit
-def _philox4x32(c0, c1, c2, c3, k0, k1, ROUNDS: tl.constexpr):
-    """Philox4x32 (Salmon et al., SC'11) of counter (c0, c1, c2, c3) with key (k0, k1).
-
-    uint32 in and out. Written here from integer builtins (``tl.umulhi``, wrapping ``*``, ``^``)
-    because Triton's ``tl.philox``/``tl.randint`` are library jit functions, which are fixed
-    to compiled or interpreted mode when ``triton`` is imported (see the module docstring).
-    """
-    for _ in tl.static_range(ROUNDS):
-        hi0 = tl.umulhi(c0, 0xD2511F53)
-        lo0 = c0 * 0xD2511F53
-        hi1 = tl.umulhi(c2, 0xCD9E8D57)
-        lo1 = c2 * 0xCD9E8D57
-        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
-        k0 = k0 + 0x9E3779B9
-        k1 = k1 + 0xBB67AE85
-    return c0, c1, c2, c3
-
-
-@triton.jit
 def _dropout_keep(b, head, pos_q, pos_k, seed_lo, seed_hi, drop_threshold):
     """Whether the weight (query pos_q, key pos_k) of head ``head`` of sequence b is kept.
 
@@ -281,14 +228,13 @@ def _dropout_keep(b, head, pos_q, pos_k, seed_lo, seed_hi, drop_threshold):
     backward kernels regenerate it. pos_q and pos_k broadcast to the tile's shape.
     """
     zero = (pos_q + pos_k) * 0
-    r, _, _, _ = _philox4x32(
+    r, _, _, _ = philox4x32_10(
         (pos_k + zero).to(tl.uint32),
         (pos_q + zero).to(tl.uint32),
         (head + zero).to(tl.uint32),
         (b + zero).to(tl.uint32),
         seed_lo.to(tl.uint32, bitcast=True),
         seed_hi.to(tl.uint32, bitcast=True),
-        PHILOX_ROUNDS,
     )
     return (r >> (32 - DROPOUT_THRESHOLD_BITS)).to(tl.int32) >= drop_threshold
 
@@ -317,8 +263,7 @@ def _dropout_mask_kernel(
     pid_m = tl.program_id(0)
     head = tl.program_id(1)
     b = tl.program_id(2)
-    seq_start = tl.load(seq_offsets + b).to(tl.int64)
-    n = (tl.load(seq_offsets + b + 1).to(tl.int64) - seq_start).to(tl.int32)
+    _, n = sequence(seq_offsets, b)
     m0 = pid_m * BLOCK_M
     if m0 < n:
         Mask += b.to(tl.int64) * stride_mb + head.to(tl.int64) * stride_mh
@@ -421,7 +366,7 @@ def _hstu_attn_fwd_kernel(
                 mask=(offs_n[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
                 other=0.0,
             )
-            z = _dot(q, tl.trans(k), DOT_PRECISION, INTERPRET_BF16) * alpha
+            z = dot(q, tl.trans(k), DOT_PRECISION, INTERPRET_BF16) * alpha
             w = z / (1.0 + tl.exp(-z)) * inv_max_seq_len  # silu(z) / max_seq_len
             ok = _allowed(
                 offs_m[:, None],
@@ -447,10 +392,10 @@ def _hstu_attn_fwd_kernel(
                     drop_threshold,
                     inv_keep,
                 )
-            acc += _dot(_cast(w, v.dtype, INTERPRET_BF16), v, DOT_PRECISION, INTERPRET_BF16)
+            acc += dot(cast(w, v.dtype, INTERPRET_BF16), v, DOT_PRECISION, INTERPRET_BF16)
         tl.store(
             Out + offs_m[:, None] * stride_ot + offs_dv[None, :],
-            _cast(acc, Out.dtype.element_ty, INTERPRET_BF16),
+            cast(acc, Out.dtype.element_ty, INTERPRET_BF16),
             mask=(offs_m[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
         )
 
@@ -514,7 +459,7 @@ def _hstu_attn_bwd_dkdv_rows(
             mask=row_ok[:, None] & (offs_dv[None, :] < HIDDEN_DIM),
             other=0.0,
         )
-        z_t = _dot(k, tl.trans(q), DOT_PRECISION, INTERPRET_BF16) * alpha  # [BLOCK_N, BLOCK_M]
+        z_t = dot(k, tl.trans(q), DOT_PRECISION, INTERPRET_BF16) * alpha  # [BLOCK_N, BLOCK_M]
         sig_t = 1.0 / (1.0 + tl.exp(-z_t))
         ok_t = (
             _allowed(
@@ -544,14 +489,14 @@ def _hstu_attn_bwd_dkdv_rows(
                 inv_keep,
             )
             w_t *= drop_t
-        dv += _dot(_cast(w_t, do.dtype, INTERPRET_BF16), do, DOT_PRECISION, INTERPRET_BF16)
-        dw_t = _dot(v, tl.trans(do), DOT_PRECISION, INTERPRET_BF16)
+        dv += dot(cast(w_t, do.dtype, INTERPRET_BF16), do, DOT_PRECISION, INTERPRET_BF16)
+        dw_t = dot(v, tl.trans(do), DOT_PRECISION, INTERPRET_BF16)
         # d silu(z) / dz = sig * (1 + z * (1 - sig)); dz / d(q.k) = alpha.
         dz_t = dw_t * sig_t * (1.0 + z_t * (1.0 - sig_t)) * (alpha * inv_max_seq_len)
         dz_t = tl.where(ok_t, dz_t, 0.0)
         if HAS_DROPOUT:
             dz_t *= drop_t
-        dk += _dot(_cast(dz_t, q.dtype, INTERPRET_BF16), q, DOT_PRECISION, INTERPRET_BF16)
+        dk += dot(cast(dz_t, q.dtype, INTERPRET_BF16), q, DOT_PRECISION, INTERPRET_BF16)
     return dk, dv
 
 
@@ -732,12 +677,12 @@ def _hstu_attn_bwd_dkdv_kernel(
             )
         tl.store(
             DK + offs_n[:, None] * stride_dkt + offs_dqk[None, :],
-            _cast(dk, DK.dtype.element_ty, INTERPRET_BF16),
+            cast(dk, DK.dtype.element_ty, INTERPRET_BF16),
             mask=(offs_n[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
         )
         tl.store(
             DV + offs_n[:, None] * stride_dvt + offs_dv[None, :],
-            _cast(dv, DV.dtype.element_ty, INTERPRET_BF16),
+            cast(dv, DV.dtype.element_ty, INTERPRET_BF16),
             mask=(offs_n[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
         )
 
@@ -837,9 +782,9 @@ def _hstu_attn_bwd_dq_kernel(
                 mask=(offs_n[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
                 other=0.0,
             )
-            z = _dot(q, tl.trans(k), DOT_PRECISION, INTERPRET_BF16) * alpha
+            z = dot(q, tl.trans(k), DOT_PRECISION, INTERPRET_BF16) * alpha
             sig = 1.0 / (1.0 + tl.exp(-z))
-            dw = _dot(do, tl.trans(v), DOT_PRECISION, INTERPRET_BF16)
+            dw = dot(do, tl.trans(v), DOT_PRECISION, INTERPRET_BF16)
             ok = _allowed(
                 offs_m[:, None],
                 offs_n[None, :],
@@ -865,10 +810,10 @@ def _hstu_attn_bwd_dq_kernel(
                     drop_threshold,
                     inv_keep,
                 )
-            dq += _dot(_cast(dz, k.dtype, INTERPRET_BF16), k, DOT_PRECISION, INTERPRET_BF16)
+            dq += dot(cast(dz, k.dtype, INTERPRET_BF16), k, DOT_PRECISION, INTERPRET_BF16)
         tl.store(
             DQ + offs_m[:, None] * stride_dqt + offs_dqk[None, :],
-            _cast(dq, DQ.dtype.element_ty, INTERPRET_BF16),
+            cast(dq, DQ.dtype.element_ty, INTERPRET_BF16),
             mask=(offs_m[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
         )
 
@@ -897,12 +842,8 @@ class BlockConfig:
     num_stages: int = 2
 
     def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if field.name.endswith(("_m", "_n")) and (value < 16 or value & (value - 1)):
-                raise ValueError(
-                    f"BlockConfig.{field.name} must be a power of 2 >= 16, got {value}"
-                )
+        tiles = tuple(f.name for f in dataclasses.fields(self) if f.name.endswith(("_m", "_n")))
+        _common.check_power_of_2(self, tiles)
 
 
 def default_block_config(
@@ -941,24 +882,11 @@ def _block_d(dim: int) -> int:
     return max(16, triton.next_power_of_2(dim))
 
 
-def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
-    return x if x.stride(-1) == 1 else x.contiguous()
-
-
 def _check_tile_offsets(max_len: int, *tensors: torch.Tensor) -> None:
-    """The kernels address rows within one sequence with 32-bit offsets."""
+    """The kernels address rows within one sequence with 32-bit offsets (tiles overhang the
+    sequence by fewer than 256 rows; a row spans all heads)."""
     for x in tensors:
-        if (max_len + 256) * max(x.stride(0), 1) + x.stride(1) * x.shape[1] >= 2**31:
-            raise ValueError(
-                f"{_OP}: the TRITON kernel addresses a sequence's rows with 32-bit offsets; "
-                f"{max_len} rows of stride {x.stride(0)} do not fit"
-            )
-
-
-def _int32_bits(value: int) -> int:
-    """The low 32 bits of value as a signed int32 (the kernels reinterpret them as uint32)."""
-    value &= 0xFFFFFFFF
-    return value - (1 << 32) if value >= 1 << 31 else value
+        _common.check_32bit_rows(_OP, max_len, x.stride(0), 256, x.stride(1) * x.shape[1])
 
 
 def _dropout_args(dropout_pr: float, seed: int) -> tuple[int, int, int, float]:
@@ -971,7 +899,7 @@ def _dropout_args(dropout_pr: float, seed: int) -> tuple[int, int, int, float]:
     """
     threshold = round(dropout_pr * (1 << _THRESHOLD_BITS))
     inv_keep = 1.0 / (1.0 - dropout_pr) if dropout_pr < 1.0 else 0.0
-    return _int32_bits(seed), _int32_bits(seed >> 32), threshold, inv_keep
+    return *_common.seed_words(seed), threshold, inv_keep
 
 
 def draw_dropout_seed() -> int:
@@ -996,8 +924,7 @@ def dropout_keep_mask(
     with ``dropout_seed=seed`` is the reference formula with ``F.dropout`` replaced by
     ``weights * mask / (1 - dropout_pr)``.
     """
-    if not 0.0 <= dropout_pr <= 1.0:
-        raise ValueError(f"{_OP}: dropout_pr must be in [0, 1], got {dropout_pr}")
+    _check_dropout_pr(dropout_pr)
     device = torch.device(device) if device is not None else seq_offsets.device
     seq_offsets = seq_offsets.to(device).contiguous()
     batch = seq_offsets.numel() - 1
@@ -1121,7 +1048,7 @@ def hstu_attention_bwd(
     batch = p.seq_offsets.numel() - 1
     if total == 0 or heads == 0 or p.max_len == 0 or attn_dim == 0 or hidden_dim == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
-    dout = _last_dim_contiguous(dout)
+    dout = _common.last_dim_contiguous(dout)
     _check_tile_offsets(p.max_len, dout)
     cfg = p.config
     common = p.common_args(attn_dim, hidden_dim)
@@ -1199,9 +1126,6 @@ class HSTUAttentionFunction(torch.autograd.Function):
         return dq, dk, dv, None
 
 
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-
 def triton_hstu_mha(
     max_seq_len: int,
     alpha: float,
@@ -1244,25 +1168,13 @@ def triton_hstu_mha(
         max_attn_len,
         contextual_seq_len,
     )
-    if q.dtype not in _DTYPES:
-        raise TypeError(
-            f"{_OP}: the TRITON kernel supports float16, bfloat16 and float32, got {q.dtype}"
-        )
-    if not INTERPRETED and q.device.type != "cuda":
-        raise ValueError(
-            f"{_OP}: the TRITON kernel needs CUDA or ROCm tensors, got {q.device.type} tensors "
-            "(set TRITON_INTERPRET=1 before hstu_ops' Triton backend is first used to run it "
-            "in Triton's CPU interpreter)"
-        )
+    _common.check_float_dtype(_OP, q.dtype)
+    _common.check_device(_OP, q.device, INTERPRETED)
     if not (q.device == k.device == v.device):
         raise ValueError(
             f"{_OP}: q, k, v must be on one device, got {q.device}, {k.device}, {v.device}"
         )
-    if lengths.numel() > 65535:
-        raise ValueError(
-            f"{_OP}: the TRITON kernel takes at most 65535 sequences per call (one grid "
-            f"dimension), got {lengths.numel()}"
-        )
+    _common.check_batch(_OP, lengths.numel())
     max_len = int(lengths.max()) if lengths.numel() else 0
     dropout = training and dropout_pr > 0.0
     seed = 0
@@ -1281,6 +1193,6 @@ def triton_hstu_mha(
         dropout_pr=float(dropout_pr) if dropout else 0.0,
         dropout_seed=seed,
     )
-    q, k, v = (_last_dim_contiguous(x) for x in (q, k, v))
+    q, k, v = (_common.last_dim_contiguous(x) for x in (q, k, v))
     _check_tile_offsets(max_len, q, k, v)
     return HSTUAttentionFunction.apply(q, k, v, problem)

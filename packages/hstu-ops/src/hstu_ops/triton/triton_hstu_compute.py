@@ -46,15 +46,15 @@ default generator on the host when not given, so ``torch.manual_seed`` makes run
 Importing this module imports ``triton``. As in :mod:`hstu_ops.triton.triton_hstu_attention`,
 whether the kernels run compiled (CUDA/ROCm tensors) or in Triton's interpreter (CPU tensors) is
 fixed when this module is imported, by ``TRITON_INTERPRET=1``: the kernels call only
-``triton.language`` builtins and this module's own ``@triton.jit`` helpers (no ``tl.sum``,
-``tl.rand``: the library's jit functions are fixed when ``triton`` itself is imported).
+``triton.language`` builtins and the package's own ``@triton.jit`` helpers (no ``tl.sum``,
+``tl.rand``: the library's jit functions are fixed when ``triton`` itself is imported). The
+generator and the sums are those of :mod:`hstu_ops.triton._common`, which the attention's
+dropout draws from too (with its own counters).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import os
 
 import torch
 import triton
@@ -68,6 +68,11 @@ from hstu_ops.pytorch.pt_hstu_compute import (
     check_norm_mul_dropout_args,
     split_uvqk,
 )
+from hstu_ops.triton import _common
+from hstu_ops.triton._common import cast, row_sum
+
+# Under its own name: this module's philox4x32_10 is the host-side function that runs it.
+from hstu_ops.triton._common import philox4x32_10 as _philox4x32_10
 
 __all__ = [
     "DROPOUT_STREAMS",
@@ -90,14 +95,7 @@ _OP_OUTPUT = "hstu_compute_output"
 _OP_NORM = "norm_mul_dropout"
 
 
-def _interpreting() -> bool:
-    knobs = getattr(triton, "knobs", None)
-    if knobs is not None:
-        return bool(knobs.runtime.interpret)
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-
-
-INTERPRETED: bool = _interpreting()
+INTERPRETED: bool = _common.kernel_module_mode(__name__)
 """Whether the kernels of this module were created for Triton's interpreter (CPU tensors)."""
 
 DROPOUT_STREAMS = {"u": 0, "attn": 1, "y": 2}
@@ -105,58 +103,8 @@ DROPOUT_STREAMS = {"u": 0, "attn": 1, "y": 2}
 
 
 # --------------------------------------------------------------------------------------------
-# Helpers: reductions, rounding, the random numbers
+# Helpers: the random numbers, the tiles
 # --------------------------------------------------------------------------------------------
-@triton.jit
-def _add(a, b):
-    return a + b
-
-
-# Triton's interpreter reduces with numpy only when the combine function is the library's own
-# sum combiner, which it recognises by identity without calling it; any other combine function
-# is called once per element, about a thousand times slower. Compiled kernels use _add.
-_SUM_COMBINE = getattr(tl.standard, "_sum_combine", _add) if INTERPRETED else _add
-
-
-@triton.jit
-def _sum(x, axis: tl.constexpr):
-    """tl.sum without the library's jit function (see the module docstring)."""
-    return tl.reduce(x, axis, _SUM_COMBINE)
-
-
-@triton.jit
-def _cast(x, dtype: tl.constexpr, INTERPRET_BF16: tl.constexpr):
-    """x.to(dtype), rounding to nearest even as compiled Triton does.
-
-    INTERPRET_BF16: the interpreter truncates float32 -> bfloat16 instead of rounding, so x
-    (float32) is first rounded to the nearest bfloat16 value on its bits (finite values).
-    """
-    if INTERPRET_BF16:
-        bits = x.to(tl.uint32, bitcast=True)
-        bits = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
-        x = bits.to(tl.float32, bitcast=True)
-    return x.to(dtype)
-
-
-@triton.jit
-def _philox4x32_10(c0, c1, c2, c3, k0, k1):
-    """Philox-4x32-10 of counter (c0, c1, c2, c3) under key (k0, k1), all uint32.
-
-    Each round multiplies c0 and c2 by fixed odd constants, keeps the high and low halves of the
-    64-bit products, mixes the high halves with the other two words and the key, and bumps the
-    key by the Weyl constants (the golden ratio and sqrt(3) - 1, times 2^32).
-    """
-    for _ in tl.static_range(10):
-        hi0 = tl.umulhi(c0, 0xD2511F53)
-        lo0 = c0 * 0xD2511F53
-        hi2 = tl.umulhi(c2, 0xCD9E8D57)
-        lo2 = c2 * 0xCD9E8D57
-        c0, c1, c2, c3 = hi2 ^ c1 ^ k0, lo2, hi0 ^ c3 ^ k1, lo0
-        k0 = k0 + 0x9E3779B9
-        k1 = k1 + 0xBB67AE85
-    return c0, c1, c2, c3
-
-
 @triton.jit
 def _keep(elem, stream, seed_lo, seed_hi, dropout_ratio):
     """Dropout keep mask of the elements ``elem`` (int64 indices within one part) of a stream."""
@@ -275,19 +223,19 @@ def _store_y(
     dtype = Y.dtype.element_ty
     Y = Y + rows * stride_y + cols
     if CONCAT_UX:
-        tl.store(Y, _cast(_dropped(u, keep_u, scale, DROPOUT), dtype, INTERPRET_BF16), mask=mask)
+        tl.store(Y, cast(_dropped(u, keep_u, scale, DROPOUT), dtype, INTERPRET_BF16), mask=mask)
         tl.store(
             Y + W_total,
-            _cast(_dropped(x, keep_x, scale, DROPOUT), dtype, INTERPRET_BF16),
+            cast(_dropped(x, keep_x, scale, DROPOUT), dtype, INTERPRET_BF16),
             mask=mask,
         )
         tl.store(
             Y + 2 * W_total,
-            _cast(_dropped(y, keep_y, scale, DROPOUT), dtype, INTERPRET_BF16),
+            cast(_dropped(y, keep_y, scale, DROPOUT), dtype, INTERPRET_BF16),
             mask=mask,
         )
     else:
-        tl.store(Y, _cast(_dropped(y, keep_y, scale, DROPOUT), dtype, INTERPRET_BF16), mask=mask)
+        tl.store(Y, cast(_dropped(y, keep_y, scale, DROPOUT), dtype, INTERPRET_BF16), mask=mask)
 
 
 # --------------------------------------------------------------------------------------------
@@ -326,9 +274,9 @@ def _norm_mul_dropout_fwd_kernel(
     W_total = H * L
     x = tl.load(ATTN + rows * stride_attn + cols, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(U + rows * stride_u + cols, mask=mask, other=0.0).to(tl.float32)
-    mean = _sum(x, 2) / L  # [BLOCK_N, BLOCK_H]
+    mean = row_sum(x, 2) / L  # [BLOCK_N, BLOCK_H]
     centred = tl.where(mask, x - mean[:, :, None], 0.0)
-    rstd = 1.0 / tl.sqrt(_sum(centred * centred, 2) / L + eps)
+    rstd = 1.0 / tl.sqrt(row_sum(centred * centred, 2) / L + eps)
     stat_offs, stat_mask = _stat_offsets(pid, N, H, BLOCK_N, BLOCK_H)
     tl.store(Mean + stat_offs, mean, mask=stat_mask)
     tl.store(Rstd + stat_offs, rstd, mask=stat_mask)
@@ -426,25 +374,25 @@ def _norm_mul_dropout_bwd_kernel(
         dy_y = _dropped(dy_y, keep_y, dropout_scale, DROPOUT)
         du = dy_y * normed
         d_normed = dy_y * u
-        acc_dw += _sum(d_normed * xhat, 0)
-        acc_db += _sum(d_normed, 0)
+        acc_dw += row_sum(d_normed * xhat, 0)
+        acc_db += row_sum(d_normed, 0)
         # Through the normalisation, per (row, group) of L columns:
         # dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
         dxhat = d_normed * w
-        c_mean = _sum(dxhat, 2) / L
-        c_proj = _sum(dxhat * xhat, 2) / L
+        c_mean = row_sum(dxhat, 2) / L
+        c_proj = row_sum(dxhat * xhat, 2) / L
         dx = (dxhat - c_mean[:, :, None] - xhat * c_proj[:, :, None]) * rstd[:, :, None]
         if CONCAT_UX:
             du += dy_u
             dx += dy_x
         tl.store(
             DATTN + rows * stride_dattn + cols,
-            _cast(dx, DATTN.dtype.element_ty, INTERPRET_BF16),
+            cast(dx, DATTN.dtype.element_ty, INTERPRET_BF16),
             mask=mask,
         )
         tl.store(
             DU + rows * stride_du + cols,
-            _cast(du, DU.dtype.element_ty, INTERPRET_BF16),
+            cast(du, DU.dtype.element_ty, INTERPRET_BF16),
             mask=mask,
         )
         if COMPUTE_Y:
@@ -469,8 +417,8 @@ def _norm_mul_dropout_bwd_kernel(
     groups = tl.arange(0, BLOCK_H)
     if GROUP_NORM:
         # One weight per group: also sum over the group's columns.
-        tl.store(DW_PARTIAL + pid * H + groups, _sum(acc_dw, 1), mask=groups < H)
-        tl.store(DB_PARTIAL + pid * H + groups, _sum(acc_db, 1), mask=groups < H)
+        tl.store(DW_PARTIAL + pid * H + groups, row_sum(acc_dw, 1), mask=groups < H)
+        tl.store(DB_PARTIAL + pid * H + groups, row_sum(acc_db, 1), mask=groups < H)
     else:
         cols = tl.arange(0, BLOCK_L)[None, :]
         tl.store(DW_PARTIAL + pid * L + cols, acc_dw, mask=cols < L)
@@ -504,16 +452,6 @@ def _philox_kernel(Counters, Out, n, k0, k1, BLOCK: tl.constexpr):
     tl.store(Out + 4 * i + 3, r3.to(tl.int64), mask=ok)
 
 
-def _as_int32(word: int) -> int:
-    """A 32-bit word as the signed int32 with the same bits (kernel scalars are signed)."""
-    word &= 0xFFFFFFFF
-    return word - (1 << 32) if word >= 1 << 31 else word
-
-
-def _seed_words(seed: int) -> tuple[int, int]:
-    return _as_int32(seed), _as_int32(seed >> 32)
-
-
 def philox4x32_10(counters: torch.Tensor, key: tuple[int, int]) -> torch.Tensor:
     """The generator on its own: Philox-4x32-10 of int64 counters ``[n, 4]`` (words in
     [0, 2^32)) under ``key`` (two words); returns ``[n, 4]`` int64 words. For tests."""
@@ -523,7 +461,7 @@ def philox4x32_10(counters: torch.Tensor, key: tuple[int, int]) -> torch.Tensor:
     if n:
         block = 64
         _philox_kernel[(triton.cdiv(n, block),)](
-            counters, out, n, _as_int32(key[0]), _as_int32(key[1]), BLOCK=block
+            counters, out, n, _common.int32_bits(key[0]), _common.int32_bits(key[1]), BLOCK=block
         )
     return out
 
@@ -551,7 +489,7 @@ def dropout_keep_mask(
             out,
             total,
             DROPOUT_STREAMS[part],
-            *_seed_words(seed),
+            *_common.seed_words(seed),
             float(dropout_ratio),
             BLOCK=block,
         )
@@ -574,12 +512,7 @@ class TileConfig:
     bwd_programs: int = 1
 
     def __post_init__(self) -> None:
-        if self.block_n < 1 or self.block_n & (self.block_n - 1):
-            raise ValueError(f"TileConfig.block_n must be a power of 2 >= 1, got {self.block_n}")
-        if self.num_warps < 1 or self.num_warps & (self.num_warps - 1):
-            raise ValueError(
-                f"TileConfig.num_warps must be a power of 2 >= 1, got {self.num_warps}"
-            )
+        _common.check_power_of_2(self, ("block_n", "num_warps"), minimum=1)
         if self.bwd_programs < 1:
             raise ValueError(f"TileConfig.bwd_programs must be >= 1, got {self.bwd_programs}")
 
@@ -588,11 +521,6 @@ class TileConfig:
 # elements and 16 warps ptxas reports no spills on sm_90 (bfloat16, concat_ux and dropout, the
 # heaviest variant); at 8192 it spills even with 32 warps.
 _MAX_ROW_TILE = 4096
-
-
-@functools.lru_cache(maxsize=16)
-def _multiprocessors(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 def default_tile_config(
@@ -612,16 +540,12 @@ def default_tile_config(
     num_warps = min(16, max(4, block_n * row_tile // 256))
     sms = 132
     if device is not None and device.type == "cuda":
-        sms = _multiprocessors(device.index if device.index is not None else 0)
+        sms = _common.multiprocessors(device.index if device.index is not None else 0)
     return TileConfig(block_n=block_n, num_warps=num_warps, bwd_programs=4 * sms)
 
 
 def _block(n: int) -> int:
     return triton.next_power_of_2(max(n, 1))
-
-
-def _last_dim_contiguous(t: torch.Tensor) -> torch.Tensor:
-    return t if t.stride(-1) == 1 or t.shape[-1] <= 1 else t.contiguous()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -648,7 +572,7 @@ class _NormMulDropout:
 
     def dropout_args(self) -> tuple:
         scale = 1.0 / (1.0 - self.dropout_ratio) if self.dropout_ratio < 1.0 else 0.0
-        return (float(self.dropout_ratio), scale, *_seed_words(self.seed))
+        return (float(self.dropout_ratio), scale, *_common.seed_words(self.seed))
 
     def flags(self, dtype: torch.dtype) -> dict:
         return {
@@ -718,7 +642,7 @@ def norm_mul_dropout_bwd(
         y = torch.empty((rows, p.y_width), dtype=attn.dtype, device=attn.device)
     if rows == 0:
         return dattn, du, torch.zeros_like(weight), torch.zeros_like(bias), y
-    dy = _last_dim_contiguous(dy)
+    dy = _common.last_dim_contiguous(dy)
     programs = min(p.config.bwd_programs, triton.cdiv(rows, p.config.block_n))
     params = p.groups if p.group_norm else p.width
     dw_partial = torch.empty((programs, params), dtype=torch.float32, device=attn.device)
@@ -850,20 +774,9 @@ class HSTUComputeOutputFunction(torch.autograd.Function):
         return dattn, du, dx, dweight, dbias, d_output_weight, None, None
 
 
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-
 def _check_triton_inputs(op: str, t: torch.Tensor) -> None:
-    if t.dtype not in _DTYPES:
-        raise TypeError(
-            f"{op}: the TRITON kernel supports float16, bfloat16 and float32, got {t.dtype}"
-        )
-    if not INTERPRETED and t.device.type != "cuda":
-        raise ValueError(
-            f"{op}: the TRITON kernel needs CUDA or ROCm tensors, got {t.device.type} "
-            "tensors (set TRITON_INTERPRET=1 before hstu_ops' Triton backend is first used to "
-            "run it in Triton's CPU interpreter)"
-        )
+    _common.check_float_dtype(op, t.dtype)
+    _common.check_device(op, t.device, INTERPRETED)
 
 
 def _draw_seed() -> int:
@@ -913,7 +826,7 @@ def _problem(
 
 
 def _prepare(*tensors: torch.Tensor) -> list[torch.Tensor]:
-    return [_last_dim_contiguous(t) if t.dim() == 2 else t.contiguous() for t in tensors]
+    return [_common.last_dim_contiguous(t) if t.dim() == 2 else t.contiguous() for t in tensors]
 
 
 def triton_norm_mul_dropout(

@@ -41,16 +41,15 @@ jagged_dense_bmm_broadcast_add
 
 Importing this module imports ``triton``; ``TRITON_INTERPRET=1`` at that import selects Triton's
 CPU interpreter (see :mod:`hstu_ops.triton.triton_hstu_attention`, whose rules this module
-follows: only ``triton.language`` builtins and this module's own ``@triton.jit`` helpers inside
-kernels, so that this module's import alone fixes the mode). The helpers ``_dot`` and ``_cast``
-repeat the attention module's for that reason: a helper shared through a third module would
-take whichever mode that module was first imported in.
+follows: only ``triton.language`` builtins and the package's own ``@triton.jit`` helpers inside
+kernels, so that this module's import alone fixes the mode). The helpers ``dot`` and ``cast``
+are those of :mod:`hstu_ops.triton._common`, which is imported in this module's mode (checked
+at the import).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import torch
 import triton
@@ -64,6 +63,8 @@ from hstu_ops.pytorch.pt_jagged_2d import (
     resolve_concat_sides,
     resolve_split_sides,
 )
+from hstu_ops.triton import _common
+from hstu_ops.triton._common import add, cast, dot, sequence
 
 __all__ = [
     "INTERPRETED",
@@ -80,52 +81,13 @@ _SPLIT = "split_2D_jagged"
 _BMM = "jagged_dense_bmm_broadcast_add"
 
 
-def _interpreting() -> bool:
-    knobs = getattr(triton, "knobs", None)
-    if knobs is not None:
-        return bool(knobs.runtime.interpret)
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-
-
-INTERPRETED: bool = _interpreting()
+INTERPRETED: bool = _common.kernel_module_mode(__name__)
 """Whether the kernels of this module were created for Triton's interpreter (CPU tensors)."""
 
 
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
-@triton.jit
-def _dot(a, b, DOT_PRECISION: tl.constexpr, INTERPRET_BF16: tl.constexpr):
-    """a @ b accumulated in float32.
-
-    INTERPRET_BF16 (bfloat16 under the interpreter only): the interpreter multiplies the raw
-    bit patterns of bfloat16 operands (triton-lang/triton#11584); widened to float32 first, the
-    products are exact, which is what the tensor cores compute.
-    """
-    if INTERPRET_BF16:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-    return tl.dot(a, b, input_precision=DOT_PRECISION)
-
-
-@triton.jit
-def _cast(x, dtype: tl.constexpr, INTERPRET_BF16: tl.constexpr):
-    """x.to(dtype), rounding to nearest even as compiled Triton does.
-
-    INTERPRET_BF16: the interpreter truncates float32 -> bfloat16, so x (float32) is first
-    rounded to the nearest bfloat16 value on its bits (finite values).
-    """
-    if INTERPRET_BF16:
-        bits = x.to(tl.uint32, bitcast=True)
-        bits = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
-        x = bits.to(tl.float32, bitcast=True)
-    return x.to(dtype)
-
-
-@triton.jit
-def _add(a, b):
-    return a + b
-
-
 @triton.jit
 def _part(Offsets, dense_len, b, IS_DENSE: tl.constexpr):
     """(first row, number of rows) of sequence b on one side, as int64 scalars."""
@@ -270,27 +232,6 @@ def default_rows_per_program(d: int) -> int:
     return max(2, min(MAX_ROWS_PER_PROGRAM, 4096 // _row_block(d)))
 
 
-def _check_device(op: str, t: torch.Tensor) -> None:
-    if not INTERPRETED and t.device.type != "cuda":
-        raise ValueError(
-            f"{op}: the TRITON kernel needs CUDA or ROCm tensors, got {t.device.type} tensors "
-            "(set TRITON_INTERPRET=1 before hstu_ops' Triton backend is first used to run it "
-            "in Triton's CPU interpreter)"
-        )
-
-
-def _check_batch(op: str, batch: int) -> None:
-    if batch > 65535:
-        raise ValueError(
-            f"{op}: the TRITON kernel takes at most 65535 sequences per call (one grid "
-            f"dimension), got {batch}"
-        )
-
-
-def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
-    return x if x.shape[-1] <= 1 or x.stride(-1) == 1 else x.contiguous()
-
-
 @dataclasses.dataclass(frozen=True)
 class _RowMoves:
     """What a concat or split launch needs; kept for the backward."""
@@ -348,14 +289,14 @@ def _move_rows(
 
 
 def _concat(moves: _RowMoves, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-    left, right = _last_dim_contiguous(left), _last_dim_contiguous(right)
+    left, right = _common.last_dim_contiguous(left), _common.last_dim_contiguous(right)
     joined = left.new_empty((moves.sides.rows_left + moves.sides.rows_right, moves.width))
     _move_rows(moves, joined, left, right, split=False)
     return joined
 
 
 def _split(moves: _RowMoves, joined: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    joined = _last_dim_contiguous(joined)
+    joined = _common.last_dim_contiguous(joined)
     left = joined.new_empty((moves.sides.rows_left, moves.width))
     right = joined.new_empty((moves.sides.rows_right, moves.width))
     _move_rows(moves, joined, left, right, split=True)
@@ -428,8 +369,8 @@ def triton_concat_2D_jagged(
         offsets_right,
     )
     _check_copy_dtype(_CONCAT, values_left.dtype)
-    _check_device(_CONCAT, values_left)
-    _check_batch(_CONCAT, sides.batch)
+    _common.check_device(_CONCAT, values_left.device, INTERPRETED)
+    _common.check_batch(_CONCAT, sides.batch)
     d = values_left.shape[1]
     moves = _RowMoves(
         sides=sides,
@@ -470,8 +411,8 @@ def triton_split_2D_jagged(
         offsets_right,
     )
     _check_copy_dtype(_SPLIT, values.dtype)
-    _check_device(_SPLIT, values)
-    _check_batch(_SPLIT, sides.batch)
+    _common.check_device(_SPLIT, values.device, INTERPRETED)
+    _common.check_batch(_SPLIT, sides.batch)
     d = values.shape[1]
     moves = _RowMoves(
         sides=sides,
@@ -515,8 +456,7 @@ def _jagged_dense_mm_kernel(
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = tl.program_id(2)
-    seq_start = tl.load(seq_offsets + b).to(tl.int64)
-    seq_len = (tl.load(seq_offsets + b + 1).to(tl.int64) - seq_start).to(tl.int32)
+    seq_start, seq_len = sequence(seq_offsets, b)
     m0 = pid_m * BLOCK_M
     if m0 < seq_len:
         # 64-bit offsets to the sequence and matrix; tile offsets within stay 32-bit (checked).
@@ -539,13 +479,13 @@ def _jagged_dense_mm_kernel(
                 mask=(ks[:, None] < K) & (offs_n[None, :] < N),
                 other=0.0,
             )
-            acc += _dot(x, w, DOT_PRECISION, INTERPRET_BF16)
+            acc += dot(x, w, DOT_PRECISION, INTERPRET_BF16)
         if HAS_BIAS:
             bias = tl.load(Bias + b.to(tl.int64) * stride_bias_b + offs_n, mask=offs_n < N)
             acc += bias[None, :].to(tl.float32)
         tl.store(
             Out + offs_m[:, None] * stride_om + offs_n[None, :],
-            _cast(acc, Out.dtype.element_ty, INTERPRET_BF16),
+            cast(acc, Out.dtype.element_ty, INTERPRET_BF16),
             mask=(offs_m[:, None] < seq_len) & (offs_n[None, :] < N),
         )
 
@@ -579,8 +519,7 @@ def _jagged_jagged_mm_kernel(
     pid_k = tl.program_id(0)
     pid_n = tl.program_id(1)
     b = tl.program_id(2)
-    seq_start = tl.load(seq_offsets + b).to(tl.int64)
-    seq_len = (tl.load(seq_offsets + b + 1).to(tl.int64) - seq_start).to(tl.int32)
+    seq_start, seq_len = sequence(seq_offsets, b)
     Jagged += seq_start * stride_jm
     DOut += seq_start * stride_om
     offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -600,19 +539,21 @@ def _jagged_jagged_mm_kernel(
             mask=(rows[:, None] < seq_len) & (offs_n[None, :] < N),
             other=0.0,
         )
-        acc += _dot(x_t, g, DOT_PRECISION, INTERPRET_BF16)
-        # Cheap next to the product; only the first K block's sums are stored.
-        bias_acc += tl.reduce(g.to(tl.float32), 0, _add)
+        acc += dot(x_t, g, DOT_PRECISION, INTERPRET_BF16)
+        # Cheap next to the product; only the first K block's sums are stored. tl.reduce with
+        # add rather than row_sum: under the interpreter row_sum would sum with numpy, in
+        # another order than this kernel always has.
+        bias_acc += tl.reduce(g.to(tl.float32), 0, add)
     DDense += b.to(tl.int64) * stride_ddb
     tl.store(
         DDense + offs_k[:, None] * stride_ddk + offs_n[None, :] * stride_ddn,
-        _cast(acc, DDense.dtype.element_ty, INTERPRET_BF16),
+        cast(acc, DDense.dtype.element_ty, INTERPRET_BF16),
         mask=(offs_k[:, None] < K) & (offs_n[None, :] < N),
     )
     if pid_k == 0:
         tl.store(
             DBias + b.to(tl.int64) * stride_dbias_b + offs_n,
-            _cast(bias_acc, DBias.dtype.element_ty, INTERPRET_BF16),
+            cast(bias_acc, DBias.dtype.element_ty, INTERPRET_BF16),
             mask=offs_n < N,
         )
 
@@ -634,10 +575,7 @@ class BmmBlockConfig:
     num_stages: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("block_m", "block_n", "block_k"):
-            value = getattr(self, name)
-            if value < 16 or value & (value - 1):
-                raise ValueError(f"BmmBlockConfig.{name} must be a power of 2 >= 16, got {value}")
+        _common.check_power_of_2(self, ("block_m", "block_n", "block_k"))
 
 
 def default_bmm_block_config(dtype: torch.dtype) -> BmmBlockConfig:
@@ -650,30 +588,10 @@ def default_bmm_block_config(dtype: torch.dtype) -> BmmBlockConfig:
     return BmmBlockConfig(64, 64, 64, num_warps=4, num_stages=2)
 
 
-def _fit(block: int, dim: int) -> int:
-    return min(block, max(16, triton.next_power_of_2(max(dim, 1))))
-
-
-def _dot_precision(dtype: torch.dtype, device: torch.device) -> str | None:
-    """float32: IEEE products unless torch allows TF32 for matmuls (as torch.mm does)."""
-    if dtype != torch.float32:
-        return None  # the backend's default; naming one could be refused by another backend
-    if INTERPRETED or not torch.backends.cuda.matmul.allow_tf32:
-        return "ieee"
-    if torch.version.hip:
-        arch = torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]
-        return "tf32" if arch == "gfx942" else "ieee"
-    return "tf32"
-
-
 def _check_32bit_tiles(longest: int, block: int, *row_strides: int) -> None:
     """The kernels address rows within one sequence with 32-bit offsets."""
     for stride in row_strides:
-        if (longest + block) * max(stride, 1) >= 2**31:
-            raise ValueError(
-                f"{_BMM}: the TRITON kernel addresses a sequence's rows with 32-bit offsets; "
-                f"{longest} rows of stride {stride} do not fit"
-            )
+        _common.check_32bit_rows(_BMM, longest, stride, block)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -685,7 +603,9 @@ class _BmmProblem:
 
 def _bmm_flags(cfg: BmmBlockConfig, dtype: torch.dtype, device: torch.device) -> dict:
     return {
-        "DOT_PRECISION": _dot_precision(dtype, device),
+        "DOT_PRECISION": _common.dot_precision(
+            dtype, None if INTERPRETED else _common.device_arch(device)
+        ),
         "INTERPRET_BF16": INTERPRETED and dtype == torch.bfloat16,
         "num_warps": cfg.num_warps,
         "num_stages": cfg.num_stages,
@@ -710,7 +630,11 @@ def _jagged_dense_mm(
     if k == 0 or batch == 0:
         return out.zero_() if bias is None else out.copy_(_bias_rows(p.seq_offsets, bias, total))
     cfg = p.config
-    block_m, block_n, block_k = cfg.block_m, _fit(cfg.block_n, n), _fit(cfg.block_k, k)
+    block_m, block_n, block_k = (
+        cfg.block_m,
+        _common.fit_block(cfg.block_n, n),
+        _common.fit_block(cfg.block_k, k),
+    )
     _check_32bit_tiles(p.longest, block_m, jagged.stride(0), out.stride(0))
     grid = (triton.cdiv(n, block_n), triton.cdiv(p.longest, block_m), batch)
     _jagged_dense_mm_kernel[grid](
@@ -752,7 +676,7 @@ def _jagged_jagged_mm(
     if jagged.shape[0] == 0:
         return d_dense.zero_(), d_bias.zero_()
     cfg = p.config
-    block_k, block_n = _fit(cfg.block_k, k), _fit(cfg.block_n, n)
+    block_k, block_n = _common.fit_block(cfg.block_k, k), _common.fit_block(cfg.block_n, n)
     _check_32bit_tiles(p.longest, cfg.block_m, jagged.stride(0), d_out.stride(0))
     # K == 0 still needs one K block: its programs write d_bias.
     grid = (max(1, triton.cdiv(k, block_k)), triton.cdiv(n, block_n), batch)
@@ -792,7 +716,7 @@ class _JaggedDenseBmmBroadcastAddFunction(torch.autograd.Function):
     def backward(ctx, d_out):  # type: ignore[override]
         jagged, dense = ctx.saved_tensors
         p = ctx.problem
-        d_out = _last_dim_contiguous(d_out)
+        d_out = _common.last_dim_contiguous(d_out)
         d_jagged = d_dense = d_bias = None
         if ctx.needs_input_grad[0]:
             # d_out [total, N] @ dense[b]^T: dense read as [B, N, K] by swapping its strides.
@@ -803,9 +727,6 @@ class _JaggedDenseBmmBroadcastAddFunction(torch.autograd.Function):
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
             d_dense, d_bias = _jagged_jagged_mm(p, jagged, d_out, dense)
         return d_jagged, d_dense, d_bias, None
-
-
-_BMM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def triton_jagged_dense_bmm_broadcast_add(
@@ -823,17 +744,14 @@ def triton_jagged_dense_bmm_broadcast_add(
     accumulated in float32. ``block_config`` overrides :func:`default_bmm_block_config`.
     """
     lengths = check_jagged_dense_bmm_args(max_seq_len, seq_offsets, jagged, dense, bias)
-    if jagged.dtype not in _BMM_DTYPES:
-        raise TypeError(
-            f"{_BMM}: the TRITON kernel supports float16, bfloat16 and float32, got {jagged.dtype}"
-        )
-    _check_device(_BMM, jagged)
-    _check_batch(_BMM, lengths.numel())
+    _common.check_float_dtype(_BMM, jagged.dtype)
+    _common.check_device(_BMM, jagged.device, INTERPRETED)
+    _common.check_batch(_BMM, lengths.numel())
     problem = _BmmProblem(
         seq_offsets=seq_offsets.contiguous(),
         longest=int(lengths.max()) if lengths.numel() else 0,
         config=block_config or default_bmm_block_config(jagged.dtype),
     )
-    jagged = _last_dim_contiguous(jagged)
-    bias = _last_dim_contiguous(bias)
+    jagged = _common.last_dim_contiguous(jagged)
+    bias = _common.last_dim_contiguous(bias)
     return _JaggedDenseBmmBroadcastAddFunction.apply(jagged, dense, bias, problem)

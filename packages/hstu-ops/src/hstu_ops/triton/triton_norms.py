@@ -23,9 +23,10 @@ Importing this module imports ``triton``. Whether the kernels run compiled (CUDA
 or in Triton's interpreter (CPU tensors) is fixed when this module is imported, by the
 environment variable ``TRITON_INTERPRET=1``, exactly as for
 :mod:`hstu_ops.triton.triton_hstu_attention`: the kernels call only ``triton.language`` builtins
-and this module's own ``@triton.jit`` helpers. The one library object they touch is the combine
-function handed to ``tl.reduce`` for row sums, and only under the interpreter (see
-``_SUM_COMBINE``), where it is recognised by identity and never called.
+and the package's own ``@triton.jit`` helpers (this module's and those of
+:mod:`hstu_ops.triton._common`). The one library object they touch is the combine function
+handed to ``tl.reduce`` for row sums, and only under the interpreter (see
+``hstu_ops.triton._common.SUM_COMBINE``), where it is recognised by identity and never called.
 """
 
 # Kernels branch on tl.constexpr flags with if/else statements, which Triton resolves at compile
@@ -35,8 +36,6 @@ function handed to ``tl.reduce`` for row sums, and only under the interpreter (s
 from __future__ import annotations
 
 import dataclasses
-import functools
-import os
 
 import torch
 import triton
@@ -44,6 +43,8 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 
 from hstu_ops.pytorch.pt_norms import check_norm_inputs
+from hstu_ops.triton import _common
+from hstu_ops.triton._common import cast, row_sum
 
 __all__ = [
     "INTERPRETED",
@@ -63,14 +64,7 @@ __all__ = [
 ]
 
 
-def _interpreting() -> bool:
-    knobs = getattr(triton, "knobs", None)
-    if knobs is not None:
-        return bool(knobs.runtime.interpret)
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-
-
-INTERPRETED: bool = _interpreting()
+INTERPRETED: bool = _common.kernel_module_mode(__name__)
 """Whether the kernels of this module were created for Triton's interpreter (CPU tensors)."""
 
 MAX_D = 16384
@@ -82,42 +76,9 @@ registers from 8192 features on, see :func:`default_norm_config`)."""
 # Helpers
 # --------------------------------------------------------------------------------------------
 @triton.jit
-def _add(a, b):
-    return a + b
-
-
-# Row sums go through tl.reduce with a combine function. tl.sum would be simpler, but it is a
-# jit function of triton's own library, compiled or interpreted depending on how triton itself
-# was imported (see the module docstring). The interpreter runs a combine function of ours
-# element by element in Python (about 0.2 ms per element), but recognises its library's
-# _sum_combine by identity and sums with numpy without calling it. So: ours when compiled, the
-# library's object, as a marker, when interpreted.
-_SUM_COMBINE = tl.standard._sum_combine if INTERPRETED else _add
-
-
-@triton.jit
-def _row_sum(x, axis: tl.constexpr):
-    return tl.reduce(x, axis, _SUM_COMBINE)
-
-
-@triton.jit
 def _sigmoid(z):
     # exp(-z) overflows to inf for very negative z, which gives the right limit, 0.
     return 1.0 / (1.0 + tl.exp(-z))
-
-
-@triton.jit
-def _cast(x, dtype: tl.constexpr, INTERPRET_BF16: tl.constexpr):
-    """x.to(dtype), rounding to nearest even as compiled Triton does.
-
-    INTERPRET_BF16 (bfloat16 destinations under the interpreter only): the interpreter truncates
-    float32 -> bfloat16, so x is first rounded to the nearest bfloat16 value on its bits.
-    """
-    if INTERPRET_BF16:
-        bits = x.to(tl.uint32, bitcast=True)
-        bits = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
-        x = bits.to(tl.float32, bitcast=True)
-    return x.to(dtype)
 
 
 @triton.jit
@@ -161,9 +122,9 @@ def _layer_norm_fwd_kernel(
     """y = layer_norm(x) (IS_SWISH: x * sigmoid(layer_norm(x))) for one tile of rows."""
     rows, cols, row_ok, mask = _tile(tl.program_id(0), N, D, BLOCK_N, BLOCK_D)
     x = tl.load(X + _tile_offsets(rows, cols, stride_x), mask=mask, other=0.0).to(tl.float32)
-    mean = _row_sum(x, 1) / D
+    mean = row_sum(x, 1) / D
     centered = tl.where(mask, x - mean[:, None], 0.0)
-    rstd = tl.rsqrt(_row_sum(centered * centered, 1) / D + eps)
+    rstd = tl.rsqrt(row_sum(centered * centered, 1) / D + eps)
     z = centered * rstd[:, None]
     if WEIGHTED:
         col_ok = cols < D
@@ -176,7 +137,7 @@ def _layer_norm_fwd_kernel(
         y = z
     tl.store(
         Y + _tile_offsets(rows, cols, stride_y),
-        _cast(y, Y.dtype.element_ty, INTERPRET_BF16),
+        cast(y, Y.dtype.element_ty, INTERPRET_BF16),
         mask=mask,
     )
     tl.store(Mean + rows, mean, mask=row_ok)
@@ -202,14 +163,14 @@ def _rms_norm_fwd_kernel(
     """y = x / sqrt(mean(x^2) + eps) * weight for one tile of rows."""
     rows, cols, row_ok, mask = _tile(tl.program_id(0), N, D, BLOCK_N, BLOCK_D)
     x = tl.load(X + _tile_offsets(rows, cols, stride_x), mask=mask, other=0.0).to(tl.float32)
-    rstd = tl.rsqrt(_row_sum(x * x, 1) / D + eps)
+    rstd = tl.rsqrt(row_sum(x * x, 1) / D + eps)
     y = x * rstd[:, None]
     if WEIGHTED:
         w = tl.load(W + cols, mask=cols < D, other=0.0).to(tl.float32)
         y = y * w[None, :]
     tl.store(
         Y + _tile_offsets(rows, cols, stride_y),
-        _cast(y, Y.dtype.element_ty, INTERPRET_BF16),
+        cast(y, Y.dtype.element_ty, INTERPRET_BF16),
         mask=mask,
     )
     tl.store(Rstd + rows, rstd, mask=row_ok)
@@ -281,14 +242,14 @@ def _layer_norm_bwd_kernel(
             g = dz * w
         else:
             g = dz
-        mean_g = _row_sum(g, 1)[:, None] / D
-        mean_gx = _row_sum(g * xhat, 1)[:, None] / D
+        mean_g = row_sum(g, 1)[:, None] / D
+        mean_gx = row_sum(g * xhat, 1)[:, None] / D
         dx = (g - mean_g - xhat * mean_gx) * rstd
         if IS_SWISH:
             dx += dy * gate
         tl.store(
             DX + _tile_offsets(rows, cols, stride_dx),
-            _cast(dx, DX.dtype.element_ty, INTERPRET_BF16),
+            cast(dx, DX.dtype.element_ty, INTERPRET_BF16),
             mask=mask,
         )
         if WEIGHTED:
@@ -296,8 +257,8 @@ def _layer_norm_bwd_kernel(
             db += dz
     if WEIGHTED:
         partial = pid.to(tl.int64) * D + cols
-        tl.store(DW_partial + partial, _row_sum(dw, 0), mask=col_ok)
-        tl.store(DB_partial + partial, _row_sum(db, 0), mask=col_ok)
+        tl.store(DW_partial + partial, row_sum(dw, 0), mask=col_ok)
+        tl.store(DB_partial + partial, row_sum(db, 0), mask=col_ok)
 
 
 @triton.jit
@@ -338,17 +299,17 @@ def _rms_norm_bwd_kernel(
             g = dy * w
         else:
             g = dy
-        mean_gx = _row_sum(g * xhat, 1)[:, None] / D
+        mean_gx = row_sum(g * xhat, 1)[:, None] / D
         dx = (g - xhat * mean_gx) * rstd
         tl.store(
             DX + _tile_offsets(rows, cols, stride_dx),
-            _cast(dx, DX.dtype.element_ty, INTERPRET_BF16),
+            cast(dx, DX.dtype.element_ty, INTERPRET_BF16),
             mask=mask,
         )
         if WEIGHTED:
             dw += dy * xhat
     if WEIGHTED:
-        tl.store(DW_partial + pid.to(tl.int64) * D + cols, _row_sum(dw, 0), mask=col_ok)
+        tl.store(DW_partial + pid.to(tl.int64) * D + cols, row_sum(dw, 0), mask=col_ok)
 
 
 @triton.jit
@@ -369,7 +330,7 @@ def _sum_partials_kernel(
         rows = p0 + tl.arange(0, BLOCK_P)
         mask = (rows < P)[:, None] & col_ok[None, :]
         acc += tl.load(Partial + _tile_offsets(rows, cols, D), mask=mask, other=0.0)
-    tl.store(Out + cols, _cast(_row_sum(acc, 0), Out.dtype.element_ty, INTERPRET_BF16), mask=col_ok)
+    tl.store(Out + cols, cast(row_sum(acc, 0), Out.dtype.element_ty, INTERPRET_BF16), mask=col_ok)
 
 
 # --------------------------------------------------------------------------------------------
@@ -390,8 +351,7 @@ class NormConfig:
     bwd_programs: int | None = None
 
     def __post_init__(self) -> None:
-        if self.block_n < 1 or self.block_n & (self.block_n - 1):
-            raise ValueError(f"NormConfig.block_n must be a power of 2 >= 1, got {self.block_n}")
+        _common.check_power_of_2(self, ("block_n",), minimum=1)
         if self.num_warps < 1 or self.num_warps > 32 or self.num_warps & (self.num_warps - 1):
             raise ValueError(
                 f"NormConfig.num_warps must be a power of 2 in [1, 32], got {self.num_warps}"
@@ -427,11 +387,6 @@ def default_norm_config(d: int) -> NormConfig:
     return NormConfig(block_n=block_n, num_warps=num_warps)
 
 
-@functools.cache
-def _multiprocessors(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
 def _bwd_grid(n: int, cfg: NormConfig, device: torch.device) -> tuple[int, int]:
     """(programs, tiles per program) of a weighted backward over n rows (n > 0)."""
     tiles = triton.cdiv(n, cfg.block_n)
@@ -439,7 +394,7 @@ def _bwd_grid(n: int, cfg: NormConfig, device: torch.device) -> tuple[int, int]:
     if limit is None:
         if device.type == "cuda":
             index = device.index if device.index is not None else torch.cuda.current_device()
-            limit = 4 * _multiprocessors(index)
+            limit = 4 * _common.multiprocessors(index)
         else:
             limit = 4
     tiles_per_program = triton.cdiv(tiles, min(limit, tiles))
@@ -712,27 +667,28 @@ class RMSNormFunction(torch.autograd.Function):
 # --------------------------------------------------------------------------------------------
 # Entry points
 # --------------------------------------------------------------------------------------------
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-
-def _check_triton_inputs(op: str, x: torch.Tensor, *params: torch.Tensor | None) -> None:
-    for name, t in (("x", x), *zip(("weight", "bias"), params, strict=False)):
-        if t is not None and t.dtype not in _DTYPES:
-            raise TypeError(
-                f"{op}: the TRITON kernel supports float16, bfloat16 and float32, got "
-                f"{name} of dtype {t.dtype}"
-            )
-    if not INTERPRETED and x.device.type != "cuda":
-        raise ValueError(
-            f"{op}: the TRITON kernel needs CUDA or ROCm tensors, got {x.device.type} tensors "
-            "(set TRITON_INTERPRET=1 before hstu_ops' Triton backend is first used to run it "
-            "in Triton's CPU interpreter)"
-        )
+def _checked_config(
+    op: str,
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+    config: NormConfig | None,
+    *,
+    has_bias: bool = True,
+) -> NormConfig:
+    """The reference's argument checks, then the TRITON kernel's; returns the launch shape."""
+    check_norm_inputs(op, x, weight, bias, eps, has_bias=has_bias)
+    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
+        if t is not None:
+            _common.check_float_dtype(op, t.dtype, f"{name} of dtype {t.dtype}")
+    _common.check_device(op, x.device, INTERPRETED)
     if x.shape[-1] > MAX_D:
         raise ValueError(
             f"{op}: the TRITON kernel takes at most {MAX_D} features per row (it holds whole "
             f"rows), got {x.shape[-1]}; use Kernel.PYTORCH"
         )
+    return config or default_norm_config(x.shape[-1])
 
 
 def triton_layer_norm(
@@ -747,9 +703,7 @@ def triton_layer_norm(
 
     ``config`` overrides :func:`default_norm_config`.
     """
-    check_norm_inputs("layer_norm", x, weight, bias, eps)
-    _check_triton_inputs("layer_norm", x, weight, bias)
-    cfg = config or default_norm_config(x.shape[-1])
+    cfg = _checked_config("layer_norm", x, weight, bias, eps, config)
     return LayerNormFunction.apply(x, weight, bias, float(eps), cfg)
 
 
@@ -762,9 +716,7 @@ def triton_swish_layer_norm(
     config: NormConfig | None = None,
 ) -> torch.Tensor:
     """``x * sigmoid(layer_norm(x))`` with the Triton kernels; as ``hstu_ops.swish_layer_norm``."""
-    check_norm_inputs("swish_layer_norm", x, weight, bias, eps)
-    _check_triton_inputs("swish_layer_norm", x, weight, bias)
-    cfg = config or default_norm_config(x.shape[-1])
+    cfg = _checked_config("swish_layer_norm", x, weight, bias, eps, config)
     return SwishLayerNormFunction.apply(x, weight, bias, float(eps), cfg)
 
 
@@ -776,7 +728,5 @@ def triton_rms_norm(
     config: NormConfig | None = None,
 ) -> torch.Tensor:
     """RMS norm with the Triton kernels; arguments as ``hstu_ops.rms_norm``."""
-    check_norm_inputs("rms_norm", x, weight, None, eps, has_bias=False)
-    _check_triton_inputs("rms_norm", x, weight)
-    cfg = config or default_norm_config(x.shape[-1])
+    cfg = _checked_config("rms_norm", x, weight, None, eps, config, has_bias=False)
     return RMSNormFunction.apply(x, weight, float(eps), cfg)

@@ -27,8 +27,9 @@ Layout of the work:
 Importing this module imports ``triton``. As in :mod:`hstu_ops.triton.triton_hstu_attention`,
 the mode (compiled for CUDA/ROCm tensors, or Triton's interpreter for CPU tensors) is fixed by
 ``TRITON_INTERPRET`` when this module is imported: the kernels call only ``triton.language``
-builtins and this module's own ``@triton.jit`` helpers (never the library's jit-compiled
-``tl.sum``, ``tl.zeros``, ...), so there is no reduction inside a kernel.
+builtins and the package's own ``@triton.jit`` helpers (this module's and
+:mod:`hstu_ops.triton._common`'s; never the library's jit-compiled ``tl.sum``, ``tl.zeros``,
+...), so there is no reduction inside a kernel.
 """
 
 # Kernels branch on tl.constexpr flags with if/else statements, which Triton resolves at compile
@@ -38,13 +39,14 @@ builtins and this module's own ``@triton.jit`` helpers (never the library's jit-
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import torch
 import triton
 import triton.language as tl
 
 from hstu_ops.pytorch.pt_position import TIME_BUCKET_INCREMENT, _check_inputs
+from hstu_ops.triton import _common
+from hstu_ops.triton._common import cast, sequence
 
 __all__ = [
     "INTERPRETED",
@@ -57,34 +59,13 @@ __all__ = [
 _OP = "add_timestamp_positional_embeddings"
 
 
-def _interpreting() -> bool:
-    knobs = getattr(triton, "knobs", None)
-    if knobs is not None:
-        return bool(knobs.runtime.interpret)
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-
-
-INTERPRETED: bool = _interpreting()
+INTERPRETED: bool = _common.kernel_module_mode(__name__)
 """Whether the kernels of this module were created for Triton's interpreter (CPU tensors)."""
 
 
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
-@triton.jit
-def _cast(x, dtype: tl.constexpr, INTERPRET_BF16: tl.constexpr):
-    """x.to(dtype), rounding to nearest even as compiled Triton does.
-
-    INTERPRET_BF16: the interpreter truncates float32 -> bfloat16 instead of rounding, so x
-    (float32) is first rounded to the nearest bfloat16 value on its bits (finite values).
-    """
-    if INTERPRET_BF16:
-        bits = x.to(tl.uint32, bitcast=True)
-        bits = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
-        x = bits.to(tl.float32, bitcast=True)
-    return x.to(dtype)
-
-
 @triton.jit
 def _position_index(
     p, n, num_targets, b, c, position_rows, HAS_TARGETS: tl.constexpr, INTERLEAVE: tl.constexpr
@@ -152,8 +133,7 @@ def _add_timestamp_pos_emb_fwd_kernel(
     INTERPRET_BF16: tl.constexpr,
 ):
     b = tl.program_id(0)
-    seq_start = tl.load(seq_offsets + b).to(tl.int64)
-    n = (tl.load(seq_offsets + b + 1).to(tl.int64) - seq_start).to(tl.int32)
+    seq_start, n = sequence(seq_offsets, b)
     n0 = tl.program_id(1) * BLOCK_N
     if n0 < n:
         p = n0 + tl.arange(0, BLOCK_N)
@@ -179,7 +159,7 @@ def _add_timestamp_pos_emb_fwd_kernel(
             out = x * alpha + (pe + te)
             tl.store(
                 out_ptrs + offs_d[None, :],
-                _cast(out, Out.dtype.element_ty, INTERPRET_BF16),
+                cast(out, Out.dtype.element_ty, INTERPRET_BF16),
                 mask=mask,
             )
 
@@ -221,7 +201,7 @@ def _segment_sum_rows_kernel(
             )
     tl.store(
         DTable + k.to(tl.int64) * stride_dtn + offs_d,
-        _cast(acc, DTable.dtype.element_ty, INTERPRET_BF16),
+        cast(acc, DTable.dtype.element_ty, INTERPRET_BF16),
         mask=d_ok,
     )
 
@@ -245,12 +225,7 @@ class PositionBlockConfig:
     bwd_warps: int = 4
 
     def __post_init__(self) -> None:
-        for name in ("block_n", "block_d"):
-            value = getattr(self, name)
-            if value < 16 or value & (value - 1):
-                raise ValueError(
-                    f"PositionBlockConfig.{name} must be a power of 2 >= 16, got {value}"
-                )
+        _common.check_power_of_2(self, ("block_n", "block_d"))
         if self.rows_per_step < 1:
             raise ValueError(
                 f"PositionBlockConfig.rows_per_step must be >= 1, got {self.rows_per_step}"
@@ -281,10 +256,6 @@ class _Problem:
     time_bucket_shape: tuple[int, int]
     time_bucket_dtype: torch.dtype
     config: PositionBlockConfig
-
-
-def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
-    return x if x.stride(-1) == 1 else x.contiguous()
 
 
 def add_timestamp_positional_embeddings_fwd(
@@ -425,7 +396,7 @@ class AddTimestampPositionalEmbeddingsFunction(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             d_seq = (dout.to(torch.float32) * p.alpha).to(p.seq_dtype)
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-            dout = _last_dim_contiguous(dout)
+            dout = _common.last_dim_contiguous(dout)
         if ctx.needs_input_grad[1]:
             d_pos = table_gradient(dout, pos_idx, p.position_shape[0], p.position_dtype, p.config)
         if ctx.needs_input_grad[2]:
@@ -433,9 +404,6 @@ class AddTimestampPositionalEmbeddingsFunction(torch.autograd.Function):
                 dout, ts_idx, p.time_bucket_shape[0], p.time_bucket_dtype, p.config
             )
         return d_seq, d_pos, d_ts, None, None, None, None, None
-
-
-_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def triton_add_timestamp_positional_embeddings(
@@ -478,17 +446,8 @@ def triton_add_timestamp_positional_embeddings(
         ("position_embeddings_weight", position_embeddings_weight),
         ("timestamp_embeddings_weight", timestamp_embeddings_weight),
     ):
-        if x.dtype not in _DTYPES:
-            raise TypeError(
-                f"{_OP}: the TRITON kernel supports float16, bfloat16 and float32, got "
-                f"{x.dtype} for {name}"
-            )
-    if not INTERPRETED and seq_embeddings.device.type != "cuda":
-        raise ValueError(
-            f"{_OP}: the TRITON kernel needs CUDA or ROCm tensors, got "
-            f"{seq_embeddings.device.type} tensors (set TRITON_INTERPRET=1 before hstu_ops' "
-            "Triton backend is first used to run it in Triton's CPU interpreter)"
-        )
+        _common.check_float_dtype(_OP, x.dtype, f"{x.dtype} for {name}")
+    _common.check_device(_OP, seq_embeddings.device, INTERPRETED)
     max_len = int(lengths.max()) if lengths.numel() else 0
     config = block_config or default_position_block_config(seq_embeddings.shape[1])
     if triton.cdiv(max_len, config.block_n) > 65535:
@@ -514,9 +473,9 @@ def triton_add_timestamp_positional_embeddings(
         config=config,
     )
     return AddTimestampPositionalEmbeddingsFunction.apply(
-        _last_dim_contiguous(seq_embeddings),
-        _last_dim_contiguous(position_embeddings_weight),
-        _last_dim_contiguous(timestamp_embeddings_weight),
+        _common.last_dim_contiguous(seq_embeddings),
+        _common.last_dim_contiguous(position_embeddings_weight),
+        _common.last_dim_contiguous(timestamp_embeddings_weight),
         timestamps.contiguous(),
         seq_offsets.contiguous(),
         None if num_targets is None else num_targets.contiguous(),
