@@ -5,6 +5,8 @@
 #include <pybind11/pybind11.h>
 #include <torch/version.h>
 
+#include "hstu_attention_cpu.h"
+
 #define HSTU_STR_(x) #x
 #define HSTU_STR(x) HSTU_STR_(x)
 
@@ -40,4 +42,10 @@ PYBIND11_MODULE(_C, m) {
   m.attr("with_hip") = kWithHip;
   m.attr("with_openmp") = kWithOpenMP;
   m.attr("torch_version") = kTorchVersion;
+  m.def("cpu_attention_isa", &hstu_ops::attn_cpu::selected_isa,
+        "Instruction set of the CPU attention kernels in use: generic, avx2 or avx512 (the best "
+        "that the CPU and ATen's capability, ATEN_CPU_CAPABILITY, allow)");
+  m.def("_select_cpu_attention_isa", &hstu_ops::attn_cpu::select_isa, pybind11::arg("isa"),
+        "For tests and benchmarks: use the CPU attention kernels of another instruction set "
+        "(one this build and CPU support); returns the previous one");
 }

@@ -17,4 +17,15 @@ TORCH_LIBRARY(hstu_ops, m) {
   m.def(
       "split_1d_jagged(Tensor values, Tensor offsets, Tensor offsets_a)"
       " -> (Tensor, Tensor, Tensor)");
+  // Jagged HSTU attention (hstu_ops.pytorch.pt_hstu_attention states the semantics and the
+  // mask): q, k [total, heads, attn_dim], v [total, heads, hidden_dim] -> out like v.
+  m.def(
+      "hstu_mha_fwd(int max_seq_len, float alpha, Tensor q, Tensor k, Tensor v,"
+      " Tensor seq_offsets, bool causal=True, Tensor? num_targets=None, int max_attn_len=0,"
+      " int contextual_seq_len=0) -> Tensor");
+  // Its backward: (dq, dk, dv) from the output gradient, recomputing the weights from q and k.
+  m.def(
+      "hstu_mha_bwd(Tensor dout, int max_seq_len, float alpha, Tensor q, Tensor k, Tensor v,"
+      " Tensor seq_offsets, bool causal=True, Tensor? num_targets=None, int max_attn_len=0,"
+      " int contextual_seq_len=0) -> (Tensor, Tensor, Tensor)");
 }

@@ -6,11 +6,6 @@ from hstu_ops import Kernel
 from hstu_ops.pytorch import pt_jagged
 
 
-def _tiny_attention_inputs():
-    q = torch.randn(3, 1, 2)
-    return q, q.clone(), q.clone(), torch.tensor([0, 3])
-
-
 def test_default_is_pytorch():
     assert hstu_ops.get_default_kernel() is Kernel.PYTORCH
 
@@ -31,17 +26,17 @@ def test_unknown_kernel_name_is_rejected():
         hstu_ops.complete_cumsum(torch.tensor([1]), kernel="fast")
 
 
-def test_hstu_mha_rejects_native_naming_op_and_kernels():
-    q, k, v, offsets = _tiny_attention_inputs()
-    with pytest.raises(ValueError, match=r"hstu_mha has no NATIVE kernel.*hstu_mha: PYTORCH"):
-        hstu_ops.hstu_mha(4, 1.0, q, k, v, offsets, kernel=Kernel.NATIVE)
+def test_an_op_without_the_kernel_names_itself_and_its_kernels():
+    x = torch.randn(3, 4)
+    with pytest.raises(ValueError, match=r"layer_norm has no NATIVE kernel.*PYTORCH, TRITON"):
+        hstu_ops.layer_norm(x, None, None, kernel=Kernel.NATIVE)
 
 
-def test_default_native_falls_back_to_pytorch_for_hstu_mha():
-    q, k, v, offsets = _tiny_attention_inputs()
-    expected = hstu_ops.hstu_mha(4, 1.0, q, k, v, offsets)
+def test_default_native_falls_back_to_pytorch_where_an_op_has_no_native_kernel():
+    x = torch.randn(3, 4)
+    expected = hstu_ops.layer_norm(x, None, None)
     hstu_ops.set_default_kernel(Kernel.NATIVE)
-    torch.testing.assert_close(hstu_ops.hstu_mha(4, 1.0, q, k, v, offsets), expected)
+    torch.testing.assert_close(hstu_ops.layer_norm(x, None, None), expected)
 
 
 def test_default_kernel_is_used_when_kernel_is_none(monkeypatch):

@@ -2,8 +2,9 @@
 
 The C++ side defines the schemas and the CPU/GPU kernels of ``torch.ops.hstu_ops.*``. This
 module adds, once for all backends, what torch needs beyond the kernels: autograd formulas
-(concat's gradient is the split of the output gradient, and vice versa) and fake kernels
-(output shapes for meta tensors and torch.compile).
+(concat's gradient is the split of the output gradient, and vice versa; ``hstu_mha_fwd``'s is
+``hstu_mha_bwd``, which recomputes the attention weights from the saved q and k) and fake
+kernels (output shapes for meta tensors and torch.compile).
 
 When the extension is missing or fails to load, importing ``hstu_ops`` still works: the
 ``PYTORCH`` kernels run and a ``NATIVE`` call raises :class:`NativeExtensionError`.
@@ -37,7 +38,13 @@ except (ImportError, OSError, RuntimeError) as exc:
     # namespace already taken by another copy of the library in this process.
     _load_error = f"{type(exc).__name__}: {exc}"
 
-_OPS = ("complete_cumsum", "concat_1d_jagged", "split_1d_jagged")
+_OPS = (
+    "complete_cumsum",
+    "concat_1d_jagged",
+    "split_1d_jagged",
+    "hstu_mha_fwd",
+    "hstu_mha_bwd",
+)
 if _C is not None:
     _missing = [op for op in _OPS if not hasattr(torch.ops.hstu_ops, op)]
     if _missing:  # a stale build from an older source tree
@@ -76,6 +83,15 @@ def native_build_info() -> dict[str, Any]:
         "torch_version": str(_C.torch_version),
         "error": None,
     }
+
+
+def cpu_attention_isa() -> str | None:
+    """Instruction set of the NATIVE CPU attention kernels: "generic", "avx2" or "avx512".
+
+    The best that the CPU and ATen's capability (``ATEN_CPU_CAPABILITY``) allow, chosen on first
+    use; None when the extension is not loaded.
+    """
+    return None if _C is None else str(_C.cpu_attention_isa())
 
 
 def native_ops(op: str, device: torch.device) -> Any:
@@ -165,6 +181,67 @@ def _register_python_parts() -> None:
 
     torch.library.register_autograd(
         f"{lib}::split_1d_jagged", _split_backward, setup_context=_split_setup
+    )
+
+    # Jagged HSTU attention: the output has v's shape and dtype, the gradients those of q, k, v.
+    @torch.library.register_fake(f"{lib}::hstu_mha_fwd")
+    def _hstu_mha_fwd_fake(
+        max_seq_len: int,
+        alpha: float,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        seq_offsets: torch.Tensor,
+        causal: bool = True,
+        num_targets: torch.Tensor | None = None,
+        max_attn_len: int = 0,
+        contextual_seq_len: int = 0,
+    ) -> torch.Tensor:
+        return v.new_empty(v.shape)
+
+    @torch.library.register_fake(f"{lib}::hstu_mha_bwd")
+    def _hstu_mha_bwd_fake(
+        dout: torch.Tensor,
+        max_seq_len: int,
+        alpha: float,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        seq_offsets: torch.Tensor,
+        causal: bool = True,
+        num_targets: torch.Tensor | None = None,
+        max_attn_len: int = 0,
+        contextual_seq_len: int = 0,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+    def _hstu_mha_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        max_seq_len, alpha, q, k, v, seq_offsets, causal, num_targets = inputs[:8]
+        max_attn_len, contextual_seq_len = inputs[8:]
+        # Only the inputs are saved: the backward recomputes the weights from q and k.
+        ctx.save_for_backward(q, k, v, seq_offsets, num_targets)
+        ctx.options = (max_seq_len, alpha, causal, max_attn_len, contextual_seq_len)
+
+    def _hstu_mha_backward(ctx: Any, dout: torch.Tensor) -> tuple[Any, ...]:
+        q, k, v, seq_offsets, num_targets = ctx.saved_tensors
+        max_seq_len, alpha, causal, max_attn_len, contextual_seq_len = ctx.options
+        dq, dk, dv = torch.ops.hstu_ops.hstu_mha_bwd(
+            dout,
+            max_seq_len,
+            alpha,
+            q,
+            k,
+            v,
+            seq_offsets,
+            causal,
+            num_targets,
+            max_attn_len,
+            contextual_seq_len,
+        )
+        return None, None, dq, dk, dv, None, None, None, None, None
+
+    torch.library.register_autograd(
+        f"{lib}::hstu_mha_fwd", _hstu_mha_backward, setup_context=_hstu_mha_setup
     )
 
 

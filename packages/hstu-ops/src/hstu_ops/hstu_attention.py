@@ -1,8 +1,9 @@
 """Jagged HSTU multi-head attention, dispatched by kernel.
 
 Kernels: PYTORCH (the reference, :mod:`hstu_ops.pytorch.pt_hstu_attention`, which states the
-semantics and the exact mask) and TRITON (:mod:`hstu_ops.triton.triton_hstu_attention`,
-imported on first use).
+semantics and the exact mask), NATIVE (C++ for CPU tensors, ``torch.ops.hstu_ops.hstu_mha_fwd``
+and ``hstu_mha_bwd`` of the compiled extension) and TRITON
+(:mod:`hstu_ops.triton.triton_hstu_attention`, imported on first use).
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ from __future__ import annotations
 import torch
 
 from hstu_ops._kernel import Kernel, resolve_kernel
+from hstu_ops._native import native_ops
 from hstu_ops._triton import load_triton_module
-from hstu_ops.pytorch.pt_hstu_attention import pytorch_hstu_mha
+from hstu_ops.pytorch.pt_hstu_attention import _check_inputs, pytorch_hstu_mha
 
 __all__ = ["hstu_mha"]
 
-_KERNELS = (Kernel.PYTORCH, Kernel.TRITON)
+_OP = "hstu_mha"
+_KERNELS = (Kernel.PYTORCH, Kernel.NATIVE, Kernel.TRITON)
+_NATIVE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def hstu_mha(
@@ -49,19 +53,25 @@ def hstu_mha(
         max_attn_len: if > 0, the largest rank distance a token looks across.
         contextual_seq_len: number of leading contextual tokens, which see all non-target
             tokens and are seen by all tokens.
-        kernel: ``Kernel.PYTORCH``, ``Kernel.TRITON`` or None for the process default. TRITON
-            needs CUDA/ROCm tensors of dtype float16, bfloat16 or float32; its dropout has the
-            reference's distribution but its own random stream (Philox, seeded from torch's
-            default generator, so ``torch.manual_seed`` makes it reproducible); it raises
-            TritonUnavailableError when triton is not installed.
+        kernel: ``Kernel.PYTORCH``, ``Kernel.NATIVE``, ``Kernel.TRITON`` or None for the
+            process default. NATIVE needs CPU tensors (q, k, v, seq_offsets, num_targets) of
+            dtype float16, bfloat16 or float32, computes in float32 and is differentiable
+            (its backward recomputes the weights; q, k, v and the offsets are all it saves);
+            it does not implement dropout (``dropout_pr`` must be 0 while ``training``,
+            NotImplementedError otherwise). TRITON needs CUDA/ROCm tensors of those dtypes; its
+            dropout has the reference's distribution but its own random stream (Philox,
+            seeded from torch's default generator, so ``torch.manual_seed`` makes it
+            reproducible); it raises TritonUnavailableError when triton is not installed.
 
     Returns:
         [total, heads, hidden_dim].
     """
-    chosen = resolve_kernel("hstu_mha", kernel, _KERNELS)
+    chosen = resolve_kernel(_OP, kernel, _KERNELS)
     impl = pytorch_hstu_mha
-    if chosen is Kernel.TRITON:
-        impl = load_triton_module("hstu_mha", "triton_hstu_attention").triton_hstu_mha
+    if chosen is Kernel.NATIVE:
+        impl = _native_hstu_mha
+    elif chosen is Kernel.TRITON:
+        impl = load_triton_module(_OP, "triton_hstu_attention").triton_hstu_mha
     return impl(
         max_seq_len,
         alpha,
@@ -75,4 +85,65 @@ def hstu_mha(
         num_targets=num_targets,
         max_attn_len=max_attn_len,
         contextual_seq_len=contextual_seq_len,
+    )
+
+
+def _native_hstu_mha(
+    max_seq_len: int,
+    alpha: float,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    seq_offsets: torch.Tensor,
+    causal: bool = True,
+    dropout_pr: float = 0.0,
+    training: bool = True,
+    num_targets: torch.Tensor | None = None,
+    max_attn_len: int = 0,
+    contextual_seq_len: int = 0,
+) -> torch.Tensor:
+    """The NATIVE kernel: the reference's checks, then ``torch.ops.hstu_ops.hstu_mha_fwd``."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.device.type != "cpu":
+            raise ValueError(
+                f"{_OP}: the NATIVE kernel runs on CPU tensors only, but {name} is on "
+                f"{t.device}; use kernel=Kernel.TRITON (or Kernel.PYTORCH) for GPU tensors"
+            )
+    ops = native_ops(_OP, q.device)
+    _check_inputs(
+        max_seq_len,
+        q,
+        k,
+        v,
+        seq_offsets,
+        dropout_pr,
+        num_targets,
+        max_attn_len,
+        contextual_seq_len,
+    )
+    if dropout_pr > 0.0 and training:
+        raise NotImplementedError(
+            f"{_OP}: the NATIVE kernel does not implement dropout (dropout_pr = {dropout_pr} "
+            "while training); use Kernel.PYTORCH, dropout_pr=0.0 or training=False"
+        )
+    if q.dtype not in _NATIVE_DTYPES:
+        raise TypeError(
+            f"{_OP}: the NATIVE kernel supports float16, bfloat16 and float32, got {q.dtype}"
+        )
+    for name, t in (("seq_offsets", seq_offsets), ("num_targets", num_targets)):
+        if t is not None and t.device.type != "cpu":
+            raise ValueError(
+                f"{_OP}: the NATIVE kernel runs on CPU tensors only, but {name} is on {t.device}"
+            )
+    return ops.hstu_mha_fwd(
+        int(max_seq_len),
+        float(alpha),
+        q,
+        k,
+        v,
+        seq_offsets,
+        bool(causal),
+        num_targets,
+        int(max_attn_len),
+        int(contextual_seq_len),
     )
