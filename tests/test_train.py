@@ -146,8 +146,11 @@ def test_same_seed_same_result(first_run, tmp_path):
 
 
 def test_kernels_give_the_same_run(first_run, tmp_path):
+    """The NATIVE attention sums in another order than the PyTorch reference: the same run to
+    rounding, so the same AUC to a few 1e-4."""
     _, summary = first_run
-    assert short_run(tmp_path, kernel="pytorch")["eval_auc"] == summary["eval_auc"]
+    other = short_run(tmp_path, kernel="pytorch")["eval_auc"]
+    assert other == pytest.approx(summary["eval_auc"], abs=2e-3)
 
 
 def test_missing_dataset_is_named_and_the_run_is_logged_aborted(tmp_path):

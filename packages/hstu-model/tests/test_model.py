@@ -150,12 +150,21 @@ def test_time_features_are_periodic():
 
 
 def test_native_and_pytorch_kernels_agree(tiny_config, make_batch, build):
+    """NATIVE (C++ jagged primitives and attention) against PYTORCH: logits and every parameter
+    gradient to float32 tolerances (the attention sums in another order)."""
     batch = make_batch([0, 4, 11, 3], seed=4)
-    outputs = []
+    results = []
     for kernel in ("pytorch", "native"):
-        cfg = tiny_config.replace(model={"kernel": kernel})
-        outputs.append(build(cfg).eval()(batch.uih, batch.candidates).logits)
-    assert torch.equal(outputs[0], outputs[1])
+        model = build(tiny_config.replace(model={"kernel": kernel}))
+        logits = model(batch.uih, batch.candidates).logits
+        model.loss(logits, batch.labels).backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        results.append((logits.detach(), grads))
+    (ref, ref_grads), (got, got_grads) = results
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-4)
+    assert got_grads.keys() == ref_grads.keys()
+    for name, grad in ref_grads.items():
+        torch.testing.assert_close(got_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_trainer_fits_a_fixed_batch(tiny_config, make_batch, build):

@@ -210,8 +210,8 @@ class HSTURanker(nn.Module):
         """complete_cumsum and 1-D jagged concat: PYTORCH or NATIVE."""
         self.layer_kernel = K.TRITON if self.kernel is K.TRITON else K.PYTORCH
         """hstu_compute_uqvk / hstu_compute_output: PYTORCH or TRITON."""
-        self.attention_kernel = K.TRITON if self.kernel is K.TRITON else K.PYTORCH
-        """hstu_mha: PYTORCH or TRITON."""
+        self.attention_kernel = self.kernel
+        """hstu_mha: PYTORCH, NATIVE (CPU) or TRITON."""
         d = config.embedding_dim
         self.tables = embedding_tables(config.features, vocab_sizes, config.contextual_features)
         self.contextual_keys: tuple[str, ...] = (
