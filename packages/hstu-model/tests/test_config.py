@@ -9,7 +9,13 @@ from hstu_model import (
     TrainConfig,
     preset,
 )
-from hstu_model.config import TINY_CONTEXTUAL_FEATURES, YAMBDA_5B_CONTEXTUAL_FEATURES
+from hstu_model.config import (
+    DEFAULT_VOCABS,
+    PRESETS,
+    TINY_CONTEXTUAL_FEATURES,
+    YAMBDA_5B_CONTEXTUAL_FEATURES,
+)
+from hstu_model.flops import flops_per_sample
 
 CROSS_NAMES = [
     "user_x_artist",
@@ -74,8 +80,39 @@ def test_yambda_5b_preset_matches_reference_defaults():
 
 
 def test_unknown_preset_lists_known_ones():
-    with pytest.raises(ConfigError, match="known: tiny, yambda-5b"):
+    with pytest.raises(ConfigError, match="known: small, tiny, yambda-5b"):
         preset("huge")
+
+
+def test_small_preset_sits_between_tiny_and_yambda_5b():
+    tiny, small, big = (preset(name) for name in ("tiny", "small", "yambda-5b"))
+    m = small.model
+    assert (m.embedding_dim, m.num_layers, m.num_heads, m.attention_dim, m.linear_dim) == (
+        256,
+        3,
+        4,
+        64,
+        64,
+    )
+    assert (m.preprocessor_hidden_dim, m.history_length, m.max_seq_len) == (128, 512, 528)
+    assert m.contextual_seq_len + m.history_length + m.num_candidates <= m.max_seq_len
+    assert m.position_buckets >= m.max_seq_len
+    for name in ("embedding_dim", "history_length", "max_seq_len", "preprocessor_hidden_dim"):
+        assert getattr(tiny.model, name) < getattr(m, name) < getattr(big.model, name), name
+    assert m.num_layers == big.model.num_layers and m.num_heads == big.model.num_heads
+    train = [flops_per_sample(c.model).train_total for c in (tiny, small, big)]
+    assert train == sorted(train)
+    # Trains on a CPU (like tiny): no GPU sharding, fp32, a CPU-sized batch, a usable lr.
+    assert small.sharding.compute_device == "cpu" and not small.sharding.fp16_all_to_all
+    assert not small.train.autocast_bf16 and small.train.batch_size <= tiny.train.batch_size
+    assert small.optimizer.dense_lr > big.optimizer.dense_lr
+    assert small.optimizer.warmup_steps < big.optimizer.warmup_steps
+
+
+def test_every_preset_has_default_vocab():
+    assert sorted(DEFAULT_VOCABS) == sorted(PRESETS) == ["small", "tiny", "yambda-5b"]
+    for name, vocab in DEFAULT_VOCABS.items():
+        assert sorted(vocab) == ["album_id", "artist_id", "item_id", "uid"], name
 
 
 def test_replace_rejects_unknown_field_and_revalidates():
@@ -105,8 +142,9 @@ def test_save_json_round_trips_with_extra_entries(tmp_path):
 
 
 def test_presets_have_the_reference_contextual_features():
-    big, tiny = preset("yambda-5b").model, preset("tiny").model
-    assert big.contextual_seq_len == tiny.contextual_seq_len == 8
+    big, tiny, small = preset("yambda-5b").model, preset("tiny").model, preset("small").model
+    assert big.contextual_seq_len == tiny.contextual_seq_len == small.contextual_seq_len == 8
+    assert small.contextual_features == TINY_CONTEXTUAL_FEATURES
     assert big.contextual_tables() == {
         "user_x_artist": 100_000_000,
         "user_x_album": 40_000_000,

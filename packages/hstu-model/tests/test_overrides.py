@@ -3,9 +3,9 @@ import sys
 
 import pytest
 
-from hstu_model import ConfigError, HSTURanker, preset
+from hstu_model import ConfigError, HSTURanker, flops, preset
 from hstu_model.__main__ import build_parser, dense_parameter_count, main
-from hstu_model.config import TINY_VOCAB, YAMBDA_5B_VOCAB
+from hstu_model.config import SMALL_VOCAB, TINY_VOCAB, YAMBDA_5B_VOCAB
 from hstu_model.overrides import (
     env_overrides,
     load_overrides_file,
@@ -215,6 +215,29 @@ def test_describe_counts_the_contextual_projection_per_token(capsys):
         "uid",
     ]
     assert eight["parameters"]["dense"] - one["parameters"]["dense"] == 7 * (dim * dim + dim)
+
+
+def test_describe_has_the_flops_per_sample(capsys):
+    out = run_describe(capsys, "--preset", "tiny", "--set", "model.num_layers=1")
+    cfg = preset("tiny").replace(model={"num_layers": 1})
+    section = out["flops_per_sample"]
+    assert section == json.loads(json.dumps(flops.summary(cfg.model)))
+    count = flops.flops_per_sample(cfg.model)
+    assert section["forward"]["total"] == count.forward_total
+    assert section["train_step"]["total"] == 3 * count.forward_total
+    assert section["forward"]["embedding_lookups"] == 0
+
+
+def test_describe_small_preset(capsys):
+    out = run_describe(capsys, "--preset", "small")
+    assert out["preset"] == "small"
+    rows = {t["name"]: t["rows"] for t in out["embedding_tables"]}
+    assert {k: rows[k] for k in SMALL_VOCAB} == SMALL_VOCAB
+    assert all(t["dim"] == 256 for t in out["embedding_tables"])
+    assert out["config"]["model"]["history_length"] == 512
+    assert out["parameters"]["dense"] == dense_parameter_count(preset("small").model)
+    assert out["flops_per_sample"]["sequence"]["tokens"] == 521
+    assert out["flops_per_sample"]["train_step"]["total"] == 6_003_122_688
 
 
 def test_describe_reports_errors(capsys):

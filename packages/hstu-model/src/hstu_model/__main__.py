@@ -2,8 +2,9 @@
 
 Prints one JSON object: the effective config (preset < file < environment < --set), every
 embedding table (the id tables and one per contextual feature) with its rows, width and
-features, and the parameter counts. The counts come from building the whole model on the meta
-device, which allocates no storage (the yambda-5b tables alone would take about 600 GB).
+features, the parameter counts, and the analytical FLOPs per sample (`hstu_model.flops`). The
+counts come from building the whole model on the meta device, which allocates no storage (the
+yambda-5b tables alone would take about 600 GB).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import torch
 
+from hstu_model import flops
 from hstu_model.config import (
     DEFAULT_VOCABS,
     ID_TABLES,
@@ -94,6 +96,7 @@ def describe(preset_name: str, config: HSTUConfig, vocab: Mapping[str, int]) -> 
             "total": embedding_total + dense,
         },
         "notes": notes,
+        "flops_per_sample": flops.summary(config.model),
     }
 
 
@@ -101,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m hstu_model")
     commands = parser.add_subparsers(dest="command", required=True)
     desc = commands.add_parser(
-        "describe", help="print the effective config, embedding tables and parameter counts"
+        "describe",
+        help="print the effective config, embedding tables, parameter counts and FLOPs/sample",
     )
     desc.add_argument("--preset", required=True, choices=sorted(PRESETS))
     desc.add_argument("--config", metavar="FILE", help="TOML, JSON or YAML overrides file")

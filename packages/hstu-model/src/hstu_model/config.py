@@ -171,8 +171,9 @@ class ModelConfig:
     loss_scale: float = 0.2
     """Factor on the weighted task loss."""
     kernel: str = "pytorch"
-    """hstu_ops backend: "pytorch" (every op), "native" (the jagged primitives; the layers and
-    attention stay pytorch) or "triton" (the layers and attention; CUDA/ROCm tensors)."""
+    """hstu_ops backend: "pytorch" (every op), "native" (the jagged primitives and the attention
+    in C++ on CPU tensors; the layers stay pytorch) or "triton" (the layers, the positional
+    embeddings and the attention; CUDA/ROCm tensors)."""
     features: FeatureNames = field(default_factory=FeatureNames)
     """Names of the input features."""
 
@@ -584,7 +585,41 @@ def tiny() -> HSTUConfig:
     )
 
 
-PRESETS = {"yambda-5b": yambda_5b, "tiny": tiny}
+def small() -> HSTUConfig:
+    """A mid-size model between `tiny` and `yambda-5b` that still trains on a CPU.
+
+    It keeps the reference's layer shape (3 STU layers of 4 heads) at half its width (D 256,
+    per-head dims 64, preprocessor hidden 128) and an eighth of its sequence (history 512, 521
+    tokens), over the `tiny` crosses. What it is for: benchmarks and checks in which attention
+    is a real share of the step (22% of its model FLOPs, against 9% in `tiny` and 51% in
+    `yambda-5b`) and the kernels see sequences of reference-like length, without a GPU. It
+    costs 2.0 GFLOP per sample forward and 6.0 per training step (`hstu_model.flops`), so two
+    CPU cores train it at a few samples per second (docs/benchmarks.md). Like `tiny` it runs
+    without dropout: a CPU run sees each sample at most once.
+    """
+    return HSTUConfig(
+        model=ModelConfig(
+            embedding_dim=256,
+            num_layers=3,
+            num_heads=4,
+            attention_dim=64,
+            linear_dim=64,
+            preprocessor_hidden_dim=128,
+            max_seq_len=528,
+            history_length=512,
+            contextual_seq_len=1 + len(TINY_CONTEXTUAL_FEATURES),
+            contextual_features=TINY_CONTEXTUAL_FEATURES,
+            position_buckets=528,
+            time_buckets=1024,
+            input_dropout=0.0,
+            linear_dropout=0.0,
+        ),
+        optimizer=OptimizerConfig(dense_lr=1e-3, sparse_lr=0.1, warmup_steps=100),
+        train=TrainConfig(batch_size=32, eval_batch_size=128),
+    )
+
+
+PRESETS = {"yambda-5b": yambda_5b, "small": small, "tiny": tiny}
 
 YAMBDA_5B_VOCAB: dict[str, int] = {
     "item_id": 9_390_624,
@@ -598,7 +633,19 @@ part of the preset's config (`YAMBDA_5B_CONTEXTUAL_FEATURES`), not of the vocabu
 TINY_VOCAB: dict[str, int] = {"uid": 400, "item_id": 80_000, "artist_id": 8_000, "album_id": 20_000}
 """Default table rows for the `tiny` preset (the ones its benchmark trains with)."""
 
-DEFAULT_VOCABS: dict[str, dict[str, int]] = {"yambda-5b": YAMBDA_5B_VOCAB, "tiny": TINY_VOCAB}
+SMALL_VOCAB: dict[str, int] = {
+    "uid": 2_000,
+    "item_id": 100_000,
+    "artist_id": 10_000,
+    "album_id": 25_000,
+}
+"""Default table rows for the `small` preset (the ones its benchmark trains with)."""
+
+DEFAULT_VOCABS: dict[str, dict[str, int]] = {
+    "yambda-5b": YAMBDA_5B_VOCAB,
+    "small": SMALL_VOCAB,
+    "tiny": TINY_VOCAB,
+}
 """Table rows `python -m hstu_model describe` uses for each preset unless --vocab says otherwise."""
 
 
