@@ -37,11 +37,13 @@ parameter).
 Not counted: element-wise work (layer norms, SiLU, bias and residual adds, u * norm(attn),
 dropout, the attention's scale, SiLU, 1/max_seq_len and mask, the sqrt(D) scaling and the
 positional additions) and the optimizer. Per token and layer these are O(D + H d_v) operations
-against O(D H (d_qk + d_v)) for the projections, and O(H) per attention pair against
-2 H (d_qk + d_v); at the presets' shapes they would add a few percent.
+against O(D H (d_qk + d_v)) for the projections, and about 10 per attention pair and head
+(scale, SiLU, 1/max_seq_len, mask) against 2 (d_qk + d_v): a few percent at the presets'
+shapes (most in `tiny`, whose heads are 32 wide).
 
 `reference_estimate` reproduces the DLRMv4 reference's published static estimate (315.7
-GFLOP/sample for yambda-5b, 57% attention) for comparison; see its docstring.
+GFLOP/sample for yambda-5b, 57% attention) for comparison; see its docstring. `summary` is the
+`flops_per_sample` section of `python -m hstu_model describe`.
 """
 
 from __future__ import annotations
