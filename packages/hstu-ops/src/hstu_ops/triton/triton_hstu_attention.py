@@ -246,6 +246,51 @@ def _dropout_scale(b, head, pos_q, pos_k, seed_lo, seed_hi, drop_threshold, inv_
     return tl.where(keep, inv_keep, 0.0)
 
 
+@triton.jit
+def _pair_weight_rules(
+    pos_q,
+    pos_k,
+    b,
+    head,
+    n,
+    c,
+    h,
+    max_attn_len,
+    seed_lo,
+    seed_hi,
+    drop_threshold,
+    inv_keep,
+    CAUSAL: tl.constexpr,
+    HAS_CTX: tl.constexpr,
+    HAS_TARGETS: tl.constexpr,
+    HAS_MAX_ATTN_LEN: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+):
+    """(allowed, dropout factor) of the (query pos_q, key pos_k) pairs of a tile: the mask of
+    _allowed, and the factor of _dropout_scale (1.0 without dropout). The forward and both
+    backward kernels ask it the same question, so they agree on every pair."""
+    ok = _allowed(
+        pos_q, pos_k, n, c, h, max_attn_len, CAUSAL, HAS_CTX, HAS_TARGETS, HAS_MAX_ATTN_LEN
+    )
+    if HAS_DROPOUT:
+        scale = _dropout_scale(b, head, pos_q, pos_k, seed_lo, seed_hi, drop_threshold, inv_keep)
+    else:
+        scale = 1.0
+    return ok, scale
+
+
+@triton.jit
+def _score_grad(dw, z, sig, ok, scale, alpha, inv_max_seq_len, HAS_DROPOUT: tl.constexpr):
+    """dL/d(q.k) of the allowed pairs (0 elsewhere) from dL/dw, where w = silu(alpha * q.k) /
+    max_seq_len, times the pair's dropout factor."""
+    # d silu(z) / dz = sig * (1 + z * (1 - sig)); dz / d(q.k) = alpha.
+    dz = dw * sig * (1.0 + z * (1.0 - sig)) * (alpha * inv_max_seq_len)
+    dz = tl.where(ok, dz, 0.0)
+    if HAS_DROPOUT:
+        dz *= scale
+    return dz
+
+
 @triton.jit(do_not_specialize=_DROPOUT_SEEDS)
 def _dropout_mask_kernel(
     Mask,
@@ -368,30 +413,28 @@ def _hstu_attn_fwd_kernel(
             )
             z = dot(q, tl.trans(k), DOT_PRECISION, INTERPRET_BF16) * alpha
             w = z / (1.0 + tl.exp(-z)) * inv_max_seq_len  # silu(z) / max_seq_len
-            ok = _allowed(
+            ok, scale = _pair_weight_rules(
                 offs_m[:, None],
                 offs_n[None, :],
+                b,
+                head,
                 n,
                 c,
                 h,
                 max_attn_len,
+                seed_lo,
+                seed_hi,
+                drop_threshold,
+                inv_keep,
                 CAUSAL,
                 HAS_CTX,
                 HAS_TARGETS,
                 HAS_MAX_ATTN_LEN,
+                HAS_DROPOUT,
             )
             w = tl.where(ok, w, 0.0)
             if HAS_DROPOUT:
-                w *= _dropout_scale(
-                    b,
-                    head,
-                    offs_m[:, None],
-                    offs_n[None, :],
-                    seed_lo,
-                    seed_hi,
-                    drop_threshold,
-                    inv_keep,
-                )
+                w *= scale
             acc += dot(cast(w, v.dtype, INTERPRET_BF16), v, DOT_PRECISION, INTERPRET_BF16)
         tl.store(
             Out + offs_m[:, None] * stride_ot + offs_dv[None, :],
@@ -461,41 +504,32 @@ def _hstu_attn_bwd_dkdv_rows(
         )
         z_t = dot(k, tl.trans(q), DOT_PRECISION, INTERPRET_BF16) * alpha  # [BLOCK_N, BLOCK_M]
         sig_t = 1.0 / (1.0 + tl.exp(-z_t))
-        ok_t = (
-            _allowed(
-                offs_m[None, :],
-                offs_n[:, None],
-                n,
-                c,
-                h,
-                max_attn_len,
-                CAUSAL,
-                HAS_CTX,
-                HAS_TARGETS,
-                HAS_MAX_ATTN_LEN,
-            )
-            & row_ok[None, :]
+        ok_t, scale_t = _pair_weight_rules(
+            offs_m[None, :],
+            offs_n[:, None],
+            b,
+            head,
+            n,
+            c,
+            h,
+            max_attn_len,
+            seed_lo,
+            seed_hi,
+            drop_threshold,
+            inv_keep,
+            CAUSAL,
+            HAS_CTX,
+            HAS_TARGETS,
+            HAS_MAX_ATTN_LEN,
+            HAS_DROPOUT,
         )
+        ok_t = ok_t & row_ok[None, :]
         w_t = tl.where(ok_t, z_t * sig_t * inv_max_seq_len, 0.0)
         if HAS_DROPOUT:
-            drop_t = _dropout_scale(
-                b,
-                head,
-                offs_m[None, :],
-                offs_n[:, None],
-                seed_lo,
-                seed_hi,
-                drop_threshold,
-                inv_keep,
-            )
-            w_t *= drop_t
+            w_t *= scale_t
         dv += dot(cast(w_t, do.dtype, INTERPRET_BF16), do, DOT_PRECISION, INTERPRET_BF16)
         dw_t = dot(v, tl.trans(do), DOT_PRECISION, INTERPRET_BF16)
-        # d silu(z) / dz = sig * (1 + z * (1 - sig)); dz / d(q.k) = alpha.
-        dz_t = dw_t * sig_t * (1.0 + z_t * (1.0 - sig_t)) * (alpha * inv_max_seq_len)
-        dz_t = tl.where(ok_t, dz_t, 0.0)
-        if HAS_DROPOUT:
-            dz_t *= drop_t
+        dz_t = _score_grad(dw_t, z_t, sig_t, ok_t, scale_t, alpha, inv_max_seq_len, HAS_DROPOUT)
         dk += dot(cast(dz_t, q.dtype, INTERPRET_BF16), q, DOT_PRECISION, INTERPRET_BF16)
     return dk, dv
 
@@ -785,31 +819,26 @@ def _hstu_attn_bwd_dq_kernel(
             z = dot(q, tl.trans(k), DOT_PRECISION, INTERPRET_BF16) * alpha
             sig = 1.0 / (1.0 + tl.exp(-z))
             dw = dot(do, tl.trans(v), DOT_PRECISION, INTERPRET_BF16)
-            ok = _allowed(
+            ok, scale = _pair_weight_rules(
                 offs_m[:, None],
                 offs_n[None, :],
+                b,
+                head,
                 n,
                 c,
                 h,
                 max_attn_len,
+                seed_lo,
+                seed_hi,
+                drop_threshold,
+                inv_keep,
                 CAUSAL,
                 HAS_CTX,
                 HAS_TARGETS,
                 HAS_MAX_ATTN_LEN,
+                HAS_DROPOUT,
             )
-            dz = dw * sig * (1.0 + z * (1.0 - sig)) * (alpha * inv_max_seq_len)
-            dz = tl.where(ok, dz, 0.0)
-            if HAS_DROPOUT:
-                dz *= _dropout_scale(
-                    b,
-                    head,
-                    offs_m[:, None],
-                    offs_n[None, :],
-                    seed_lo,
-                    seed_hi,
-                    drop_threshold,
-                    inv_keep,
-                )
+            dz = _score_grad(dw, z, sig, ok, scale, alpha, inv_max_seq_len, HAS_DROPOUT)
             dq += dot(cast(dz, k.dtype, INTERPRET_BF16), k, DOT_PRECISION, INTERPRET_BF16)
         tl.store(
             DQ + offs_m[:, None] * stride_dqt + offs_dqk[None, :],
