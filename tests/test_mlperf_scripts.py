@@ -77,6 +77,8 @@ def prepared(tmp_path_factory) -> Path:
         ("download_dataset.sh", ["a", "5b", "c"], "too many arguments"),
         ("download_dataset.sh", ["--source"], "--source needs a value"),
         ("prepare_dataset.sh", ["d", "7b"], "unknown size '7b'"),
+        ("prepare_dataset.sh", ["--min-history"], "--min-history needs a value"),
+        ("prepare_dataset.sh", ["--min-history", "0"], "--min-history must be a positive integer"),
         ("verify_dataset.sh", ["--bogus"], "unknown option --bogus"),
         ("verify_dataset.sh", ["d", "50m", "x"], "too many arguments"),
         ("verify_dataset.sh", ["d", "1b"], "unknown size '1b'"),
@@ -230,20 +232,50 @@ def test_run_and_time_on_a_download_uses_the_prepared_data(prepared, tmp_path):
     assert config["run"]["data"] == str(prepared) and config["run"]["size"] == SIZE
 
 
-def test_run_and_time_fails_when_training_fails(tmp_path):
-    """train.py's exit status comes back, with no result (uv stands in for a failing run)."""
+def run_and_time_with_fake_uv(
+    tmp_path: Path, uv_script: str, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """run_and_time.sh --out TMP/run with `uv` on PATH replaced by a shell script."""
     fake = tmp_path / "bin"
     fake.mkdir()
-    (fake / "uv").write_text("#!/bin/sh\necho 'train.py: simulated failure' >&2\nexit 3\n")
+    (fake / "uv").write_text(f"#!/bin/sh\n{uv_script}\n")
     (fake / "uv").chmod(0o755)
-    env = os.environ | {"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}", "MLPERF_NO_UV": "0"}
-    done = subprocess.run(
+    path = f"{fake}{os.pathsep}{os.environ['PATH']}"
+    return subprocess.run(
         ["bash", str(MLPERF / "run_and_time.sh"), "--out", str(tmp_path / "run")],
         capture_output=True,
         text=True,
-        env=env,
+        env=os.environ | {"PATH": path, "MLPERF_NO_UV": "0"} | (env or {}),
         timeout=60,
     )
+
+
+def test_run_and_time_launches_train_py_with_mlperf_launcher(tmp_path):
+    """MLPERF_LAUNCHER's words come before train.py (uv stands in for the run and fails)."""
+    launcher = {"MLPERF_LAUNCHER": "torchrun --standalone --nproc-per-node 8"}
+    done = run_and_time_with_fake_uv(tmp_path, 'echo "uv $*" >&2\nexit 3', launcher)
+    assert done.returncode == 3, explain(done)
+    launched = f"torchrun --standalone --nproc-per-node 8 {ROOT}/tools/train.py --out"
+    assert launched in done.stderr, explain(done)
+
+
+@pytest.mark.slow
+@needs_uv
+def test_prepare_dataset_builds_the_store_for_min_history(prepared, tmp_path):
+    elsewhere = tmp_path / "prepared"
+    done = script(
+        "prepare_dataset.sh", "--prepared", elsewhere, "--min-history", "64", prepared, SIZE
+    )
+    assert done.returncode == 0, explain(done)
+    manifest = json.loads((elsewhere / "store" / "manifest.json").read_text())
+    default = json.loads((prepared / "prepared" / SIZE / "store" / "manifest.json").read_text())
+    assert (manifest["min_history"], default["min_history"]) == (64, 16)
+    assert 0 < manifest["num_train_anchors"] < default["num_train_anchors"]
+
+
+def test_run_and_time_fails_when_training_fails(tmp_path):
+    """train.py's exit status comes back, with no result (uv stands in for a failing run)."""
+    done = run_and_time_with_fake_uv(tmp_path, "echo 'train.py: simulated failure' >&2\nexit 3")
     assert done.returncode == 3, explain(done)
     assert "simulated failure" in done.stderr
     assert "ERROR: tools/train.py failed with exit status 3" in done.stderr

@@ -53,7 +53,10 @@ def test_command_line_surface_is_frozen():
         "keep_checkpoints": 2,
         "resume": "never",
         "dist_timeout_seconds": 300.0,
+        "min_history": 16,
+        "division": "open",
     }
+    assert train.parse_args(["--steps", "epoch"]).steps is None
 
 
 @pytest.mark.parametrize(
@@ -61,6 +64,21 @@ def test_command_line_surface_is_frozen():
     [
         (["--steps", "0"], "--steps: must be >= 1, got 0"),
         (["--steps", "2", "--evals", "3"], "--evals: need 1 <= evals <= steps (2), got 3"),
+        (["--steps", "all"], "--steps: expected a number of steps or 'epoch', got 'all'"),
+        (["--min-history", "0"], "--min-history: must be >= 1, got 0"),
+        (
+            ["--division", "closed"],
+            "--division: closed needs data=<the Yambda download> (got None); size=5b (got 50m); "
+            "steps=None (one pass over the data; --steps epoch) (got 600); evals=1000, one "
+            "every 0.1% of the data (got 3); min_history=4086, the reference's samples (got 16)",
+        ),
+        (
+            [
+                *("--division", "closed", "--data", "d", "--size", "5b", "--steps", "epoch"),
+                *("--evals", "1000", "--min-history", "4086", "--target-auc", "0.7"),
+            ],
+            "--division: closed needs target_auc=0.75 (got 0.7)",
+        ),
     ],
 )
 def test_bad_schedule_is_refused(argv, message, capsys):
@@ -153,6 +171,32 @@ def test_kernels_give_the_same_run(first_run, tmp_path):
     assert other == pytest.approx(summary["eval_auc"], abs=2e-3)
 
 
+def test_an_epoch_trains_one_pass_of_a_store_built_for_min_history(tmp_path):
+    """--steps epoch: train_samples is what one pass over the windows trains (whole global
+    batches per window), the schedule ends at its last eval point, and --min-history reaches
+    the store."""
+    out = tmp_path / "run"
+    argv = ["--users", "40", "--steps", "epoch", "--evals", "2", "--min-history", "600"]
+    summary = train.main([*argv, "--workers", "0", "--target-auc", "1", "--out", str(out)])
+    manifest = json.loads((out / "prepared" / "store" / "manifest.json").read_text())
+    assert manifest["min_history"] == 600
+    records = {r["key"]: r for r in read_log(summary["mlperf_log"])}
+    train_samples = records["train_samples"]["value"]
+    assert train_samples % 256 == 0 and 256 < train_samples < manifest["num_train_anchors"]
+    interval = -(-train_samples // 2 // 256) * 256  # eval every 50%, on the batch grid
+    assert summary["train_samples"] == interval * (train_samples // interval)
+    assert summary["status"] == "aborted"  # the schedule ended below target AUC 1
+    assert check_log(summary["mlperf_log"], ruleset="dev").passed
+    config = json.loads((out / "config.json").read_text())["run"]
+    assert (config["steps"], config["min_history"], config["division"]) == (None, 600, "open")
+
+
+def test_too_little_data_for_one_batch_is_named(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match=r"no time window holds a global batch of 256 samples"):
+        train.main(["--users", "20", "--min-history", "1200", "--workers", "0", "--out", str(out)])
+
+
 def test_missing_dataset_is_named_and_the_run_is_logged_aborted(tmp_path):
     out = tmp_path / "run"
     with pytest.raises(FileNotFoundError, match=r"multi_event\.parquet"):
@@ -192,29 +236,89 @@ def test_checkpoint_after_every_window(tmp_path):
     assert [c.step for c in saved] == [1, 2, 3, 5, 6, 7, 8, 9, 11, 12]
 
 
-def test_run_killed_after_a_checkpoint_resumes_bit_identical(first_run, tmp_path):
-    """SIGKILL a real run right after its step-10 checkpoint (mid-window) is complete, resume
-    it with --resume auto (and another worker count): the same weights, AUC and a compliant
-    log with one run_start, as the uninterrupted first_run."""
+KILLABLE_TRAIN = """
+import os, runpy, sys, time
+from pathlib import Path
+
+import hstu_model.checkpoint as ck
+from hstu_model.training.trainer import Trainer
+
+point, marker, train_py = os.environ["KILL_AT"], Path(os.environ["KILL_MARKER"]), sys.argv[1]
+
+
+def wait_for_the_kill():
+    marker.write_text(point)
+    time.sleep(600)
+
+
+if point == "saving step 10":  # its files written and synced, not yet renamed into place
+    fsync_tree = ck._fsync_tree
+
+    def fsync_then_wait(path):
+        fsync_tree(path)
+        if path.name == ".tmp-step-10":
+            wait_for_the_kill()
+
+    ck._fsync_tree = fsync_then_wait
+elif point == "step 8":  # between checkpoints, before step 8 trains
+    train_step = Trainer.train_step
+
+    def wait_then_train(self, batch):
+        if self.step == 7:
+            wait_for_the_kill()
+        return train_step(self, batch)
+
+    Trainer.train_step = wait_then_train
+sys.argv = sys.argv[1:]
+runpy.run_path(train_py, run_name="__main__")
+"""
+"""tools/train.py, stopped for a SIGKILL at KILL_AT (after writing KILL_MARKER)."""
+
+
+@pytest.mark.parametrize(
+    ("kill_at", "resume_step", "consumed"),
+    [
+        ("after step 10's checkpoint", 10, 256),  # mid-window: one of its two batches
+        ("saving step 10", 5, 0),
+        ("step 8", 5, 0),
+    ],
+)
+def test_run_killed_anywhere_resumes_bit_identical(
+    first_run, tmp_path, kill_at, resume_step, consumed
+):
+    """SIGKILL a real run (with its loader worker) right after its step-10 checkpoint is
+    complete, in the middle of saving it, or between checkpoints; resume it with --resume auto
+    (and another worker count): the same weights, AUC, metric rows and a compliant log with one
+    run_start, as the uninterrupted first_run."""
     _, uninterrupted = first_run
     out, checkpoints = tmp_path / "run", tmp_path / "checkpoints"
     argv = [*SHORT, "--out", str(out), "--checkpoint-dir", str(checkpoints)]
     argv += ["--checkpoint-every", "5", "--resume", "auto"]
-    stderr = tmp_path / "killed.stderr"
+    stderr, marker = tmp_path / "killed.stderr", tmp_path / "stopped"
+    (tmp_path / "killable_train.py").write_text(KILLABLE_TRAIN)
+    command = [sys.executable, str(tmp_path / "killable_train.py"), str(ROOT / "tools/train.py")]
+    env = os.environ | {"KILL_AT": kill_at, "KILL_MARKER": str(marker)}
+
+    def reached() -> bool:
+        if kill_at.startswith("after"):
+            return (found := ck.latest(checkpoints)) is not None and found.step >= 10
+        return marker.exists()
+
     with open(stderr, "wb") as err:
         # Its own session: the kill takes the loader's worker process with it.
         proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "tools" / "train.py"), *argv, "--workers", "1"],
+            [*command, *argv, "--workers", "1"],
             cwd=ROOT,
+            env=env,
             stdout=subprocess.DEVNULL,
             stderr=err,
             start_new_session=True,
         )
         try:
             deadline = time.monotonic() + 300
-            while (found := ck.latest(checkpoints)) is None or found.step < 10:
+            while not reached():
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"no checkpoint at step 10; stderr:\n{stderr.read_text()[-5000:]}")
+                    pytest.fail(f"never reached {kill_at}; stderr:\n{stderr.read_text()[-5000:]}")
                 time.sleep(0.01)
             os.killpg(proc.pid, signal.SIGKILL)
         finally:
@@ -223,16 +327,17 @@ def test_run_killed_after_a_checkpoint_resumes_bit_identical(first_run, tmp_path
             proc.wait()
     assert proc.returncode == -signal.SIGKILL
     killed_keys = [r["key"] for r in read_log(out / "mlperf.log")]
-    assert "run_stop" not in killed_keys, "the run ended before the kill (about 0.8 s later)"
+    assert "run_stop" not in killed_keys, "the run ended before the kill"
+    assert (checkpoints / ".tmp-step-10").exists() == (kill_at == "saving step 10")
     resume_from = ck.latest(checkpoints)
-    assert resume_from.step == 10
-    assert resume_from.extra["data"]["consumed"] == 256  # one of the window's two batches
+    assert resume_from.step == resume_step
+    assert resume_from.extra["data"]["consumed"] == consumed
 
     resumed = train.main([*argv, "--workers", "0"])
     # The metric rows too: cut back to the checkpoint, then the same rows appended.
     first_out = Path(uninterrupted["mlperf_log"]).parent
     assert (out / "metrics.csv").read_text() == (first_out / "metrics.csv").read_text()
-    assert resumed["resumed_from_step"] == 10
+    assert resumed["resumed_from_step"] == resume_step
     assert resumed["weights_sha256"] == uninterrupted["weights_sha256"]
     assert resumed["eval_auc"] == uninterrupted["eval_auc"]
     assert resumed["train_samples"] == uninterrupted["train_samples"] == 12 * 256
@@ -244,6 +349,7 @@ def test_run_killed_after_a_checkpoint_resumes_bit_identical(first_run, tmp_path
     result = check_log(out / "mlperf.log", ruleset="dev")
     assert result.passed, result.summary()
     assert [c.step for c in ck.list_checkpoints(checkpoints)] == [5, 10]  # --keep-checkpoints 2
+    assert not (checkpoints / ".tmp-step-10").exists()
 
 
 def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):

@@ -26,7 +26,7 @@ from pathlib import Path
 from hstu_model import ConfigError
 from hstu_model.config import PRESETS
 from hstu_model.training.distributed import RankLostError
-from hstu_model.training.run import RunConfig, train
+from hstu_model.training.run import REFERENCE_MIN_HISTORY, RunConfig, train
 
 DEFAULTS = RunConfig()
 
@@ -49,7 +49,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--size", default=DEFAULTS.size, help="dataset size folder under flat/ (default 50m)")
     add("--users", type=int, default=DEFAULTS.users, help="users of the synthetic dataset")
     add("--seed", type=int, default=DEFAULTS.seed, help="seed of data, init and order")
-    add("--steps", type=int, default=DEFAULTS.steps, help="training steps")
+    add(
+        "--steps",
+        type=steps_arg,
+        default=DEFAULTS.steps,
+        help="training steps, or 'epoch': one pass over the train windows (train_samples is then "
+        "their sample count)",
+    )
     add("--evals", type=int, default=DEFAULTS.evals, help="evaluations, evenly spaced")
     add("--kernel", choices=("pytorch", "native"), default=DEFAULTS.kernel)
     add("--workers", type=int, default=DEFAULTS.workers, help="data loader worker processes")
@@ -86,6 +92,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=DEFAULTS.dist_timeout_seconds,
         help="under torchrun: how long a collective waits for a silent rank before failing",
     )
+    add(
+        "--min-history",
+        type=int,
+        default=DEFAULTS.min_history,
+        help=f"earlier events a listen needs to become a sample (the reference: "
+        f"{REFERENCE_MIN_HISTORY})",
+    )
+    add(
+        "--division",
+        choices=("open", "closed"),
+        default=DEFAULTS.division,
+        help="MLPerf division of the log; closed refuses settings the closed rules reject "
+        "(see tools/mlperf/README.md)",
+    )
     args = p.parse_args(argv)
     try:
         run_config(args)
@@ -93,6 +113,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         field, _, message = str(error).removeprefix("RunConfig.").partition(": ")
         p.error(f"--{field.replace('_', '-')}: {message}")
     return args
+
+
+def steps_arg(text: str) -> int | None:
+    if text == "epoch":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        message = f"expected a number of steps or 'epoch', got {text!r}"
+        raise argparse.ArgumentTypeError(message) from None
 
 
 def run_config(args: argparse.Namespace) -> RunConfig:

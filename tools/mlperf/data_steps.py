@@ -1,7 +1,7 @@
 """Data steps of the MLPerf scripts: prepare the processed outputs, record and compare their
 expected values. Called by prepare_dataset.sh and verify_dataset.sh; see tools/mlperf/README.md.
 
-    data_steps.py prepare DATA_DIR SIZE PREPARED
+    data_steps.py prepare DATA_DIR SIZE PREPARED [MIN_HISTORY]
     data_steps.py check   EXPECTED DATA_DIR SIZE PREPROCESS_REPORT STORE_REPORT
     data_steps.py record  EXPECTED DATA_DIR SIZE PREPROCESS_REPORT STORE_REPORT
 
@@ -48,8 +48,9 @@ STORE_KEYS = (
 )
 
 
-def prepare(data_dir: str, size: str, prepared: str) -> None:
-    """Preprocess and build the store exactly as train.py does, so that it reuses them."""
+def prepare(data_dir: str, size: str, prepared: str, min_history: str | None = None) -> None:
+    """Preprocess and build the store exactly as train.py does with the same min_history (its
+    default unless given), so that it reuses them."""
     import yambda_data
     from hstu_model.training.run import MIN_HISTORY
 
@@ -60,7 +61,7 @@ def prepare(data_dir: str, size: str, prepared: str) -> None:
         data_dir,
         size,
         prepared,
-        min_history=MIN_HISTORY,
+        min_history=MIN_HISTORY if min_history is None else int(min_history),
         window_seconds=WINDOW_SECONDS,
         progress=progress,
     )
@@ -149,8 +150,8 @@ def record(expected_file: str, *observed_args: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    commands = {"prepare": (prepare, 3), "check": (check, 5), "record": (record, 5)}
-    if not argv or argv[0] not in commands or len(argv) - 1 != commands[argv[0]][1]:
+    commands = {"prepare": (prepare, (3, 4)), "check": (check, (5,)), "record": (record, (5,))}
+    if not argv or argv[0] not in commands or len(argv) - 1 not in commands[argv[0]][1]:
         print(__doc__, file=sys.stderr)
         return 2
     function, _ = commands[argv[0]]

@@ -7,7 +7,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 usage() {
   cat <<USAGE
-Usage: $(basename "$0") [--prepared DIR] [DATA_DIR] [SIZE]
+Usage: $(basename "$0") [--prepared DIR] [--min-history N] [DATA_DIR] [SIZE]
 
 Runs the reference's preprocessing (temporal split, sessions, item popularity) and builds the
 memory-mapped sample store, exactly as tools/train.py would on its first run, into PREPARED
@@ -17,23 +17,30 @@ unchanged, so running it again does nothing. run_and_time.sh --data DATA_DIR use
   DATA_DIR        dataset root of download_dataset.sh (default: $DEFAULT_DATA_DIR)
   SIZE            one of: $YAMBDA_SIZES (default: $DEFAULT_SIZE)
   --prepared DIR  where the outputs go (default: DATA_DIR/prepared/SIZE)
+  --min-history N earlier events a listen needs to become a sample: train.py's --min-history
+                  of the runs that will use the store (default: train.py's; a closed run
+                  needs the reference's 4086)
   -h, --help      this message
 USAGE
 }
 
-prepared=""
+prepared="" min_history=""
 positional=()
 while (($#)); do
   case "$1" in
     -h | --help) usage; exit 0 ;;
-    --prepared)
+    --prepared | --min-history)
       (($# >= 2)) || usage_error "$1 needs a value"
-      prepared=$2; shift 2 ;;
+      if [[ $1 == --prepared ]]; then prepared=$2; else min_history=$2; fi
+      shift 2 ;;
     -*) usage_error "unknown option $1" ;;
     *) positional+=("$1"); shift ;;
   esac
 done
 ((${#positional[@]} <= 2)) || usage_error "too many arguments: ${positional[*]}"
+if [[ -n $min_history && ! $min_history =~ ^[1-9][0-9]*$ ]]; then
+  usage_error "--min-history must be a positive integer, got '$min_history'"
+fi
 data_dir=${positional[0]:-$DEFAULT_DATA_DIR}
 size=${positional[1]:-$DEFAULT_SIZE}
 check_size "$size"
@@ -45,5 +52,6 @@ if [[ ! -f $raw ]]; then
   exit 1
 fi
 mkdir -p "$prepared"
-in_workspace python "$MLPERF_DIR/data_steps.py" prepare "$data_dir" "$size" "$prepared"
+in_workspace python "$MLPERF_DIR/data_steps.py" prepare "$data_dir" "$size" "$prepared" \
+  ${min_history:+"$min_history"}
 echo "done: next, tools/mlperf/verify_dataset.sh $data_dir $size"

@@ -29,6 +29,10 @@ check, 2 for a usage error.
                      dev, the rules for synthetic data, without)
   -- TRAIN_ARGS      passed on to tools/train.py (see: uv run tools/train.py --help)
   -h, --help         this message
+
+Environment: MLPERF_LAUNCHER, the command that runs train.py (default: python; several GPUs:
+'torchrun --standalone --nproc-per-node 8'), run through uv like the other tools unless
+MLPERF_NO_UV=1.
 USAGE
 }
 
@@ -63,7 +67,10 @@ if [[ -n $seed && ! $seed =~ ^[0-9]+$ ]]; then
 fi
 [[ -n $out ]] || usage_error "--out must not be empty"
 
-train=(python "$REPO_ROOT/tools/train.py" --out "$out")
+# MLPERF_LAUNCHER runs train.py: python by default, torchrun for several GPUs.
+read -r -a launcher <<<"${MLPERF_LAUNCHER:-python}"
+((${#launcher[@]})) || usage_error "MLPERF_LAUNCHER is empty"
+train=("${launcher[@]}" "$REPO_ROOT/tools/train.py" --out "$out")
 if [[ -n $data ]]; then
   size=${size:-$DEFAULT_SIZE}
   check_size "$size"

@@ -47,7 +47,14 @@ from mlperf_compliance import (
 )
 from yambda_data.loader import make_loader
 
-__all__ = ["MIN_HISTORY", "RUN_IDENTITY", "RunConfig", "model_crosses", "train"]
+__all__ = [
+    "MIN_HISTORY",
+    "REFERENCE_MIN_HISTORY",
+    "RUN_IDENTITY",
+    "RunConfig",
+    "model_crosses",
+    "train",
+]
 
 RUN_IDENTITY = (
     "preset",
@@ -61,6 +68,8 @@ RUN_IDENTITY = (
     "evals",
     "kernel",
     "target_auc",
+    "min_history",
+    "division",
 )
 """Fields a resumed run must share with the checkpointed one (the others, such as `workers`
 and `out`, do not change the result)."""
@@ -72,8 +81,18 @@ MLPERF_TARGET_AUC = 0.75
 """The MLPerf DLRMv4 quality target (closed division, real data)."""
 
 MIN_HISTORY = 16
-"""Earlier events a listen needs to become a training anchor in the run's sample store (the
-reference's 4086 needs its full-size model); the MLPerf data scripts prepare the same store."""
+"""Earlier events a listen needs to become an anchor in the run's sample store, by default
+(`RunConfig.min_history`); the MLPerf data scripts prepare the same store."""
+
+REFERENCE_MIN_HISTORY = 4086
+"""The reference's anchor rule (min_history = history_length = 4086), which the train and eval
+sample counts pinned by the closed rules come from."""
+
+CLOSED_EVALS = 1000
+"""Evaluations of a closed run: one every 0.1% of the train samples (eval_every_data_pct)."""
+
+CLOSED_SIZE = "5b"
+"""The dataset whose sample counts the closed rules pin."""
 
 
 @dataclass(frozen=True)
@@ -96,10 +115,12 @@ class RunConfig:
     """Users of the synthetic dataset (ignored with `data`)."""
     seed: int = 0
     """Seed of the synthetic data, the initialization and the data order."""
-    steps: int = 600
-    """Training steps."""
+    steps: int | None = 600
+    """Training steps; None: one pass over the train windows, whose sample count (whole global
+    batches per window) is then the logged train_samples."""
     evals: int = 3
-    """Evaluations, evenly spaced over the steps (the last one at the end)."""
+    """Evaluations, evenly spaced over the run (eval_every_data_pct = 1 / evals; the last one
+    at the end)."""
     kernel: str = "native"
     """hstu-ops kernel of the model (pytorch, native, triton)."""
     workers: int = 1
@@ -124,6 +145,14 @@ class RunConfig:
     dist_timeout_seconds: float = 300.0
     """Under torchrun: the longest a collective waits for the other ranks before the run fails
     (a rank that died or hangs)."""
+    min_history: int = MIN_HISTORY
+    """Earlier events of the user a listen needs to become a sample (the store is built for
+    it); the reference's is REFERENCE_MIN_HISTORY."""
+    division: Literal["open", "closed"] = "open"
+    """MLPerf division the log declares. closed checks, before anything runs, the settings the
+    closed rules pin that the run itself decides (the real 5b data, one pass, 1000 evaluations,
+    the reference's anchor rule, target 0.75); the compliance check of the log judges the rest
+    (the learning-rate band, the optimizer, the sample counts)."""
 
     def __post_init__(self) -> None:
         def require(ok: bool, field: str, message: str) -> None:
@@ -133,12 +162,42 @@ class RunConfig:
         if isinstance(self.overrides, list):
             object.__setattr__(self, "overrides", tuple(self.overrides))
         require(self.preset in PRESETS, "preset", f"unknown preset {self.preset!r}")
-        require(self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
+        require(self.steps is None or self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
         require(
-            1 <= self.evals <= self.steps,
+            1 <= self.evals <= (self.steps or self.evals),
             "evals",
             f"need 1 <= evals <= steps ({self.steps}), got {self.evals}",
         )
+        require(self.min_history >= 1, "min_history", f"must be >= 1, got {self.min_history}")
+        require(
+            self.division in ("open", "closed"),
+            "division",
+            f"must be 'open' or 'closed', got {self.division!r}",
+        )
+        if self.division == "closed":
+            wanted = {  # field: (what the closed rules need, whether it is set so)
+                "data": ("<the Yambda download>", self.data is not None),
+                "size": (CLOSED_SIZE, self.size == CLOSED_SIZE),
+                "steps": ("None (one pass over the data; --steps epoch)", self.steps is None),
+                "evals": (
+                    f"{CLOSED_EVALS}, one every 0.1% of the data",
+                    self.evals == CLOSED_EVALS,
+                ),
+                "min_history": (
+                    f"{REFERENCE_MIN_HISTORY}, the reference's samples",
+                    self.min_history == REFERENCE_MIN_HISTORY,
+                ),
+                "target_auc": (
+                    f"{MLPERF_TARGET_AUC}",
+                    self.target_auc in (None, MLPERF_TARGET_AUC),
+                ),
+            }
+            wrong = [
+                f"{name}={need} (got {getattr(self, name)})"
+                for name, (need, ok) in wanted.items()
+                if not ok
+            ]
+            require(not wrong, "division", "closed needs " + "; ".join(wrong))
         require(self.users >= 1, "users", f"must be >= 1, got {self.users}")
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         require(self.workers >= 0, "workers", f"must be >= 0, got {self.workers}")
@@ -327,7 +386,10 @@ class _StreamingRun:
                     )
                     yambda_data.synthesize(self.root, synth)
                 self.store = yambda_data.prepare_store(
-                    self.root, config.size, config.out / "prepared", min_history=MIN_HISTORY
+                    self.root,
+                    config.size,
+                    config.out / "prepared",
+                    min_history=config.min_history,
                 )
             ctx.barrier()
         self.sample_config = yambda_data.SampleConfig(
@@ -346,11 +408,24 @@ class _StreamingRun:
             shuffle=False,
             drop_last=False,
         )
-        # Where the data stands, counted in the samples each window trains per pass.
+        # Where the data stands, counted in the samples each window trains per pass (whole
+        # global batches: batches never span windows).
         plan = self.train_plan()
-        self.position = ckpt.StreamPosition(
-            [dataclasses.replace(plan, sources=(w,)).num_samples(self.store) for w in self.windows]
+        sizes = [
+            dataclasses.replace(plan, sources=(w,)).num_samples(self.store) for w in self.windows
+        ]
+        if sum(sizes) == 0:
+            raise ValueError(
+                f"{self.store.path}: no time window holds a global batch of "
+                f"{self.global_batch_size} samples (min_history {config.min_history}); "
+                "use more data, a lower min_history or a smaller batch"
+            )
+        self.position = ckpt.StreamPosition(sizes)
+        self.train_samples = (
+            sum(sizes) if config.steps is None else config.steps * self.global_batch_size
         )
+        """Samples the run trains (logged as train_samples): `steps` global batches, or what
+        one pass over the windows trains."""
 
     def loader(self, plan: yambda_data.BatchPlan):
         return make_loader(
@@ -393,7 +468,7 @@ class _StreamingRun:
             precision_linear=precision,
             precision_attn=precision,
             precision_comm="fp32",
-            train_samples=self.config.steps * self.global_batch_size,
+            train_samples=self.train_samples,
             eval_samples=eval_samples,
             max_sequence_length=hstu.model.max_seq_len,
             eval_every_data_pct=1.0 / self.config.evals,
@@ -432,9 +507,17 @@ class _StreamingRun:
                 config=json.loads(config_path.read_text()),
             )
         run_config = self.mlperf_config(config_path, eval_samples)
+        schedule = eval_schedule(
+            run_config.train_samples, self.global_batch_size, run_config.eval_every_data_pct
+        )
+        if not schedule:
+            raise ValueError(
+                f"{run_config.train_samples} train samples in {config.evals} evaluation(s) at a "
+                f"global batch of {self.global_batch_size}: too short for a first evaluation"
+            )
         recorder = MetricsRecorder(
             config.out,
-            config.steps,
+            schedule[-1] // self.global_batch_size,
             self.global_batch_size,
             log=self.log,
             write=ctx.is_main,
@@ -443,7 +526,7 @@ class _StreamingRun:
         # What the loop carries from one eval interval to the next (and through a checkpoint).
         loop = {"epoch": 0, "trained_seconds": 0.0, "auc": float("nan"), "ne": float("nan")}
         if self.resume is None:
-            mllog.submission_info(org="reference", platform=platform(ctx), division="open")
+            mllog.submission_info(org="reference", platform=platform(ctx), division=config.division)
             mllog.cache_clear()
             mllog.hyperparameters(dlrmv4_run_start_keys(run_config))
             tracker.init_stop()
@@ -475,9 +558,6 @@ class _StreamingRun:
 
         position, batch_size = self.position, self.global_batch_size
         stream = self.train_stream(position.epoch, position.source, position.consumed)
-        schedule = eval_schedule(
-            run_config.train_samples, batch_size, run_config.eval_every_data_pct
-        )
         for eval_at in schedule[tracker.num_evals :]:  # a resumed run skips logged evals
             if not tracker.in_block:
                 tracker.block_start(trainer.step * batch_size, first_epoch_num=loop["epoch"])
