@@ -53,8 +53,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--steps",
         type=steps_arg,
         default=DEFAULTS.steps,
-        help="training steps, or 'epoch': one pass over the train windows (train_samples is then "
-        "their sample count)",
+        help="training steps, or 'epoch': as many samples as the train windows hold (their "
+        "anchor count is then the logged train_samples)",
     )
     add("--evals", type=int, default=DEFAULTS.evals, help="evaluations, evenly spaced")
     add("--kernel", choices=("pytorch", "native"), default=DEFAULTS.kernel)

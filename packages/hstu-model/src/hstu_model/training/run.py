@@ -116,8 +116,9 @@ class RunConfig:
     seed: int = 0
     """Seed of the synthetic data, the initialization and the data order."""
     steps: int | None = 600
-    """Training steps; None: one pass over the train windows, whose sample count (whole global
-    batches per window) is then the logged train_samples."""
+    """Training steps; None: as many as the train windows hold samples (their anchor count,
+    the logged train_samples, as the closed rules count it), which is one pass less each
+    window's last incomplete global batch, plus that many samples of the next pass."""
     evals: int = 3
     """Evaluations, evenly spaced over the run (eval_every_data_pct = 1 / evals; the last one
     at the end)."""
@@ -421,11 +422,12 @@ class _StreamingRun:
                 "use more data, a lower min_history or a smaller batch"
             )
         self.position = ckpt.StreamPosition(sizes)
-        self.train_samples = (
-            sum(sizes) if config.steps is None else config.steps * self.global_batch_size
-        )
-        """Samples the run trains (logged as train_samples): `steps` global batches, or what
-        one pass over the windows trains."""
+        if config.steps is None:  # the dataset's size, as the closed rules pin it
+            anchors = dataclasses.replace(plan, rank=0, world_size=1, drop_last=False)
+            self.train_samples = anchors.num_samples(self.store)
+        else:
+            self.train_samples = config.steps * self.global_batch_size
+        """Logged as train_samples; the run ends at the last evaluation not beyond it."""
 
     def loader(self, plan: yambda_data.BatchPlan):
         return make_loader(
