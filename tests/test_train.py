@@ -54,6 +54,7 @@ def test_command_line_surface_is_frozen():
         "resume": "never",
         "dist_timeout_seconds": 300.0,
         "min_history": 16,
+        "history_strategy": "interleaved",
         "division": "open",
     }
     assert train.parse_args(["--steps", "epoch"]).steps is None
@@ -76,8 +77,28 @@ def test_command_line_surface_is_frozen():
             [
                 *("--division", "closed", "--data", "d", "--size", "5b", "--steps", "epoch"),
                 *("--evals", "1000", "--min-history", "4086", "--target-auc", "0.7"),
+                *("--preset", "yambda-5b", "--set", "optimizer.dense_lr=2e-6"),
             ],
             "--division: closed needs target_auc=0.75 (got 0.7)",
+        ),
+        (
+            [
+                *("--division", "closed", "--data", "d", "--size", "5b", "--steps", "epoch"),
+                *("--evals", "1000", "--min-history", "4086", "--preset", "tiny"),
+            ],
+            "--division: closed needs preset=yambda-5b, the reference's model (got tiny); "
+            "model.embedding_dim=64 (reference: 512), not the reference's",
+        ),
+        (
+            [
+                *("--division", "closed", "--data", "d", "--size", "5b", "--steps", "epoch"),
+                *("--evals", "1000", "--min-history", "4086", "--preset", "yambda-5b"),
+                *("--history-strategy", "last_n", "--set", "model.num_layers=5"),
+                *("--set", "optimizer.warmup_steps=10", "--set", "train.batch_size=512"),
+            ],
+            "--division: closed needs history_strategy=interleaved, the reference's samples "
+            "(got last_n); model.num_layers=5 (reference: 3), not the reference's; "
+            "optimizer.warmup_steps=10 (reference: 24000), not the reference's",
         ),
     ],
 )

@@ -27,6 +27,7 @@ from hstu_model import ConfigError
 from hstu_model.config import PRESETS
 from hstu_model.training.distributed import RankLostError
 from hstu_model.training.run import REFERENCE_MIN_HISTORY, RunConfig, train
+from yambda_data import HISTORY_STRATEGIES
 
 DEFAULTS = RunConfig()
 
@@ -98,6 +99,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=DEFAULTS.min_history,
         help=f"earlier events a listen needs to become a sample (the reference: "
         f"{REFERENCE_MIN_HISTORY})",
+    )
+    add(
+        "--history-strategy",
+        choices=HISTORY_STRATEGIES,
+        default=DEFAULTS.history_strategy,
+        help="how a sample's history is drawn: interleaved (the reference's) or last_n",
     )
     add(
         "--division",

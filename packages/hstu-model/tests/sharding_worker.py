@@ -229,7 +229,11 @@ def scenario_meta(rank: int, world_size: int) -> dict:
     cfg = config()
     dmp, summary, _ = shard(cfg, meta=True)
     module = get_unwrapped_module(dmp)
-    bound = 1.0 / cfg.model.embedding_dim**0.5
+    # TorchRec's and the reference's table init: U(+-sqrt(1 / rows of the whole table)).
+    bounds = {
+        f"embedding_collection.embeddings.{t.name}.weight": (1.0 / t.num_embeddings) ** 0.5
+        for t in module.tables
+    }
     tables = {
         name: float(p.detach().abs().max()) if p.numel() else 0.0
         for name, p in dmp.named_parameters()
@@ -244,7 +248,7 @@ def scenario_meta(rank: int, world_size: int) -> dict:
         "losses": losses,
         "on_meta": [n for n, p in dmp.named_parameters() if p.is_meta],
         "table_max_abs": tables,
-        "init_bound": bound,
+        "init_bounds": bounds,
         "item_id_first_row_per_rank": first_rows,
         "buffers": {n: b.tolist() for n, b in module.named_buffers() if n in BUFFERS},
     }

@@ -29,36 +29,40 @@ HAND = ModelConfig(
     contextual_features=(ContextualFeature("user_x_hour", 24),),
     position_buckets=8,
     time_buckets=16,
+    action_embedding_dim=2,
+    item_hidden_dim=6,
+    head_hidden_dim=7,
 )
-"""D 8, P 5, H 2, d_qk 4, d_v 3, one layer; C 2 + L 4 + T 1 = 7 tokens."""
+"""D 8, P 5, H 2, d_qk 4, d_v 3, A 3 x 2, I 6, K 7, one layer; C 2 + L 4 + T 1 = 7 tokens."""
 
 
 def test_hand_count_of_a_tiny_config():
     count = flops_per_sample(HAND)
-    # Allowed pairs, row by row: 2 contextual rows see 2 + 4 keys each (12), history ranks
-    # 1..4 see 2 + r keys (3 + 4 + 5 + 6 = 18), the candidate sees 2 + 4 + itself (7).
-    assert count.attention_pairs == 12 + 18 + 7 == 37
+    # Allowed pairs, row by row: the 2 contextual and 4 history rows are causal (1 + ... + 6
+    # = 21), the candidate sees 2 + 4 + itself (7).
+    assert count.attention_pairs == 21 + 7 == 28
     assert count.full_pairs == 49
     assert count.forward == {
-        "content_encoder": 5 * 2 * (24 * 5 + 5 * 8),  # 4 history + 1 candidate tokens: 1600
-        "action_embeddings": 4 * 2 * 3 * 8,  # 192
+        # 4 history + 1 candidate tokens through the content, additional and action MLPs: 2700
+        "token_mlps": 5 * 2 * (8 * 5 + 16 * 5 + 6 * 5 + 3 * 5 * 8),
         "contextual_projection": 2 * 2 * 8 * 8,  # 256
         "stu_uvqk": 7 * 2 * 8 * 2 * (2 * 3 + 2 * 4),  # 3136
-        "stu_attention": 37 * 2 * 2 * (4 + 3),  # 1036
+        "stu_attention": 28 * 2 * 2 * (4 + 3),  # 784
         "stu_output": 7 * 2 * (3 * 2 * 3) * 8,  # 2016
         "postprocessor": 2 * 12 * 8,  # 192
-        "head": 2 * 8 * 8 + 2 * 8 * 1,  # 144
+        "item_mlp": 2 * (24 * 6 + 6 * 8),  # 384
+        "head": 2 * (8 * 7 + 7 * 1),  # 126
         "embedding_lookups": 0,
     }
     assert tuple(count.forward) == COMPONENTS
-    assert count.forward_total == 8572
+    assert count.forward_total == 9594
     assert count.stu_attention_full == 49 * 28 == 1372
-    assert count.forward_total_full == 8572 - 1036 + 1372 == 8908
-    assert count.train_total == 3 * 8572 and count.train_total_full == 3 * 8908
+    assert count.forward_total_full == 9594 - 784 + 1372 == 10182
+    assert count.train_total == 3 * 9594 and count.train_total_full == 3 * 10182
     assert count.train == {k: 3 * v for k, v in count.forward.items()}
     assert count.per_layer() == {
         "uvqk": 3136,
-        "attention": 1036,
+        "attention": 784,
         "attention_full": 1372,
         "output": 2016,
     }
@@ -76,7 +80,7 @@ def test_pairs_match_the_mask_of_hstu_ops(contextual, history, candidates):
         n,
         causal=True,
         num_targets=torch.tensor([candidates]),
-        contextual_seq_len=contextual,
+        contextual_seq_len=0,  # the model runs its contextual tokens as causal ones
     )
     assert attention_pairs(contextual, history, candidates) == int(mask.sum())
 
@@ -86,14 +90,12 @@ def test_scaling_laws():
     counts = {h: flops_per_sample(model, h) for h in (500, 1000, 2000, 4000)}
     for h in (500, 1000, 2000):
         small, big = counts[h], counts[2 * h]
-        # Projections, content encoder, action embeddings: exactly linear in their tokens.
+        # Projections and token MLPs: exactly linear in their tokens.
         for name in ("stu_uvqk", "stu_output"):
             per_token = small.forward[name] / small.tokens
             assert big.forward[name] == pytest.approx(per_token * big.tokens, rel=1e-12)
-        for name in ("content_encoder",):
-            per_token = small.forward[name] / (small.history + small.candidates)
-            assert big.forward[name] == pytest.approx(per_token * (2 * h + 1), rel=1e-12)
-        assert big.forward["action_embeddings"] == 2 * small.forward["action_embeddings"]
+        per_token = small.forward["token_mlps"] / (small.history + small.candidates)
+        assert big.forward["token_mlps"] == pytest.approx(per_token * (2 * h + 1), rel=1e-12)
         # Attention: exactly N^2 for the full count, N^2 / 2 + O(N) for the causal one.
         assert big.stu_attention_full / small.stu_attention_full == pytest.approx(
             (big.tokens / small.tokens) ** 2, rel=1e-12
@@ -102,7 +104,7 @@ def test_scaling_laws():
         causal_ratio = big.forward["stu_attention"] / small.forward["stu_attention"]
         assert 4 * (1 - 20 / h) < causal_ratio < 4
         # Per-candidate parts do not depend on the history.
-        for name in ("contextual_projection", "postprocessor", "head"):
+        for name in ("contextual_projection", "postprocessor", "item_mlp", "head"):
             assert big.forward[name] == small.forward[name]
     ratio = counts[4000].forward["stu_attention"] / counts[4000].stu_attention_full
     assert ratio == pytest.approx(0.5, abs=0.005)
@@ -114,10 +116,10 @@ def test_yambda_5b_figures_and_the_reference_estimate():
     model = preset("yambda-5b").model
     count = flops_per_sample(model)
     assert (count.contextual, count.history, count.candidates, count.tokens) == (8, 4086, 1, 4095)
-    assert count.attention_pairs == 8_419_276
-    assert count.forward_total == 101_117_508_608
-    assert count.train_total == 303_352_525_824
-    assert count.train_total_full == 457_255_099_392
+    assert count.attention_pairs == 4094 * 4095 // 2 + 4095 == 8_386_560
+    assert count.forward_total == 103_099_032_576
+    assert count.train_total == 309_297_097_728
+    assert count.train_total_full == 463_802_692_608
     # The reference's published 315.7 GFLOP/sample, 57% attention.
     ref = reference_estimate(model)
     assert round(ref["train_step"] / 1e9, 1) == 315.7
@@ -153,8 +155,7 @@ def test_flop_counter_sees_the_same_matmuls(lengths):
     counts of the same products). Its attention is the padded dense reference: every sequence
     is padded to the longest of the batch and all n_max^2 pairs are computed before the mask,
     so it matches the full count of the longest sequence for every sample, not the causal one.
-    Its backward skips the input gradient of the action-bit mask (no parameter), one forward's
-    worth of `action_embeddings` less than 3 x forward."""
+    Every product's inputs reach a parameter, so the backward is exactly 2 x forward."""
     cfg = preset("tiny").replace(
         model={"history_length": 12, "max_seq_len": 24, "position_buckets": 24}
     )
@@ -174,5 +175,4 @@ def test_flop_counter_sees_the_same_matmuls(lengths):
     with FlopCounterMode(display=False) as counter:
         logits = model(batch.uih, batch.candidates).logits
         model.loss(logits, batch.labels).backward()
-    action = sum(c.forward["action_embeddings"] for c in counts)
-    assert counter.get_total_flops() == 3 * (non_attention + padded_attention) - action
+    assert counter.get_total_flops() == 3 * (non_attention + padded_attention)

@@ -140,13 +140,19 @@ def test_vocab_must_cover_every_table(tiny_config, vocab):
         HSTURanker(tiny_config.model, vocab)
 
 
-def test_time_features_are_periodic():
-    t = torch.tensor([0, 3600 * 6, 86_400, 7 * 86_400])
+def test_time_features_count_whole_hours_and_days_with_the_references_constant():
+    # (cos h, sin h, cos d, sin d) of whole hours and days, with angles unit / period * 2 * 3.14.
+    t = torch.tensor([0, 3600 * 6 + 3599, 86_400 + 59, 7 * 86_400, 3 * 86_400 + 5 * 3600])
     f = time_features(t)
-    assert torch.allclose(f[0], torch.tensor([0.0, 1.0, 0.0, 1.0]), atol=1e-6)
-    assert torch.allclose(f[1, :2], torch.tensor([1.0, 0.0]), atol=1e-6)  # 06:00
-    assert torch.allclose(f[2, :2], f[0, :2], atol=1e-6)  # next day, same hour
-    assert torch.allclose(f[3], f[0], atol=1e-6)  # next week
+    assert f.dtype == torch.float32 and f.shape == (5, 4)
+    torch.testing.assert_close(f[0], torch.tensor([1.0, 0.0, 1.0, 0.0]))
+    hour6 = torch.tensor(6 / 24 * 2 * 3.14)  # 06:59:59 counts as hour 6
+    torch.testing.assert_close(f[1, :2], torch.stack([hour6.cos(), hour6.sin()]))
+    torch.testing.assert_close(f[2, :2], f[0, :2])  # next day, same hour
+    torch.testing.assert_close(f[3], f[0])  # next week
+    day3, hour5 = torch.tensor(3 / 7 * 2 * 3.14), torch.tensor(5 / 24 * 2 * 3.14)
+    expected = torch.stack([hour5.cos(), hour5.sin(), day3.cos(), day3.sin()])
+    torch.testing.assert_close(f[4], expected)
 
 
 def test_native_and_pytorch_kernels_agree(tiny_config, make_batch, build):

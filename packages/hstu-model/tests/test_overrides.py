@@ -237,7 +237,7 @@ def test_describe_small_preset(capsys):
     assert out["config"]["model"]["history_length"] == 512
     assert out["parameters"]["dense"] == dense_parameter_count(preset("small").model)
     assert out["flops_per_sample"]["sequence"]["tokens"] == 521
-    assert out["flops_per_sample"]["train_step"]["total"] == 6_003_122_688
+    assert out["flops_per_sample"]["train_step"]["total"] == 6_177_472_512
 
 
 def test_describe_reports_errors(capsys):

@@ -142,9 +142,11 @@ def test_meta_model_is_initialised_shard_by_shard(ranks):
         assert result["on_meta"] == []
         assert all(abs(loss) < 10 and loss > 0 for loss in result["losses"])
         assert result["buffers"] == {"action_bits": [1, 2, 4], "task_weights": [1.0]}
-        bound = result["init_bound"]
-        assert all(0 <= value <= bound for value in result["table_max_abs"].values())
-        assert max(result["table_max_abs"].values()) > bound / 2
+        bounds = result["init_bounds"]
+        assert set(bounds) == set(result["table_max_abs"])
+        for name, value in result["table_max_abs"].items():
+            assert 0 <= value <= bounds[name], name
+        assert max(v / bounds[n] for n, v in result["table_max_abs"].items()) > 0.5
         first_rows = result["item_id_first_row_per_rank"]
         assert first_rows[0] != first_rows[1]  # each rank drew its own shard
 

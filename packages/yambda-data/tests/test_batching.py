@@ -16,7 +16,7 @@ from yambda_data.batching import (  # noqa: E402
     make_batch,
 )
 from yambda_data.crosses import cross_features  # noqa: E402
-from yambda_data.samples import Samples  # noqa: E402
+from yambda_data.samples import ItemFeatures, SampleConfig, Samples, build_samples  # noqa: E402
 
 
 def tiny_samples() -> Samples:
@@ -108,8 +108,11 @@ def test_make_batch_tiny():
     assert c["item_candidate_id"].values().tolist() == [13, 11, 12]
     assert c["item_candidate_artist_id"].values().tolist() == [2, 1, 0]
     assert c["item_candidate_album_id"].values().tolist() == [0, 3, 4]
-    assert c["item_query_time"].values().tolist() == [300, 100, 105]
-    assert c["item_action_weight"].values().tolist() == [1, 1, 4]
+    # The query time is dummy_query_time's (the last history timestamp, the anchor's own time
+    # only for the empty history), not the candidate's timestamp [300, 100, 105].
+    assert c["item_query_time"].values().tolist() == [295, 95, 105]
+    # Only the listen_plus bit: 1 for a listen_plus anchor, 0 (not skip's 4) otherwise.
+    assert c["item_action_weight"].values().tolist() == [1, 1, 0]
     assert c["item_dummy_watchtime"].values().tolist() == [1, 1, 1]
     assert batch.labels.dtype == torch.float32
     assert batch.labels.tolist() == [1.0, 1.0, 0.0]
@@ -138,8 +141,14 @@ def _many(n: int) -> Samples:
     return s.take(np.arange(n) % len(s))
 
 
-def _uids(batches) -> list[list[int]]:
-    return [b.candidates.to_dict()["item_query_time"].values().tolist() for b in batches]
+def _ids(batches) -> list[list[int]]:
+    return [b.candidates.to_dict()["item_candidate_id"].values().tolist() for b in batches]
+
+
+def _numbered(n: int) -> Samples:
+    """``n`` samples whose candidate item ids are 0..n-1 (to follow them through batches)."""
+    s = _many(n)
+    return Samples(**{**s.__dict__, "item_id": np.arange(n, dtype=np.uint32)})
 
 
 def flat(batches: list[list[int]]) -> list[int]:
@@ -147,24 +156,23 @@ def flat(batches: list[list[int]]) -> list[int]:
 
 
 def test_iterator_determinism_and_epochs():
-    s = _many(10)
-    s = Samples(**{**s.__dict__, "anchor_timestamp": np.arange(10, dtype=np.uint32)})
+    s = _numbered(10)
     it = BatchIterator(s, 4, shuffle=True, seed=3)
     assert len(it) == 3
-    first = _uids(it)
-    assert _uids(it) == first  # same epoch, same order
+    first = _ids(it)
+    assert _ids(it) == first  # same epoch, same order
     assert [len(b) for b in first] == [4, 4, 2]
     assert sorted(flat(first)) == list(range(10))
-    assert _uids(BatchIterator(s, 4, shuffle=True, seed=3)) == first
+    assert _ids(BatchIterator(s, 4, shuffle=True, seed=3)) == first
     it.set_epoch(1)
-    second = _uids(it)
+    second = _ids(it)
     assert second != first and sorted(flat(second)) == list(range(10))
-    assert _uids(BatchIterator(s, 4, shuffle=True, seed=4)) != first
+    assert _ids(BatchIterator(s, 4, shuffle=True, seed=4)) != first
     assert np.array_equal(it.order(0), np.array(flat(first)))
 
     plain = BatchIterator(s, 4, shuffle=False, drop_last=True)
     assert len(plain) == 2
-    assert _uids(plain) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert _ids(plain) == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
     with pytest.raises(ValueError, match="batch_size"):
         BatchIterator(s, 0)
@@ -173,13 +181,12 @@ def test_iterator_determinism_and_epochs():
 
 
 def test_epochs_run_on_across_epoch_boundaries():
-    s = _many(10)
-    s = Samples(**{**s.__dict__, "anchor_timestamp": np.arange(10, dtype=np.uint32)})
+    s = _numbered(10)
     it = BatchIterator(s, 4, shuffle=True, seed=3, drop_last=True)
     stream = it.epochs()
     pairs = [next(stream) for _ in range(5)]
     assert [epoch for epoch, _ in pairs] == [0, 0, 1, 1, 2]
-    got = _uids(b for _, b in pairs)
+    got = _ids(b for _, b in pairs)
     assert got[:2] == [list(o) for o in it.order(0)[:8].reshape(2, 4)]
     assert got[2:4] == [list(o) for o in it.order(1)[:8].reshape(2, 4)]
     with pytest.raises(ValueError, match="no batch of 11 in 10 samples"):
@@ -209,3 +216,42 @@ def test_smaller_cross_tables():
         assert d[c.name].values().tolist() == expected[c.name].tolist()
         assert int(d[c.name].values().max()) < 97
     assert "user_x_artist_x_hour" not in d
+
+
+@pytest.mark.parametrize("strategy", ["interleaved", "last_n"])
+def test_query_time_and_candidate_bits_on_generated_data(tiny_data, strategy):
+    """On the package's own synthetic data, every batch's item_query_time is the sample's last
+    history timestamp (the anchor's time for an empty history), the same value as the UIH's
+    dummy_query_time, and item_action_weight is exactly the label (the listen_plus bit)."""
+    items = ItemFeatures.from_mappings(tiny_data.artist_item_mapping, tiny_data.album_item_mapping)
+    # min_history 0 admits anchors without history (a user's first listen).
+    config = SampleConfig(history_length=10, min_history=0, strategy=strategy)
+    samples = build_samples(tiny_data.events, None, items, config)
+    lengths = samples.history_lengths
+    assert (lengths == 0).any() and (lengths > 0).any()
+    assert set(samples.label.tolist()) == {0, 1}
+    it = BatchIterator(samples, 64, shuffle=True, seed=1)
+    order = it.order()
+    seen = 0
+    for i, batch in enumerate(it):
+        rows = order[i * 64 : (i + 1) * 64]
+        expected = []
+        for j in rows.tolist():
+            a, b = samples.history_offsets[j], samples.history_offsets[j + 1]
+            last = samples.history_timestamp[b - 1] if b > a else samples.anchor_timestamp[j]
+            expected.append(int(last))
+        c, u = batch.candidates.to_dict(), batch.uih.to_dict()
+        query = c["item_query_time"].values().tolist()
+        assert query == expected
+        assert u["dummy_query_time"].values().tolist() == query
+        # The batch's own history agrees: the query time is its last action_timestamp.
+        stamps = u["action_timestamp"]
+        ends = np.cumsum(stamps.lengths().numpy())
+        full = stamps.lengths().numpy() > 0
+        assert np.array_equal(stamps.values().numpy()[ends[full] - 1], np.array(query)[full])
+        bits = c["item_action_weight"].values()
+        assert bits.tolist() == batch.labels.long().tolist()
+        assert bits.tolist() == samples.label[rows].tolist()
+        assert set(bits.tolist()) <= {0, 1}
+        seen += batch.batch_size
+    assert seen == len(samples)

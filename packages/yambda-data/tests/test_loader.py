@@ -27,6 +27,20 @@ def _flat(batch):
     )
 
 
+def test_store_batches_carry_the_query_time_and_the_listen_plus_bit(built_store, plan):
+    store = SampleStore.open(built_store[2])
+    for anchors, batch in zip(
+        plan.batches(store), StoreBatches(built_store[2], CONFIG, plan), strict=True
+    ):
+        samples = store.samples(anchors, CONFIG)
+        assert samples.history_lengths.min() > 0  # min_history 16: never an empty history
+        last = samples.history_timestamp[samples.history_offsets[1:] - 1]
+        c = batch.candidates.to_dict()
+        assert c["item_query_time"].values().tolist() == last.tolist()
+        assert batch.uih.to_dict()["dummy_query_time"].values().tolist() == last.tolist()
+        assert c["item_action_weight"].values().tolist() == samples.label.tolist()
+
+
 def test_batches_are_the_plans_samples(built_store, plan):
     store = SampleStore.open(built_store[2])
     dataset = StoreBatches(built_store[2], CONFIG, plan)

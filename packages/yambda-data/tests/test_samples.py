@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from yambda_data.samples import (
+    HISTORY_STRATEGIES,
     ItemFeatures,
     SampleConfig,
     Samples,
@@ -77,7 +78,8 @@ STREAM = events({1: USER1, 2: USER2})
 
 
 def test_last_n_hand_computed():
-    s = build_samples(STREAM, None, features(), SampleConfig(history_length=3, min_history=0))
+    cfg = SampleConfig(history_length=3, min_history=0, strategy="last_n")
+    s = build_samples(STREAM, None, features(), cfg)
     assert s.uid.tolist() == [1, 1, 1, 1, 1, 1, 2, 2]
     assert s.anchor_timestamp.tolist() == [0, 5, 15, 20, 25, 35, 100, 105]
     assert s.item_id.tolist() == [10, 11, 13, 14, 15, 16, 10, 12]
@@ -107,6 +109,17 @@ def test_min_history_counts_all_event_types():
     assert s.anchor_timestamp.tolist() == [5, 15, 20, 25, 35, 105]
 
 
+def test_default_strategy_is_interleaved():
+    assert SampleConfig().strategy == "interleaved" == HISTORY_STRATEGIES[0]
+    assert set(HISTORY_STRATEGIES) == {"interleaved", "last_n"}
+    # Same histories as naming the strategy; different from last_n on this stream.
+    default = build_samples(STREAM, None, features(), SampleConfig(history_length=7, min_history=9))
+    assert histories(default) == [[(11, 4), (11, 2), (13, 1), (14, 4), (15, 1), (15, 2)]]
+    cfg = SampleConfig(history_length=7, min_history=9, strategy="last_n")
+    last_n = [[(10, 1), (11, 4), (11, 2), (13, 1), (14, 4), (15, 1), (15, 2)]]
+    assert histories(build_samples(STREAM, None, features(), cfg)) == last_n
+
+
 def test_interleaved_hand_computed():
     cfg = SampleConfig(history_length=3, min_history=5, strategy="interleaved")
     s = build_samples(STREAM, None, features(), cfg)
@@ -126,7 +139,7 @@ def test_interleaved_hand_computed():
 
 
 def test_causal_window():
-    cfg = SampleConfig(history_length=10, min_history=9, causal_window=3)
+    cfg = SampleConfig(history_length=10, min_history=9, causal_window=3, strategy="last_n")
     s = build_samples(STREAM, None, features(), cfg)
     assert histories(s) == [[(15, 1), (15, 2)]]  # window = positions 6..8
     cfg = SampleConfig(history_length=10, min_history=9, causal_window=4, strategy="interleaved")
@@ -204,12 +217,19 @@ def test_input_errors():
         ({"causal_window": 0}, "causal_window"),
         ({"strategy": "random"}, "strategy"),
         ({"history_length": 2, "strategy": "interleaved"}, "history_length"),
+        ({"history_length": 2}, "history_length"),  # the default strategy is interleaved
         ({"history_length": 2.0}, "history_length"),
     ],
 )
 def test_config_validation(kwargs, field):
     with pytest.raises(ValueError, match=rf"SampleConfig\.{field}"):
         SampleConfig(**kwargs)
+
+
+def test_short_histories_need_last_n():
+    with pytest.raises(ValueError, match="strategy='last_n'"):
+        SampleConfig(history_length=2)
+    assert SampleConfig(history_length=1, strategy="last_n").history_length == 1
 
 
 def test_take():
@@ -285,15 +305,108 @@ def test_matches_reference(data, length, min_history, window, strategy):
     assert got == reference(stream, cfg, 0)
 
 
-def test_default_dataset_samples_learnable(default_data: SynthData):
-    """The planted signal is visible in the samples: a logistic regression on a few history
-    features, fit on train samples, reaches a clearly better than chance test AUC."""
+def with_extra_likes(frame: pl.DataFrame, every: int) -> pl.DataFrame:
+    """``frame`` with a like right after every ``every``-th listen_plus listen (same user, time
+    and item, as a like of what is playing): generated data whose like pool fills up."""
+    plus = (pl.col("event_type") == "listen") & (pl.col("played_ratio_pct") >= 50)
+    rows = frame.with_row_index("_row").with_columns(pl.lit(0).alias("_tie"))
+    likes = (
+        rows.filter(plus)
+        .gather_every(every)
+        .with_columns(
+            pl.lit("like").cast(frame.schema["event_type"]).alias("event_type"),
+            pl.lit(None, dtype=frame.schema["played_ratio_pct"]).alias("played_ratio_pct"),
+            pl.lit(None, dtype=frame.schema["track_length_seconds"]).alias("track_length_seconds"),
+            pl.lit(1).alias("_tie"),
+        )
+    )
+    return pl.concat([rows, likes]).sort("_row", "_tie").drop("_row", "_tie")
+
+
+def brute_force_interleaved(frame: pl.DataFrame, cfg: SampleConfig) -> list[tuple]:
+    """Per anchor, in stream order: (uid, anchor time, history as (time, item, bit) oldest
+    first, likes in the causal window), with one plain loop per anchor: the last
+    ``L // 3`` events of each pool inside the window, merged by stream position."""
+    per_user: dict[int, list[tuple]] = {}
+    columns = ("uid", "timestamp", "item_id", "played_ratio_pct", "event_type")
+    for row in frame.select(columns).with_columns(pl.col("event_type").cast(pl.String)).rows():
+        per_user.setdefault(row[0], []).append(row)
+    k = cfg.history_length // 3
+    out = []
+    for uid in sorted(per_user):
+        stream = per_user[uid]
+        for pos, (_uid, ts, _item, _ratio, etype) in enumerate(stream):
+            if etype != "listen" or pos < cfg.min_history:
+                continue
+            pools: dict[int, list[tuple[int, int, int, int]]] = {1: [], 2: [], 4: []}
+            for j in range(max(0, pos - cfg.causal_window), pos):
+                _u, t, item, ratio, e = stream[j]
+                if e == "listen":
+                    bit = 1 if ratio >= 50 else 4
+                elif e == "like":
+                    bit = 2
+                else:
+                    continue
+                pools[bit].append((j, t, item, bit))
+            chosen = sorted(event for pool in pools.values() for event in pool[-k:])
+            history = [(t, item, bit) for _j, t, item, bit in chosen]
+            out.append((uid, ts, history, len(pools[2])))
+    return out
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        SampleConfig(),  # L = 64: 21 per pool, L not divisible by 3
+        SampleConfig(history_length=10, min_history=16),  # 3 per pool
+        SampleConfig(history_length=9, min_history=4, causal_window=40),  # the window binds
+    ],
+    ids=["default", "L10", "L9-window40"],
+)
+def test_default_interleaved_history_matches_a_brute_force(tiny_data: SynthData, cfg):
+    """The default strategy is interleaved, and its history is exactly the last L // 3 events
+    of each pool within the causal window, merged in stream (time) order."""
+    assert cfg.strategy == "interleaved"
+    frame = with_extra_likes(tiny_data.events, every=2)
+    feats = ItemFeatures.from_mappings(tiny_data.artist_item_mapping, tiny_data.album_item_mapping)
+    s = build_samples(frame, None, feats, cfg)
+    expected = brute_force_interleaved(frame, cfg)
+    assert len(s) == len(expected) > 1_000
+    k = cfg.history_length // 3
+    capped_likes = 0
+    for i, (uid, ts, history, likes_in_window) in enumerate(expected):
+        a, b = s.history_offsets[i], s.history_offsets[i + 1]
+        got = list(
+            zip(
+                s.history_timestamp[a:b].tolist(),
+                s.history_item_id[a:b].tolist(),
+                s.history_action_weight[a:b].tolist(),
+                strict=True,
+            )
+        )
+        assert (int(s.uid[i]), int(s.anchor_timestamp[i]), got) == (uid, ts, history), i
+        if likes_in_window > k:
+            capped_likes += 1
+            assert sum(bit == 2 for _t, _item, bit in got) == k
+    # The like pool is not trivial: for many anchors it holds more likes than it may keep.
+    assert capped_likes > len(expected) // 4
+    # Oldest first, in time order.
+    owner = np.repeat(np.arange(len(s)), s.history_lengths)
+    step = np.diff(s.history_timestamp.astype(np.int64))
+    assert np.all(step[owner[1:] == owner[:-1]] >= 0)
+
+
+@pytest.mark.parametrize("strategy", ["interleaved", "last_n"])
+def test_default_dataset_samples_learnable(default_data: SynthData, strategy):
+    """The planted signal is visible in the samples of either strategy: a logistic regression
+    on a few history features, fit on train samples, reaches a clearly better than chance test
+    AUC (about 0.64 for interleaved, 0.65 for last_n)."""
     ev = default_data.events
     split = temporal_split(ev)
     feats = ItemFeatures.from_mappings(
         default_data.artist_item_mapping, default_data.album_item_mapping
     )
-    cfg = SampleConfig(history_length=64, min_history=16)
+    cfg = SampleConfig(history_length=64, min_history=16, strategy=strategy)
     train = build_samples(split.train, None, feats, cfg)
     test = build_samples(split.train, split.test, feats, cfg)
     assert len(train) > 300_000 and len(test) > 3_000
@@ -302,17 +415,33 @@ def test_default_dataset_samples_learnable(default_data: SynthData):
         assert s.uid.max() < vocab.uid and s.item_id.max() < vocab.item_id
         assert s.history_artist_id.max() < vocab.artist_id
         assert s.history_album_id.max() < vocab.album_id
-    assert np.all(train.history_lengths <= 64) and train.history_lengths.mean() > 60
+    if strategy == "last_n":
+        assert np.all(train.history_lengths <= 64) and train.history_lengths.mean() > 60
+    else:  # 21 per pool; likes are rare, so the like part is often short
+        assert np.all(train.history_lengths <= 63) and train.history_lengths.mean() > 50
 
     def x(s: Samples) -> np.ndarray:
         n, lengths = len(s), s.history_lengths
         owner = np.repeat(np.arange(n), lengths)
-        plus = s.history_action_weight == 1
-        listen = s.history_action_weight != 2
-        user_rate = np.bincount(owner, plus, n) / np.maximum(np.bincount(owner, listen, n), 1)
-        same = (s.history_artist_id == np.repeat(s.artist_id, lengths)) & listen
+        bits = s.history_action_weight
+        plus, skip, like = bits == 1, bits == 4, bits == 2
+        ts = s.history_timestamp.astype(np.int64)
+        # Interleaved histories hold as many listen_plus as skips whatever the user's rate;
+        # after the later of the two pools' oldest times, though, the history holds every
+        # listen of the window (each pool keeps its latest events), so rates are taken there.
+        never = np.iinfo(np.int64).max
+        first_plus, first_skip = np.full(n, never), np.full(n, never)
+        np.minimum.at(first_plus, owner[plus], ts[plus])
+        np.minimum.at(first_skip, owner[skip], ts[skip])
+        cut = np.maximum(first_plus, first_skip)
+        cut[cut == never] = 0
+        inside = (plus | skip) & (ts > cut[owner])
+        user_rate = (np.bincount(owner, inside & plus, n) + 1) / (np.bincount(owner, inside, n) + 2)
+        artist = s.history_artist_id == np.repeat(s.artist_id, lengths)
+        same = artist & inside
         artist_rate = (np.bincount(owner, same & plus, n) + 1.2) / (np.bincount(owner, same, n) + 2)
-        return np.c_[np.ones(n), user_rate, artist_rate]
+        liked = np.bincount(owner, artist & like, n) > 0  # likes follow liked artists' plays
+        return np.c_[np.ones(n), user_rate, artist_rate, liked]
 
     rng = np.random.default_rng(0)
     sub = train.take(rng.choice(len(train), 50_000, replace=False))

@@ -49,6 +49,21 @@ def test_store_samples_equal_the_in_memory_spec(built_store, tiny_config, strate
     _assert_same_samples(test, store.samples(store.test_anchors, config))
 
 
+def test_store_samples_default_to_interleaved(built_store, tiny_config):
+    raw, _pre, path = built_store
+    store = SampleStore.open(path)
+    anchors = np.sort(store.train_anchors)
+    default = store.samples(anchors, SampleConfig(min_history=16))  # L 64: 21 per pool
+    assert default.history_lengths.max() <= 63
+    interleaved = SampleConfig(min_history=16, strategy="interleaved")
+    _assert_same_samples(store.samples(anchors, interleaved), default)
+    _assert_same_samples(
+        _reference(raw, tiny_config.size, SampleConfig(min_history=16))[0], default
+    )
+    last_n = store.samples(anchors, SampleConfig(min_history=16, strategy="last_n"))
+    assert not np.array_equal(last_n.history_offsets, default.history_offsets)
+
+
 def test_samples_follow_the_requested_order(built_store):
     store = SampleStore.open(built_store[2])
     config = SampleConfig(history_length=12, min_history=16)

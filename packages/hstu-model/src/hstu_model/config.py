@@ -138,14 +138,22 @@ class ModelConfig:
     linear_dim: int = 128
     """Per-head width of values and of the gating projection u."""
     preprocessor_hidden_dim: int = 256
-    """Hidden width of the content encoder MLP."""
+    """Hidden width of the three token MLPs (content, additional, action)."""
+    action_embedding_dim: int = 8
+    """Width of the vector of each action bit in a history token's action encoding (which is
+    len(action_weights) of them, concatenated)."""
+    item_hidden_dim: int = 512
+    """Hidden width of the item MLP on the candidate's [item, artist, album] embeddings."""
+    head_hidden_dim: int = 512
+    """Hidden width of the prediction head on user * item."""
     max_seq_len: int = 4096
     """Longest token sequence: contextual tokens + history + candidates."""
     history_length: int = 4086
     """Longest user history fed to the model."""
     contextual_seq_len: int = 1
-    """Leading contextual tokens per sequence, attended by every token: the user id, then one
-    token per entry of `contextual_features`, so it must equal 1 + len(contextual_features)."""
+    """Leading contextual tokens per sequence: the user id, then one token per entry of
+    `contextual_features`, so it must equal 1 + len(contextual_features). They are plain causal
+    tokens in attention (they do not see the history) and keep their own positions."""
     contextual_features: tuple[ContextualFeature, ...] = ()
     """Contextual features after the user id, in token order, each with its own table (the
     reference's seven hashed crosses in the presets). The uid table's rows come from the
@@ -163,7 +171,8 @@ class ModelConfig:
     position_buckets: int = 8192
     """Rows of the position embedding table."""
     time_buckets: int = 2048
-    """Rows of the time-gap embedding table (sqrt(minutes) buckets)."""
+    """sqrt(minutes) buckets of the time gap to the query time; the table has one more row
+    (bucket `time_buckets`, where longer gaps are clamped)."""
     num_tasks: int = 1
     """Binary tasks of the head (listen_plus)."""
     task_weights: tuple[float, ...] = (1.0,)
@@ -180,11 +189,13 @@ class ModelConfig:
     def __post_init__(self) -> None:
         for name in ("embedding_dim", "num_layers", "num_heads", "attention_dim", "linear_dim"):
             _require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
-        _require(
-            self.preprocessor_hidden_dim >= 1,
+        for name in (
             "preprocessor_hidden_dim",
-            f"must be >= 1, got {self.preprocessor_hidden_dim}",
-        )
+            "action_embedding_dim",
+            "item_hidden_dim",
+            "head_hidden_dim",
+        ):
+            _require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         _require(self.history_length >= 1, "history_length", "must be >= 1")
         _require(self.num_candidates >= 1, "num_candidates", "must be >= 1")
         self._check_contextual_features()
@@ -200,7 +211,7 @@ class ModelConfig:
             "position_buckets",
             f"must cover max_seq_len = {self.max_seq_len}, got {self.position_buckets}",
         )
-        _require(self.time_buckets >= 2, "time_buckets", "must be >= 2")
+        _require(self.time_buckets >= 1, "time_buckets", "must be >= 1")
         for name in ("input_dropout", "linear_dropout", "attention_dropout"):
             value = getattr(self, name)
             _require(0.0 <= value < 1.0, name, f"must be in [0, 1), got {value}")
@@ -309,7 +320,9 @@ class TrainConfig:
     seed: int = 0
     """Seed of initialisation, dropout and data order."""
     autocast_bf16: bool = False
-    """Run the forward pass under bf16 autocast."""
+    """Run the forward pass under bf16 autocast (the reference's bf16_training): the model then
+    keeps its item MLP and head in float32, so only the sequence part (token MLPs, STU layers,
+    postprocessor) runs in bf16, as in the reference."""
 
     def __post_init__(self) -> None:
         _require(self.batch_size >= 1, "batch_size", "must be >= 1")
@@ -576,7 +589,6 @@ def tiny() -> HSTUConfig:
             contextual_seq_len=1 + len(TINY_CONTEXTUAL_FEATURES),
             contextual_features=TINY_CONTEXTUAL_FEATURES,
             position_buckets=64,
-            time_buckets=256,
             input_dropout=0.0,
             linear_dropout=0.0,
         ),
@@ -611,7 +623,6 @@ def small() -> HSTUConfig:
             contextual_seq_len=1 + len(TINY_CONTEXTUAL_FEATURES),
             contextual_features=TINY_CONTEXTUAL_FEATURES,
             position_buckets=528,
-            time_buckets=1024,
             input_dropout=0.0,
             linear_dropout=0.0,
         ),
@@ -656,3 +667,31 @@ def preset(name: str) -> HSTUConfig:
         return PRESETS[name]()
     except KeyError:
         raise ConfigError(f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}") from None
+
+
+CLOSED_FREE_FIELDS: dict[str, tuple[str, ...]] = {
+    "model": ("kernel",),
+    "optimizer": ("dense_lr", "sparse_lr"),
+    "train": ("batch_size", "eval_batch_size", "seed", "autocast_bf16"),
+}
+"""Fields of a closed run's config that may differ from the `yambda-5b` preset: the kernel
+implementation, the learning rates (the compliance check of the log holds them to the rules'
+band for the global batch), the batch sizes, the seed and the precision. Every `sharding` field
+is free too (where the tables live does not change the function)."""
+
+
+def reference_departures(config: HSTUConfig) -> list[str]:
+    """What `config` changes in the reference's function or recipe: one `section.field=value
+    (reference: value)` entry per field that differs from the `yambda-5b` preset and is not one
+    of `CLOSED_FREE_FIELDS`. Empty for every config a closed run may train."""
+    reference = yambda_5b()
+    departures = []
+    for section, free in CLOSED_FREE_FIELDS.items():
+        ours, theirs = getattr(config, section), getattr(reference, section)
+        for f in dataclasses.fields(ours):
+            if f.name in free:
+                continue
+            value, expected = getattr(ours, f.name), getattr(theirs, f.name)
+            if value != expected:
+                departures.append(f"{section}.{f.name}={value!r} (reference: {expected!r})")
+    return departures

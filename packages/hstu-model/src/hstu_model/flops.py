@@ -8,20 +8,23 @@ histories) and T candidates (`num_candidates`). Every component is counted from 
 products `HSTURanker.forward` runs for that sample, at 2 FLOPs per multiply-add
 (an [m, k] @ [k, n] product is 2 m k n FLOPs):
 
-- content encoder: Linear(3D -> P) and Linear(P -> D) on each of the L + T history and candidate
-  tokens; action embeddings: the [L, A] action-bit mask @ [A, D] table;
+- token MLPs on each of the L + T history and candidate tokens: content Linear(D -> P),
+  Linear(P -> D); additional Linear(2D -> P), Linear(P -> D); action Linear(A -> P),
+  Linear(P -> D) with A = len(action_weights) x action_embedding_dim (the action encoding
+  itself is a masked copy of the action vectors, no product);
 - contextual projection: one D x D map per contextual token;
 - each STU layer: the uvqk projection D -> H (2 d_v + 2 d_qk) on all N tokens; attention,
   q k^T (2 d_qk) and attn @ v (2 d_v) per head and per (query, key) pair; the output
   projection 3 H d_v -> D on all N tokens;
-- postprocessor Linear(D + 4 -> D) and head Linear(D -> D), Linear(D -> tasks) on the T
-  candidates;
+- on the T candidates: postprocessor Linear(D + 4 -> D); item MLP Linear(3D -> I),
+  Linear(I -> D); head Linear(D -> K), Linear(K -> tasks) (I, K: item_hidden_dim,
+  head_hidden_dim);
 - embedding lookups (id tables, position and time-gap tables): 0 FLOPs (gathers, memory-bound).
 
 Attention is given twice. The *causal* count takes only the (query, key) pairs that the causal
-target-aware mask of `hstu_ops.hstu_mha` allows (see `attention_pairs`): about N^2 / 2 (every
-token sees itself, the contextual tokens and the earlier history; the contextual tokens see
-each other and the whole history; a candidate sees everything but the other candidates). That
+target-aware mask of `hstu_ops.hstu_mha` allows (see `attention_pairs`): about N^2 / 2 (the
+contextual tokens are plain causal tokens, so every token sees itself and the tokens before
+it; a candidate sees everything but the other candidates). That
 is the model's work, what a jagged kernel that skips masked tiles performs. The *full* count
 takes all N^2 pairs: what a dense implementation computes before it masks, e.g. the PyTorch
 reference of `hstu_mha`, which pads every sequence to the longest of the batch (so for a batch
@@ -55,13 +58,13 @@ from typing import Any
 from hstu_model.config import ModelConfig
 
 COMPONENTS: tuple[str, ...] = (
-    "content_encoder",
-    "action_embeddings",
+    "token_mlps",
     "contextual_projection",
     "stu_uvqk",
     "stu_attention",
     "stu_output",
     "postprocessor",
+    "item_mlp",
     "head",
     "embedding_lookups",
 )
@@ -78,22 +81,19 @@ TIME_FEATURES = 4
 def attention_pairs(contextual: int, history: int, candidates: int) -> int:
     """(query, key) pairs the causal target-aware HSTU mask allows in one sequence of
     `contextual` + `history` + `candidates` tokens (`hstu_ops.hstu_mha`, causal=True,
-    num_targets=candidates, contextual_seq_len=contextual, no max_attn_len).
+    num_targets=candidates, contextual_seq_len=0 as the model runs it, no max_attn_len).
 
-    - each contextual token sees the contextual tokens and the whole history: C (C + L);
-    - the history token of rank r (1..L) sees the C contextual tokens, the r - 1 earlier
-      history tokens and itself: sum of C + r = L C + L (L + 1) / 2;
+    - the C + L contextual and history tokens are plain causal tokens: token r (1..C + L)
+      sees the r - 1 before it and itself, (C + L) (C + L + 1) / 2 pairs;
     - each candidate sees the contextual tokens, the history and itself: T (C + L + 1).
-
-    With C = 0 the first term vanishes and the rest holds unchanged.
     """
     for name, value in (("contextual", contextual), ("history", history)):
         if value < 0:
             raise ValueError(f"attention_pairs: {name} must be >= 0, got {value}")
     if candidates < 0:
         raise ValueError(f"attention_pairs: candidates must be >= 0, got {candidates}")
-    c, h, t = contextual, history, candidates
-    return c * (c + h) + h * c + h * (h + 1) // 2 + t * (c + h + 1)
+    causal, t = contextual + history, candidates
+    return causal * (causal + 1) // 2 + t * (causal + 1)
 
 
 @dataclass(frozen=True)
@@ -207,19 +207,21 @@ def flops_per_sample(model: ModelConfig, history: int | None = None) -> FlopCoun
         model.linear_dim,
         model.num_layers,
     )
+    actions = len(model.action_weights) * model.action_embedding_dim
+    item, head = model.item_hidden_dim, model.head_hidden_dim
     c, t = model.contextual_seq_len, model.num_candidates
     n = c + history + t
     pairs = attention_pairs(c, history, t)
     per_pair = heads * 2 * (dqk + dv)  # q k^T and attn @ v, every head
     forward = {
-        "content_encoder": (history + t) * 2 * (3 * d * p + p * d),
-        "action_embeddings": history * 2 * len(model.action_weights) * d,
+        "token_mlps": (history + t) * 2 * (d * p + 2 * d * p + actions * p + 3 * p * d),
         "contextual_projection": c * 2 * d * d,
         "stu_uvqk": layers * n * 2 * d * heads * (2 * dv + 2 * dqk),
         "stu_attention": layers * pairs * per_pair,
         "stu_output": layers * n * 2 * (3 * heads * dv) * d,
         "postprocessor": t * 2 * (d + TIME_FEATURES) * d,
-        "head": t * (2 * d * d + 2 * d * model.num_tasks),
+        "item_mlp": t * 2 * (3 * d * item + item * d),
+        "head": t * 2 * (d * head + head * model.num_tasks),
         "embedding_lookups": 0,
     }
     assert tuple(forward) == COMPONENTS
@@ -246,7 +248,8 @@ def reference_estimate(model: ModelConfig) -> dict[str, int | float]:
     - attention: N^2 / 2 pairs (causal half) x H x 2 x (4 d_qk + 3 d_v), i.e. seven N x N
       matrix products per head, 2 in forward (q k^T, attn @ v) and 5 in backward (q k^T
       recomputed, dV, dP, dQ, dK), as flash-style kernels run it;
-    - nothing else (content encoder, contextual projection, postprocessor, head: not counted).
+    - nothing else (token MLPs, contextual projection, postprocessor, item MLP, head: not
+      counted).
 
     Returns `{"train_step": FLOPs, "attention": FLOPs, "attention_share": fraction}`.
     """

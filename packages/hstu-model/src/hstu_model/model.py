@@ -10,7 +10,7 @@ candidates. The contextual tokens are the user id and then `ModelConfig.contextu
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -49,25 +49,53 @@ def embedding_tables(
 
 
 class SwishLayerNorm(nn.Module):
-    """x * sigmoid(layer_norm(x))."""
+    """x * sigmoid(layer_norm(x)), with the norm's affine weight and bias as its own
+    parameters (eps 1e-5, as the reference's)."""
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(dim)
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.sigmoid(self.norm(x))
+        return x * torch.sigmoid(F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps))
+
+
+def feature_mlp(in_dim: int, hidden_dim: int, out_dim: int) -> nn.Sequential:
+    """Linear(in -> hidden), SwishLayerNorm(hidden), Linear(hidden -> out), LayerNorm(out):
+    the shape of every MLP of the reference's preprocessor and of its item MLP."""
+    return nn.Sequential(
+        nn.Linear(in_dim, hidden_dim),
+        SwishLayerNorm(hidden_dim),
+        nn.Linear(hidden_dim, out_dim),
+        nn.LayerNorm(out_dim),
+    )
+
+
+def init_linear_layers(module: nn.Module, init: Callable[[torch.Tensor], object]) -> None:
+    """`init` on the weight of every nn.Linear inside `module`, zero biases."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            init(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+def init_norms(module: nn.Module) -> None:
+    """Unit weights and zero biases for every norm inside `module`."""
+    for m in module.modules():
+        if isinstance(m, nn.LayerNorm | SwishLayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
 
 
 class ContextualProjection(nn.Module):
     """One affine map D -> D per contextual token: [B, C, D] -> [B, C, D].
 
-    Follows the reference's ContextualPreprocessor (facebookresearch/generative-recommenders,
-    generative_recommenders/modules/preprocessors.py, used by DlrmHSTU): each contextual feature's
-    embedding gets its own linear map and bias (a batched matmul over the C contextual slots),
-    weights drawn from N(0, 2 / (D_in + D_out)), biases zero. The reference's hidden-256 MLP
-    (`preprocessor_hidden_dim`) is applied to the sequence embeddings, not to the contextual ones;
-    here that is `HSTURanker.content_encoder`.
+    The reference's ContextualPreprocessor gives each contextual feature's embedding its own
+    linear map and bias (a batched matmul over the C contextual slots), weights drawn from
+    N(0, 2 / (D_in + D_out)), biases zero.
     """
 
     def __init__(self, num_tokens: int, dim: int) -> None:
@@ -89,7 +117,7 @@ class STULayer(nn.Module):
     """One sequential transduction unit, as the DLRMv4 reference's STULayer computes it.
 
     u, q, k, v = split(layer_norm(x) @ W_uvqk + b_uvqk), u = silu(u) (only u);
-    attn = hstu_mha(q, k, v) (causal, target-aware, contextual tokens);
+    attn = hstu_mha(q, k, v) (causal, target-aware; contextual tokens are plain causal tokens);
     out = x + dropout([u, attn, u * layer_norm(attn)]) @ W_out (no bias).
     Norms use eps 1e-6; W_uvqk and W_out are Xavier-uniform, biases zero, norm weights one.
     """
@@ -158,7 +186,9 @@ class STULayer(nn.Module):
             dropout_pr=cfg.attention_dropout,
             training=self.training,
             num_targets=num_targets,
-            contextual_seq_len=cfg.contextual_seq_len,
+            # The reference's layers treat the contextual tokens as ordinary causal tokens:
+            # they see each other (in order) but not the history.
+            contextual_seq_len=0,
             kernel=attention_kernel,
         )
         return hstu_ops.hstu_compute_output(
@@ -192,7 +222,26 @@ torch.utils._pytree.register_dataclass(ModelOutput)
 
 
 class HSTURanker(nn.Module):
-    """HSTU ranking model over a user-history KJT and a candidate KJT."""
+    """HSTU ranking model over a user-history KJT and a candidate KJT: the DLRMv4 reference's
+    DlrmHSTU (its parameters map one to one, `hstu_model.reference`).
+
+    Per sample the sequence is [contextual tokens][history][candidates]:
+
+    - a contextual token is its feature's embedding through its own affine map (the uid, then
+      `ModelConfig.contextual_features`), at timestamp 0;
+    - a history or candidate token is the sum of three MLPs: `content_mlp` on the item
+      embedding, `additional_mlp` on the artist and album embeddings, and `action_mlp` on the
+      action encoding (an `action_embedding_dim` vector per action bit set, concatenated;
+      candidates use the learned `candidate_action` vector instead), at its event time
+      (candidates: the query time);
+    - then sqrt(D) * x + position + time-bucket embeddings, input dropout, the STU layers, and
+      at each candidate `postprocessor` (its output joined with hour-of-day and day-of-week
+      features -> Linear -> LayerNorm): the user embedding.
+
+    The logits are `head(user * item)`, where `item` is `item_mlp` of the candidate's item,
+    artist and album embeddings. With `autocast_bf16` (the trainer's bf16 autocast) only the
+    sequence part runs in bf16; the item MLP and the head run in float32, as in the reference.
+    """
 
     def __init__(
         self,
@@ -212,7 +261,7 @@ class HSTURanker(nn.Module):
         """hstu_compute_uqvk / hstu_compute_output: PYTORCH or TRITON."""
         self.attention_kernel = self.kernel
         """hstu_mha: PYTORCH, NATIVE (CPU) or TRITON."""
-        d = config.embedding_dim
+        d, hidden = config.embedding_dim, config.preprocessor_hidden_dim
         self.tables = embedding_tables(config.features, vocab_sizes, config.contextual_features)
         self.contextual_keys: tuple[str, ...] = (
             config.features.uid,
@@ -232,23 +281,32 @@ class HSTURanker(nn.Module):
             ],
             device=device or torch.device("cpu"),
         )
-        self.content_encoder = nn.Sequential(
-            nn.Linear(3 * d, config.preprocessor_hidden_dim),
-            SwishLayerNorm(config.preprocessor_hidden_dim),
-            nn.Linear(config.preprocessor_hidden_dim, d),
-        )
+        num_actions = len(config.action_weights)
+        action_dim = num_actions * config.action_embedding_dim
+        self.content_mlp = feature_mlp(d, hidden, d)
+        """Item embedding -> token content."""
+        self.additional_mlp = feature_mlp(2 * d, hidden, d)
+        """[artist, album] embeddings -> token content."""
+        self.action_mlp = feature_mlp(action_dim, hidden, d)
+        """Action encoding -> token content."""
         self.register_buffer(
             "action_bits", torch.tensor(config.action_weights, dtype=torch.int64), persistent=False
         )
-        self.action_embeddings = nn.Parameter(torch.empty(len(config.action_weights), d))
-        self.candidate_action_embedding = nn.Parameter(torch.empty(d))
+        self.action_table = nn.Parameter(torch.empty(num_actions, config.action_embedding_dim))
+        """One vector per action bit (listen_plus, like, skip)."""
+        self.candidate_action = nn.Parameter(torch.empty(1, action_dim))
+        """The action encoding of every candidate token."""
         self.contextual_projection = ContextualProjection(len(self.contextual_keys), d)
         self.position_embeddings = nn.Embedding(config.position_buckets, d)
-        self.time_embeddings = nn.Embedding(config.time_buckets, d)
+        self.time_embeddings = nn.Embedding(config.time_buckets + 1, d)
         self.layers = nn.ModuleList(STULayer(config) for _ in range(config.num_layers))
-        self.postprocessor = nn.Sequential(nn.Linear(d + 4, d), nn.LayerNorm(d))
+        self.postprocessor = nn.Sequential(nn.Linear(d + TIME_FEATURES, d), nn.LayerNorm(d))
+        self.item_mlp = feature_mlp(3 * d, config.item_hidden_dim, d)
+        """Candidate [item, artist, album] embeddings -> the item embedding of the head."""
         self.head = nn.Sequential(
-            nn.Linear(d, d), SwishLayerNorm(d), nn.Linear(d, config.num_tasks)
+            nn.Linear(d, config.head_hidden_dim),
+            SwishLayerNorm(config.head_hidden_dim),
+            nn.Linear(config.head_hidden_dim, config.num_tasks),
         )
         self.register_buffer(
             "task_weights", torch.tensor(config.task_weights, dtype=torch.float32), persistent=False
@@ -258,19 +316,35 @@ class HSTURanker(nn.Module):
             self.to(device)
 
     def reset_parameters(self) -> None:
+        """The reference's initialisation (the id tables too, where they are not sharded)."""
         # The constant buffers too: DistributedModelParallel materialises a model built on the
         # meta device with zeroed buffers, then calls reset_parameters.
         with torch.no_grad():
             self.action_bits.copy_(torch.tensor(self.config.action_weights, dtype=torch.int64))
             self.task_weights.copy_(torch.tensor(self.config.task_weights, dtype=torch.float32))
-        std = 1.0 / math.sqrt(self.config.embedding_dim)
-        nn.init.normal_(self.action_embeddings, std=std)
-        nn.init.normal_(self.candidate_action_embedding, std=std)
-        nn.init.normal_(self.position_embeddings.weight, std=std)
-        nn.init.normal_(self.time_embeddings.weight, std=std)
+        cfg = self.config
+        # The sequence-side MLPs and the postprocessor: Xavier-normal weights (the reference's
+        # transducer re-initialises them so); the item MLP and the head: Xavier-uniform.
+        for module in (self.content_mlp, self.additional_mlp, self.action_mlp, self.postprocessor):
+            init_linear_layers(module, nn.init.xavier_normal_)
+        for module in (self.item_mlp, self.head):
+            init_linear_layers(module, nn.init.xavier_uniform_)
+        init_norms(self)
+        nn.init.normal_(self.action_table, std=ACTION_EMBEDDING_STD)
+        nn.init.normal_(self.candidate_action, std=ACTION_EMBEDDING_STD)
         self.contextual_projection.reset_parameters()
-        for table in self.embedding_collection.embeddings.values():
-            nn.init.uniform_(table.weight, -std, std)
+        bound = math.sqrt(1.0 / cfg.position_buckets)
+        nn.init.uniform_(self.position_embeddings.weight, -bound, bound)
+        bound = math.sqrt(1.0 / cfg.time_buckets)
+        nn.init.uniform_(self.time_embeddings.weight, -bound, bound)
+        for layer in self.layers:
+            layer.reset_parameters()
+        # TorchRec's default for a table: U(+-sqrt(1 / rows)), rows of the whole table (a
+        # sharded table's local part may be any slice of it, even empty).
+        rows = {t.name: t.num_embeddings for t in self.tables}
+        for name, table in self.embedding_collection.embeddings.items():
+            bound = math.sqrt(1.0 / rows[name])
+            nn.init.uniform_(table.weight, -bound, bound)
 
     def embedding_parameters(self) -> list[nn.Parameter]:
         """Parameters of the id tables (the sparse optimizer's share)."""
@@ -313,40 +387,71 @@ class HSTURanker(nn.Module):
                 f"{f.item_id}: a history of {int(history_lengths.max())} events is longer than "
                 f"history_length = {cfg.history_length}"
             )
-
-        history_content = self.content_encoder(
-            torch.cat([emb[f.item_id], emb[f.artist_id], emb[f.album_id]], dim=-1)
-        )
-        candidate_content = self.content_encoder(
-            torch.cat(
-                [emb[f.candidate_item_id], emb[f.candidate_artist_id], emb[f.candidate_album_id]],
-                dim=-1,
-            )
-        )
-        action_weight = uih_jts[f.action_weight].values().to(torch.int64)
-        action_mask = (
-            (action_weight.unsqueeze(-1) & self.action_bits).ne(0).to(history_content.dtype)
-        )
-        history_tokens = history_content + action_mask @ self.action_embeddings
-        candidate_tokens = candidate_content + self.candidate_action_embedding
         for key in self.contextual_keys:
             if emb[key].shape[0] != batch_size:
                 raise ValueError(
                     f"{key}: a contextual feature needs one value per sample ({batch_size}), "
                     f"got {emb[key].shape[0]}"
                 )
+        query_time = cand_jts[f.query_time].values().to(torch.int64)
+        user = self._user_embeddings(uih_jts, emb, history_lengths, num_history, query_time)
+        # The item side and the head stay in float32 under the trainer's bf16 autocast.
+        with torch.autocast(user.device.type, enabled=False):
+            item = self.item_mlp(
+                torch.cat(
+                    [
+                        emb[f.candidate_item_id],
+                        emb[f.candidate_artist_id],
+                        emb[f.candidate_album_id],
+                    ],
+                    dim=-1,
+                ).float()
+            )
+            logits = self.head(user.float() * item)
+        return ModelOutput(logits=logits)
+
+    def _user_embeddings(
+        self,
+        uih_jts: dict,
+        emb: dict,
+        history_lengths: torch.Tensor,
+        num_history: int,
+        query_time: torch.Tensor,
+    ) -> torch.Tensor:
+        """The postprocessed STU output at every candidate: [num_candidates_total, D]."""
+        f, cfg = self.features, self.config
+        batch_size = history_lengths.numel()
+        # History rows first, then candidate rows: the token MLPs act row by row.
+        item = torch.cat([emb[f.item_id], emb[f.candidate_item_id]])
+        artist_album = torch.cat(
+            [
+                torch.cat([emb[f.artist_id], emb[f.album_id]], dim=-1),
+                torch.cat([emb[f.candidate_artist_id], emb[f.candidate_album_id]], dim=-1),
+            ]
+        )
+        action_weight = uih_jts[f.action_weight].values().to(torch.int64)
+        history_actions = (action_weight.unsqueeze(-1) & self.action_bits).ne(0)
+        history_actions = (
+            history_actions.unsqueeze(-1).to(self.action_table.dtype) * self.action_table
+        ).reshape(num_history, -1)
+        num_candidate_rows = query_time.numel()
+        actions = torch.cat([history_actions, self.candidate_action.expand(num_candidate_rows, -1)])
+        item_tokens = (
+            self.content_mlp(item) + self.additional_mlp(artist_album) + self.action_mlp(actions)
+        )
         contextual_tokens = self.contextual_projection(
             torch.stack([emb[key] for key in self.contextual_keys], dim=1)
         ).reshape(batch_size * cfg.contextual_seq_len, -1)
 
         # One table of tokens, gathered into per-sample [contextual][history][candidates] order
         # through the merged index of the three jagged streams.
-        tokens = torch.cat([contextual_tokens, history_tokens, candidate_tokens], dim=0)
-        query_time = cand_jts[f.query_time].values().to(torch.int64)
+        tokens = torch.cat([contextual_tokens.to(item_tokens.dtype), item_tokens], dim=0)
+        history_times = uih_jts[f.action_timestamp].values().to(torch.int64)
         token_times = torch.cat(
             [
-                query_time[:: cfg.num_candidates].repeat_interleave(cfg.contextual_seq_len),
-                uih_jts[f.action_timestamp].values().to(torch.int64),
+                # Contextual tokens are at time 0: their time gap is the query time itself.
+                history_times.new_zeros(batch_size * cfg.contextual_seq_len),
+                history_times,
                 query_time,
             ]
         )
@@ -355,10 +460,10 @@ class HSTURanker(nn.Module):
         token_times = token_times[order]
 
         seq_lengths = seq_offsets[1:] - seq_offsets[:-1]
-        num_targets = candidate_lengths.to(torch.int64)
-        # The reference's positional encoder: sqrt(D) * x + position (counted back from the
-        # candidates; contextual tokens keep their own) + sqrt-minutes bucket of the time gap
-        # to the query time (every sequence's last token is a candidate at the query time).
+        num_targets = torch.full_like(seq_lengths, cfg.num_candidates)
+        # sqrt(D) * x + position (counted back from the candidates; contextual tokens keep
+        # their own) + sqrt-minutes bucket of the time gap to the query time (every sequence's
+        # last token is a candidate at the query time).
         x = hstu_ops.add_timestamp_positional_embeddings(
             math.sqrt(cfg.embedding_dim),
             cfg.max_seq_len,
@@ -387,9 +492,9 @@ class HSTURanker(nn.Module):
             - cfg.num_candidates
             + torch.arange(cfg.num_candidates, device=x.device)
         ).reshape(-1)
-        user = self.postprocessor(torch.cat([x[candidate_rows], time_features(query_time)], dim=-1))
-        logits = self.head(user * candidate_content)
-        return ModelOutput(logits=logits)
+        user = x[candidate_rows]
+        features = time_features(query_time).to(user.dtype)
+        return self.postprocessor(torch.cat([user, features], dim=-1))
 
     def _merge_order(
         self, batch_size: int, history_lengths: torch.Tensor, num_history: int
@@ -422,14 +527,28 @@ class HSTURanker(nn.Module):
         return weighted * self.config.loss_scale
 
 
+TIME_PERIODS: tuple[tuple[int, int], ...] = ((SECONDS_PER_HOUR, 24), (SECONDS_PER_DAY, 7))
+"""(seconds per unit, units per period) of the postprocessor's time features: the hour of the
+day and the day of the week."""
+
+TIME_FEATURES = 2 * len(TIME_PERIODS)
+"""Time features appended to the user embedding: a (cos, sin) pair per period."""
+
+ACTION_EMBEDDING_STD = 0.1
+"""Standard deviation of the action vectors' initialisation (the reference's)."""
+
+
 def time_features(timestamps: torch.Tensor) -> torch.Tensor:
-    """Hour-of-day and day-of-week as sin/cos pairs: [N] seconds -> [N, 4]."""
-    seconds = timestamps.to(torch.float64)
-    hour = torch.remainder(seconds, SECONDS_PER_DAY) / SECONDS_PER_HOUR
-    day = torch.remainder(seconds, 7 * SECONDS_PER_DAY) / SECONDS_PER_DAY
-    hour_angle = hour * (2 * math.pi / 24)
-    day_angle = day * (2 * math.pi / 7)
-    features = torch.stack(
-        [hour_angle.sin(), hour_angle.cos(), day_angle.sin(), day_angle.cos()], dim=-1
-    )
-    return features.to(torch.float32)
+    """Hour-of-day and day-of-week angles as (cos, sin) pairs: [N] seconds -> [N, 4] float32,
+    ordered (cos h, sin h, cos d, sin d).
+
+    The reference's arithmetic, step for step in float32: whole units elapsed (floor of
+    t / unit, so the hour and the day are integers), their position in the period, and the
+    angle position / period * 2 * 3.14 (its constant, not pi).
+    """
+    t = timestamps.to(torch.float32).unsqueeze(-1)
+    units = torch.tensor([u for u, _ in TIME_PERIODS], dtype=torch.float32, device=t.device)
+    period = torch.tensor([p for _, p in TIME_PERIODS], dtype=torch.float32, device=t.device)
+    elapsed = torch.div(t, units, rounding_mode="floor")
+    angle = torch.remainder(elapsed, period) / period * 2 * 3.14
+    return torch.stack([angle.cos(), angle.sin()], dim=-1).flatten(-2)

@@ -19,7 +19,7 @@ CANDIDATE_ACTION_WEIGHT = "item_action_weight"
 CANDIDATE_WATCH_TIME = "item_dummy_watchtime"
 """Candidate key the model does not read: ones."""
 
-LISTEN_PLUS, SKIP = 1, 4
+LISTEN_PLUS = 1
 """Action bits of the candidate's item_action_weight for a positive and a negative label."""
 
 
@@ -45,8 +45,9 @@ def random_batch(
     `contextual_tables` (name -> rows; default: the `tiny` preset's seven crosses), `item_id`,
     `artist_id`, `album_id`, `action_weight`, `action_timestamp`, `dummy_watch_time`,
     `dummy_query_time`; candidates `item_candidate_id`, `item_candidate_artist_id`,
-    `item_candidate_album_id`, `item_query_time`, `item_action_weight` (the label's action bit,
-    1 or 4), `item_dummy_watchtime`. `vocab_sizes` gives the rows of uid, item_id, artist_id and
+    `item_candidate_album_id`, `item_query_time` (the last history time, as
+    `dummy_query_time`; the anchor's time for an empty history), `item_action_weight` (the
+    listen_plus bit of the label: 1 or 0), `item_dummy_watchtime`. `vocab_sizes` gives the rows of uid, item_id, artist_id and
     album_id.
     """
     names = names or FeatureNames()
@@ -60,14 +61,14 @@ def random_batch(
     def ids(rows: int, n: int) -> torch.Tensor:
         return torch.randint(0, rows, (n,), generator=g)
 
-    query_time = 1_000_000 + 5 * torch.randint(0, 100_000, (batch_size,), generator=g)
+    anchor_time = 1_000_000 + 5 * torch.randint(0, 100_000, (batch_size,), generator=g)
     per_sample_times = [
-        torch.sort(query_time[b] - 5 * torch.randint(1, 50_000, (n,), generator=g)).values
+        torch.sort(anchor_time[b] - 5 * torch.randint(1, 50_000, (n,), generator=g)).values
         for b, n in enumerate(history_lengths)
     ]
     action_time = torch.cat(per_sample_times or [torch.empty(0, dtype=torch.int64)])
     last_time = torch.tensor(
-        [int(t[-1] if t.numel() else query_time[b]) for b, t in enumerate(per_sample_times)],
+        [int(t[-1] if t.numel() else anchor_time[b]) for b, t in enumerate(per_sample_times)],
         dtype=torch.int64,
     )
     contextual = {name: ids(rows, batch_size) for name, rows in contextual_tables.items()}
@@ -115,8 +116,8 @@ def random_batch(
                 ids(vocab_sizes["item_id"], batch_size),
                 ids(vocab_sizes["artist_id"], batch_size),
                 ids(vocab_sizes["album_id"], batch_size),
-                query_time,
-                torch.where(labels > 0, LISTEN_PLUS, SKIP).to(torch.int64),
+                last_time,
+                torch.where(labels > 0, LISTEN_PLUS, 0).to(torch.int64),
                 ones,
             ]
         ),

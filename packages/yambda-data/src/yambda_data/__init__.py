@@ -11,6 +11,7 @@ Importing this package does not import torch.
 from .crosses import CROSS_FEATURE_NAMES, CROSS_FEATURES, CrossFeature, cross_features
 from .dataset import DLRMv4Samples, load_dlrmv4_samples, prepare_store
 from .samples import (
+    HISTORY_STRATEGIES,
     ItemFeatures,
     SampleConfig,
     Samples,
@@ -43,6 +44,7 @@ __all__ = [
     "EVENT_TYPES",
     "EVENT_TYPE_CODES",
     "EVENT_TYPE_DTYPE",
+    "HISTORY_STRATEGIES",
     "MULTI_EVENT_SCHEMA",
     "TEST",
     "BatchPlan",

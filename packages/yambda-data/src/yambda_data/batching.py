@@ -10,9 +10,11 @@ and order:
   ``dummy_watch_time`` (zeros) with the sample's history, oldest first; ``dummy_query_time``,
   one value per sample: the last history timestamp (the anchor's time for an empty history).
 * ``candidates``, keys :data:`CANDIDATE_KEYS`, one value per sample: the anchor's item, its
-  artist and album features, its timestamp (``item_query_time``), its action bits
-  (``item_action_weight``: listen_plus 1 or skip 4, the supervision, not a model input) and
-  ``item_dummy_watchtime`` (1).
+  artist and album features, the query time (``item_query_time``: the same value as
+  ``dummy_query_time``, i.e. the last history timestamp, not the anchor's own time, as in the
+  reference; it drives the model's time buckets and time features), its supervision bits
+  (``item_action_weight``: only the listen_plus bit, 1 for a listen_plus anchor and 0
+  otherwise; the label, not a model input) and ``item_dummy_watchtime`` (1).
 * ``labels``: float32 [B], listen_plus of the anchor.
 
 All values are int64.
@@ -28,7 +30,7 @@ import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from .crosses import CROSS_FEATURE_NAMES, CROSS_FEATURES, CrossFeature, cross_features
-from .samples import ACTION_LISTEN_PLUS, ACTION_SKIP, Samples
+from .samples import ACTION_LISTEN_PLUS, Samples
 
 __all__ = [
     "CANDIDATE_KEYS",
@@ -162,6 +164,8 @@ def make_batch(
         is_organic=part.is_organic,
         features=crosses,
     )
+    # The query time is the last history event's time (the anchor's own time only for an
+    # empty history): the reference's, shared by dummy_query_time and item_query_time.
     query_time = part.anchor_timestamp.astype(np.int64)
     has_history = lengths > 0
     query_time[has_history] = part.history_timestamp[part.history_offsets[1:][has_history] - 1]
@@ -184,12 +188,13 @@ def make_batch(
         ),
         stride=b,
     )
-    action = np.where(part.label == 1, ACTION_LISTEN_PLUS, ACTION_SKIP)
+    # The supervision bits: only the listen_plus bit (the one task), so a skip anchor has 0.
+    action = np.where(part.label == 1, ACTION_LISTEN_PLUS, 0)
     candidate_values = [
         part.item_id,
         part.artist_id,
         part.album_id,
-        part.anchor_timestamp,
+        query_time,
         action,
         ones,
     ]

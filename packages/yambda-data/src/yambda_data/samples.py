@@ -15,9 +15,11 @@ Definitions (facts of the reference, made precise here):
 * **Causal window.** Stream positions ``[max(0, pos - causal_window), pos)`` (20,000 events).
 * **History.** The listen and like events of the window (dislike, unlike and undislike are
   not history), each with one action bit: listen_plus 1 (listen, played_ratio_pct >= 50),
-  like 2, skip 4 (listen, played_ratio_pct < 50). ``last_n`` takes the last
-  ``history_length`` of them; ``interleaved`` takes the last ``history_length // 3`` of each
-  pool (listen_plus, like, skip) and re-sorts them by stream position (time order).
+  like 2, skip 4 (listen, played_ratio_pct < 50). ``interleaved`` (the default, and the
+  strategy the reference trains with) takes the last ``history_length // 3`` of each pool
+  (listen_plus, like, skip) and re-sorts them by stream position (time order), so a history
+  holds at most ``3 * (history_length // 3)`` events; ``last_n`` takes the last
+  ``history_length`` of them whatever their pool.
 * **Label.** listen_plus of the anchor listen (played_ratio_pct >= 50).
 * **Item features.** Mappings are many-to-many: an item's artist is its smallest artist_id and
   its album its smallest album_id. Features are those ids plus 1; 0 is reserved for "no
@@ -40,6 +42,7 @@ __all__ = [
     "ACTION_LISTEN_PLUS",
     "ACTION_SKIP",
     "CAUSAL_WINDOW",
+    "HISTORY_STRATEGIES",
     "LISTEN_PLUS_MIN_RATIO",
     "ItemFeatures",
     "SampleConfig",
@@ -57,18 +60,30 @@ LISTEN_PLUS_MIN_RATIO = 50
 CAUSAL_WINDOW = 20_000
 """Events before the anchor that the history may be drawn from."""
 
-Strategy = Literal["last_n", "interleaved"]
+Strategy = Literal["interleaved", "last_n"]
+HISTORY_STRATEGIES: tuple[Strategy, ...] = ("interleaved", "last_n")
+"""The values of :attr:`SampleConfig.strategy`, the default (the reference's) first."""
 FrameIn = pl.DataFrame | pl.LazyFrame
 
 
 @dataclass(frozen=True)
 class SampleConfig:
+    """How samples are cut, by :func:`build_samples` and
+    :meth:`~yambda_data.store.SampleStore.samples` alike (the reference's values: L = 4086,
+    min_history 4086, interleaved, causal window 20,000)."""
+
     history_length: int = 64
-    """Maximum history events per sample (``L``)."""
+    """History length ``L``: at most ``L`` events per sample (``3 * (L // 3)`` under the
+    interleaved strategy)."""
     min_history: int = 16
     """Minimum number of earlier events (any type) of an anchor."""
-    strategy: Strategy = "last_n"
+    strategy: Strategy = "interleaved"
+    """How the history is drawn from the causal window: ``"interleaved"`` (the default, the
+    reference's training strategy) keeps the last ``history_length // 3`` events of each pool
+    (listen_plus, like, skip) merged in time order; ``"last_n"`` keeps the last
+    ``history_length`` history events of any pool. See the module docstring."""
     causal_window: int = CAUSAL_WINDOW
+    """Stream events before the anchor (any type) that the history may be drawn from."""
 
     def __post_init__(self) -> None:
         for name in ("history_length", "min_history", "causal_window"):
@@ -83,14 +98,15 @@ class SampleConfig:
             raise ValueError(f"SampleConfig.min_history: must be >= 0, got {self.min_history}")
         if self.causal_window < 1:
             raise ValueError(f"SampleConfig.causal_window: must be >= 1, got {self.causal_window}")
-        if self.strategy not in ("last_n", "interleaved"):
+        if self.strategy not in HISTORY_STRATEGIES:
             raise ValueError(
-                f"SampleConfig.strategy: must be 'last_n' or 'interleaved', got {self.strategy!r}"
+                f"SampleConfig.strategy: must be 'interleaved' or 'last_n', got {self.strategy!r}"
             )
         if self.strategy == "interleaved" and self.history_length < 3:
             raise ValueError(
-                "SampleConfig.history_length: must be >= 3 for the interleaved strategy, "
-                f"got {self.history_length}"
+                "SampleConfig.history_length: must be >= 3 for the interleaved strategy "
+                f"(one event per pool), got {self.history_length}; pass strategy='last_n' "
+                "for shorter histories"
             )
 
 

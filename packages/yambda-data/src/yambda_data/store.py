@@ -36,7 +36,10 @@ from the earliest train anchor.
 
 Reading a sample costs a few binary searches and a gather of its history: the pool arrays lead
 straight to the last ``k`` events of each pool inside the causal window, so the cost grows with
-the history length, not with the causal window or the user's event count.
+the history length, not with the causal window or the user's event count. The history strategy
+(:attr:`~yambda_data.samples.SampleConfig.strategy`, interleaved by default), the history
+length and the causal window are applied when reading, so one store serves every
+:class:`~yambda_data.samples.SampleConfig` with its ``min_history``.
 
 Integrity and concurrency:
 
@@ -552,8 +555,10 @@ class SampleStore:
         return np.searchsorted(offsets, events, side="right") - 1
 
     def samples(self, anchors: np.ndarray, config: SampleConfig) -> Samples:
-        """The samples of the anchor event indices ``anchors`` (in that order), equal to what
-        :func:`~yambda_data.samples.build_samples` gives for the same anchors."""
+        """The samples of the anchor event indices ``anchors`` (in that order) under
+        ``config`` (its strategy, history length and causal window; its ``min_history`` must
+        be the store's), equal to what :func:`~yambda_data.samples.build_samples` gives for
+        the same anchors."""
         if config.min_history != self.min_history:
             raise ValueError(
                 f"SampleConfig.min_history={config.min_history}, but the store at {self.path} "
@@ -568,7 +573,7 @@ class SampleStore:
         if config.strategy == "last_n":
             runs = [self._pool_tail(p, user, window_lo, pos, config.history_length) for p in POOLS]
             positions, lengths = _merge_runs(runs, keep_last=config.history_length)
-        else:
+        else:  # interleaved: the last L // 3 of each pool, merged in stream (time) order
             per_pool = config.history_length // 3
             runs = [self._pool_tail(p, user, window_lo, pos, per_pool) for p in POOLS]
             positions, lengths = _merge_runs(runs, keep_last=None)

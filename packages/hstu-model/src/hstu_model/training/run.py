@@ -31,7 +31,7 @@ import torch
 
 import yambda_data
 from hstu_model import checkpoint as ckpt
-from hstu_model.config import PRESETS, ConfigError, ModelConfig
+from hstu_model.config import PRESETS, ConfigError, ModelConfig, reference_departures
 from hstu_model.model import HSTURanker
 from hstu_model.overrides import resolve_config
 from hstu_model.sharding import shard_model
@@ -69,6 +69,7 @@ RUN_IDENTITY = (
     "kernel",
     "target_auc",
     "min_history",
+    "history_strategy",
     "division",
 )
 """Fields a resumed run must share with the checkpointed one (the others, such as `workers`
@@ -149,11 +150,18 @@ class RunConfig:
     min_history: int = MIN_HISTORY
     """Earlier events of the user a listen needs to become a sample (the store is built for
     it); the reference's is REFERENCE_MIN_HISTORY."""
+    history_strategy: str = "interleaved"
+    """How a sample's history is drawn from the user's earlier events (yambda_data
+    HISTORY_STRATEGIES): "interleaved", the reference's (the last history_length // 3 events of
+    each of the listen_plus, like and skip pools, in time order), or "last_n" (the last
+    history_length events of any of them; not the reference's function)."""
     division: Literal["open", "closed"] = "open"
     """MLPerf division the log declares. closed checks, before anything runs, the settings the
     closed rules pin that the run itself decides (the real 5b data, one pass, 1000 evaluations,
-    the reference's anchor rule, target 0.75); the compliance check of the log judges the rest
-    (the learning-rate band, the optimizer, the sample counts)."""
+    the reference's anchor rule and history strategy, target 0.75) and that the resolved model
+    and recipe are the reference's (`hstu_model.config.reference_departures`: the yambda-5b
+    preset, overrides only of the fields a submitter may choose); the compliance check of the
+    log judges the rest (the learning-rate band, the sample counts)."""
 
     def __post_init__(self) -> None:
         def require(ok: bool, field: str, message: str) -> None:
@@ -170,6 +178,12 @@ class RunConfig:
             f"need 1 <= evals <= steps ({self.steps}), got {self.evals}",
         )
         require(self.min_history >= 1, "min_history", f"must be >= 1, got {self.min_history}")
+        require(
+            self.history_strategy in yambda_data.HISTORY_STRATEGIES,
+            "history_strategy",
+            f"must be one of {', '.join(yambda_data.HISTORY_STRATEGIES)}, "
+            f"got {self.history_strategy!r}",
+        )
         require(
             self.division in ("open", "closed"),
             "division",
@@ -192,12 +206,22 @@ class RunConfig:
                     f"{MLPERF_TARGET_AUC}",
                     self.target_auc in (None, MLPERF_TARGET_AUC),
                 ),
+                "history_strategy": (
+                    "interleaved, the reference's samples",
+                    self.history_strategy == "interleaved",
+                ),
+                "preset": ("yambda-5b, the reference's model", self.preset == "yambda-5b"),
             }
             wrong = [
                 f"{name}={need} (got {getattr(self, name)})"
                 for name, (need, ok) in wanted.items()
                 if not ok
             ]
+            if self.preset in PRESETS:
+                resolved = resolve_config(
+                    self.preset, file=self.config_file, cli=self.overrides
+                ).replace(model={"kernel": self.kernel}, train={"seed": self.seed})
+                wrong += [f"{d}, not the reference's" for d in reference_departures(resolved)]
             require(not wrong, "division", "closed needs " + "; ".join(wrong))
         require(self.users >= 1, "users", f"must be >= 1, got {self.users}")
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
@@ -394,7 +418,9 @@ class _StreamingRun:
                 )
             ctx.barrier()
         self.sample_config = yambda_data.SampleConfig(
-            history_length=self.hstu.model.history_length, min_history=self.store.min_history
+            history_length=self.hstu.model.history_length,
+            min_history=self.store.min_history,
+            strategy=config.history_strategy,
         )
         self.crosses = model_crosses(self.hstu.model)  # the model's table sizes
         self.batch_size = self.hstu.train.batch_size
