@@ -169,6 +169,7 @@ def test_short_run_reports_and_logs(first_run, capsys):
     assert Path(summary["metrics_png"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     config = json.loads((out / "config.json").read_text())
     assert config["model"]["history_length"] == 32 and config["run"]["seed"] == 0
+    assert config["run"]["history_strategy"] == "interleaved"
 
 
 def test_log_passes_the_dev_ruleset(first_run):
@@ -190,6 +191,41 @@ def test_kernels_give_the_same_run(first_run, tmp_path):
     _, summary = first_run
     other = short_run(tmp_path, kernel="pytorch")["eval_auc"]
     assert other == pytest.approx(summary["eval_auc"], abs=2e-3)
+
+
+@pytest.mark.parametrize("strategy", ["interleaved", "last_n"])
+def test_the_run_cuts_its_samples_with_the_history_strategy(strategy, tmp_path, monkeypatch):
+    """The training and evaluation loaders get the run's SampleConfig: interleaved (the
+    reference's) by default, with the model's history_length; its batches' histories then hold
+    at most history_length // 3 events of each pool."""
+    import hstu_model.training.run as run_module
+
+    seen = []
+
+    def recording_loader(path, sample_config, plan, **kwargs):
+        loader = real_loader(path, sample_config, plan, **kwargs)
+        seen.append((sample_config, list(loader)))
+        return seen[-1][1]
+
+    real_loader = run_module.make_loader
+    monkeypatch.setattr(run_module, "make_loader", recording_loader)
+    argv = ["--users", "80", "--steps", "2", "--evals", "1", "--workers", "0"]
+    extra = [] if strategy == "interleaved" else ["--history-strategy", strategy]
+    train.main([*argv, *extra, "--out", str(tmp_path / "run")])
+    assert seen and all(c.strategy == strategy and c.history_length == 32 for c, _ in seen)
+    per_pool = []
+    for _, batches in seen:
+        for batch in batches:
+            uih = batch.uih.to_dict()
+            bits = uih["action_weight"].values()
+            for b, n in enumerate(uih["action_weight"].lengths().tolist()):
+                start = int(uih["action_weight"].offsets()[b])
+                per_pool.append([int((bits[start : start + n] == bit).sum()) for bit in (1, 2, 4)])
+    most = max(max(counts) for counts in per_pool)
+    if strategy == "interleaved":
+        assert most == 32 // 3  # some pool fills its share, none goes beyond it
+    else:
+        assert most > 32 // 3
 
 
 def test_an_epoch_of_a_store_built_for_min_history(tmp_path):

@@ -211,9 +211,11 @@ def test_random_batch_has_yambda_data_keys_and_ids_below_table_sizes(tiny_config
     assert not uih["dummy_watch_time"].values().any()
     times = uih["action_timestamp"].values()
     query = cand["item_query_time"].values()
-    assert uih["dummy_query_time"].values().tolist() == [times[2], query[1], times[-1]]
+    # The query time is the last history event's (yambda-data's and the reference's).
+    assert uih["dummy_query_time"].values().tolist() == query.tolist()
+    assert [query[0], query[2]] == [times[2], times[-1]]
     bits = cand["item_action_weight"].values()
-    assert bits.tolist() == [1 if y else 4 for y in batch.labels.tolist()]
+    assert bits.tolist() == [1 if y else 0 for y in batch.labels.tolist()]
 
 
 def test_contextual_features_change_the_score(tiny_config, make_batch, build):

@@ -281,6 +281,9 @@ class OptimizerConfig:
     """Adam betas."""
     eps: float = 1e-8
     """Adam epsilon."""
+    sparse_eps: float = 1e-8
+    """Epsilon of the sparse row-wise Adagrad (the reference's; used by the unsharded Trainer
+    and by the sharded tables' fused kernel alike, so that both take the same step)."""
     weight_decay: float = 0.0
     """Adam weight decay."""
     warmup_steps: int = 24_000
@@ -297,6 +300,7 @@ class OptimizerConfig:
             f"must be two values in [0, 1), got {self.betas}",
         )
         _require(self.eps > 0, "eps", "must be > 0")
+        _require(self.sparse_eps > 0, "sparse_eps", f"must be > 0, got {self.sparse_eps}")
         _require(self.weight_decay >= 0, "weight_decay", "must be >= 0")
         _require(self.warmup_steps >= 0, "warmup_steps", "must be >= 0")
         _require(self.grad_clip_norm >= 0, "grad_clip_norm", "must be >= 0")
@@ -603,12 +607,11 @@ def small() -> HSTUConfig:
     It keeps the reference's layer shape (3 STU layers of 4 heads) at half its width (D 256,
     per-head dims 64, preprocessor hidden 128) and an eighth of its sequence (history 512, 521
     tokens), over the `tiny` crosses. What it is for: benchmarks and checks in which attention
-    is a real share of the step (22% of its model FLOPs, against 9% in `tiny` and 51% in
+    is a real share of the step (20% of its model FLOPs, against 6% in `tiny` and 50% in
     `yambda-5b`) and the kernels see sequences of reference-like length, without a GPU. It
-    costs 2.0 GFLOP per sample forward and 6.0 per training step (`hstu_model.flops`); two
-    CPU cores train it at about 10 (pytorch kernel) to 24 (native) samples per second, at a
-    peak RSS of 2.6 GB end to end (docs/benchmarks.md). Like `tiny` it runs without dropout: a CPU run
-    sees each sample at most once.
+    costs 2.06 GFLOP per sample forward and 6.18 per training step (`hstu_model.flops`); see
+    docs/benchmarks.md for what two CPU cores train it at. Like `tiny` it runs without
+    dropout: a CPU run sees each sample at most once.
     """
     return HSTUConfig(
         model=ModelConfig(

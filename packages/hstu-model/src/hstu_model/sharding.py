@@ -49,10 +49,6 @@ from hstu_model.config import (
 
 logger = logging.getLogger(__name__)
 
-SPARSE_ADAGRAD_EPS = 1e-10
-"""Epsilon of the sparse row-wise Adagrad (TorchRec's `RowWiseAdagrad` default), used by the
-unsharded Trainer and by the fused kernel alike so that both take the same step."""
-
 GB = 10**9
 
 
@@ -344,7 +340,7 @@ def shard_model(
     _apply_optimizer_in_backward(
         RowWiseAdagrad,
         collection.parameters(),
-        {"lr": optimizer.sparse_lr, "eps": SPARSE_ADAGRAD_EPS},
+        {"lr": optimizer.sparse_lr, "eps": optimizer.sparse_eps},
     )
     topology = TopologyFactory.create_topology(
         trainer_config=TrainerConfig(

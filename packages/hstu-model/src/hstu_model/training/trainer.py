@@ -23,7 +23,6 @@ from hstu_model.config import HSTUConfig
 from hstu_model.metrics import binary_auc, normalized_entropy
 from hstu_model.model import HSTURanker
 from hstu_model.sharding import (
-    SPARSE_ADAGRAD_EPS,
     is_sharded,
     set_learning_rates,
     sharded_parameters,
@@ -99,7 +98,7 @@ class Trainer:
 
     def _row_wise_adagrad(self, parameters: list[nn.Parameter]) -> RowWiseAdagrad:
         return RowWiseAdagrad(
-            parameters, lr=self.config.optimizer.sparse_lr, eps=SPARSE_ADAGRAD_EPS
+            parameters, lr=self.config.optimizer.sparse_lr, eps=self.config.optimizer.sparse_eps
         )
 
     @property
