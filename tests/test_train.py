@@ -15,6 +15,7 @@ import pytest
 
 import hstu_model
 from hstu_model import checkpoint as ck
+from hstu_model.training.run import RunRefused
 from mlperf_compliance import check_log, read_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +46,8 @@ def test_command_line_surface_is_frozen():
         "kernel": "native",
         "workers": 1,
         "target_auc": None,
-        "out": Path("runs/train"),
+        "out": None,
+        "overwrite": False,
         "checkpoint_dir": None,
         "checkpoint_every": 100,
         "checkpoint_seconds": 0.0,
@@ -56,6 +58,7 @@ def test_command_line_surface_is_frozen():
         "min_history": 16,
         "history_strategy": "interleaved",
         "division": "open",
+        "debug": False,
     }
     assert train.parse_args(["--steps", "epoch"]).steps is None
 
@@ -254,13 +257,11 @@ def test_too_little_data_for_one_batch_is_named(tmp_path):
         train.main(["--users", "20", "--min-history", "1200", "--workers", "0", "--out", str(out)])
 
 
-def test_missing_dataset_is_named_and_the_run_is_logged_aborted(tmp_path):
+def test_missing_dataset_is_named_before_anything_is_created(tmp_path):
     out = tmp_path / "run"
-    with pytest.raises(FileNotFoundError, match=r"multi_event\.parquet"):
+    with pytest.raises(RunRefused, match=r"--data .*: no file .*multi_event\.parquet"):
         train.main(["--data", str(tmp_path), "--steps", "1", "--evals", "1", "--out", str(out)])
-    records = read_log(out / "mlperf.log")
-    assert records[-1]["key"] == "run_stop"
-    assert records[-1]["metadata"]["status"] == "aborted"
+    assert not out.exists()
 
 
 def test_config_file_then_set_items_override_the_preset(tmp_path):
@@ -274,9 +275,236 @@ def test_config_file_then_set_items_override_the_preset(tmp_path):
     assert config["run"]["overrides"] == ["model.num_heads=4"]
 
 
-def test_bad_override_is_named(tmp_path):
-    with pytest.raises(hstu_model.ConfigError, match=r"model\.num_layerz"):
-        train.main(["--set", "model.num_layerz=1", "--out", str(tmp_path / "run")])
+TINY_RUN = ["--users", "40", "--steps", "2", "--evals", "1", "--workers", "0"]
+"""The shortest run: 40 users, 2 steps, one evaluation."""
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("finished") / "run"
+    summary = train.main([*TINY_RUN, "--out", str(out)])
+    return out, summary
+
+
+@pytest.mark.parametrize(
+    ("argv", "files", "message"),
+    [
+        (["--set", "model.nosuch=1"], {}, "command-line override 'model.nosuch=1': model: "),
+        (["--set", "garbage"], {}, "command-line override 'garbage': expected section.field"),
+        (["--set", "model.num_layers=abc"], {}, "model.num_layers: expected int, got 'abc'"),
+        (["--config", "{tmp}/bad.toml"], {"bad.toml": "[model\n"}, "bad.toml"),
+        (["--config", "{tmp}/s.toml"], {"s.toml": "[nosuch]\na = 1\n"}, "nosuch"),
+        (["--config", "{tmp}/n.toml"], {"n.toml": "[model]\nnum_layers = -1\n"}, "num_layers"),
+        (["--config", "{tmp}/missing.toml"], {}, "missing.toml: cannot read config file"),
+        (["--target-auc", "2"], {}, "--target-auc: must be in [0, 1], got 2.0"),
+        (["--users", "0"], {}, "--users: must be >= 1, got 0"),
+    ],
+)
+def test_a_bad_input_changes_nothing_and_is_one_line(
+    argv, files, message, finished_run, tmp_path, capsys
+):
+    """Over a finished run, and where --out does not exist yet: the same one-line refusal,
+    and neither folder changes."""
+    out, _ = finished_run
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    for target in (out, tmp_path / "new"):
+        with pytest.raises(SystemExit) as exit_info:
+            train.main([*argv, "--out", str(target)])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "new").exists()
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+
+def test_a_finished_run_is_kept_unless_overwritten(finished_run, tmp_path):
+    out, summary = finished_run
+    assert json.loads((out / "result.json").read_text()) == summary
+    log = (out / "mlperf.log").read_bytes()
+    with pytest.raises(RunRefused, match=r"holds a finished run .* --overwrite"):
+        train.main([*TINY_RUN, "--out", str(out)])
+    assert (out / "mlperf.log").read_bytes() == log
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("mlperf.log", "result.json", "config.json"):
+        (copy / name).write_bytes((out / name).read_bytes())
+    again = train.main([*TINY_RUN, "--seed", "1", "--out", str(copy), "--overwrite"])
+    assert again["weights_sha256"] != summary["weights_sha256"]
+    assert json.loads((copy / "config.json").read_text())["run"]["seed"] == 1
+    assert sum(r["key"] == "run_start" for r in read_log(copy / "mlperf.log")) == 1
+
+
+def test_an_unfinished_run_is_refused_with_how_to_resume(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "mlperf.log").write_text(":::MLLOG {}\n")
+    with pytest.raises(RunRefused, match=r"holds an unfinished run; pass --resume auto"):
+        train.main([*TINY_RUN, "--out", str(out)])
+    assert (out / "mlperf.log").read_text() == ":::MLLOG {}\n"
+
+
+def test_without_out_every_run_gets_its_own_folder(tmp_path, monkeypatch, capsys):
+    """Runs without --out go to fresh runs/train-* folders and share the synthetic data."""
+    monkeypatch.chdir(tmp_path)
+    first = train.main(TINY_RUN)
+    second = train.main(TINY_RUN)
+    folders = sorted((tmp_path / "runs").glob("train-*"))
+    assert len(folders) == 2
+    assert {Path(first["mlperf_log"]).parent, Path(second["mlperf_log"]).parent} == {
+        Path("runs") / f.name for f in folders
+    }
+    assert first["weights_sha256"] == second["weights_sha256"]
+    cached = list((tmp_path / "runs" / "cache" / "synthetic").iterdir())
+    assert [c.name for c in cached] == ["users40-seed0-50m"]
+    assert all(not (f / "data").exists() for f in folders)
+    assert "run folder: runs/train-" in capsys.readouterr().err
+
+
+def test_resume_without_out_takes_the_newest_unfinished_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    checkpoints = tmp_path / "ckpt"
+    argv = [*TINY_RUN, "--steps", "4", "--checkpoint-dir", str(checkpoints)]
+    argv += ["--checkpoint-every", "2"]
+    uninterrupted = train.main([*argv[:-4], "--out", str(tmp_path / "whole")])
+    real_step = hstu_model.Trainer.train_step
+
+    def crash_at_step_3(self, batch):
+        if self.step == 3:
+            raise KeyboardInterrupt
+        return real_step(self, batch)
+
+    monkeypatch.setattr(hstu_model.Trainer, "train_step", crash_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        train.main(argv)
+    monkeypatch.setattr(hstu_model.Trainer, "train_step", real_step)
+    (folder,) = (tmp_path / "runs").glob("train-*")
+    capsys.readouterr()
+    resumed = train.main([*argv, "--resume", "auto"])
+    assert f"resuming the newest unfinished run, runs/{folder.name}" in capsys.readouterr().err
+    assert resumed["resumed_from_step"] == 2
+    assert resumed["weights_sha256"] == uninterrupted["weights_sha256"]
+    assert Path(resumed["mlperf_log"]).parent.name == folder.name
+
+
+DAMAGED_RUN = [*TINY_RUN, "--steps", "6", "--checkpoint-every", "2", "--keep-checkpoints", "5"]
+"""Checkpoints at steps 2 and 4 (and 6); the run below is stopped during step 6."""
+
+
+@pytest.fixture(scope="module")
+def undamaged_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("undamaged")
+    argv = [*DAMAGED_RUN, "--out", str(root / "run"), "--checkpoint-dir", str(root / "ckpt")]
+    return train.main(argv)
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+DAMAGES = {
+    "truncated tensors": lambda step: _truncate(next((step / "tensors").glob("*.distcp"))),
+    "truncated meta": lambda step: _truncate(step / "meta.json"),
+    "truncated manifest": lambda step: _truncate(step / "manifest.json"),
+    "missing file": lambda step: (step / "rng" / "rank-0.json").unlink(),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_damaged_newest_checkpoint_is_skipped(
+    damage, undamaged_run, tmp_path, monkeypatch, capsys
+):
+    """The newest checkpoint does not verify: the resume names it, goes back to the one before
+    and ends bit-identical to the run that was never stopped."""
+    out, checkpoints = tmp_path / "run", tmp_path / "ckpt"
+    argv = [*DAMAGED_RUN, "--out", str(out), "--checkpoint-dir", str(checkpoints)]
+    real_step = hstu_model.Trainer.train_step
+
+    def stop_in_step_6(self, batch):
+        if self.step == 5:
+            raise KeyboardInterrupt
+        return real_step(self, batch)
+
+    monkeypatch.setattr(hstu_model.Trainer, "train_step", stop_in_step_6)
+    with pytest.raises(KeyboardInterrupt):
+        train.main(argv)
+    monkeypatch.setattr(hstu_model.Trainer, "train_step", real_step)
+    assert [c.name for c in ck.list_checkpoint_dirs(checkpoints)] == ["step-2", "step-4"]
+    DAMAGES[damage](checkpoints / "step-4")
+    assert ck.verify_checkpoint(checkpoints / "step-4")
+    assert ck.verify_checkpoint(checkpoints / "step-2") == []
+    capsys.readouterr()
+    resumed = train.main([*argv, "--resume", "auto"])
+    err = capsys.readouterr().err
+    assert f"checkpoint {checkpoints / 'step-4'} does not verify, skipped: " in err
+    assert f"resuming from {checkpoints / 'step-2'}" in err
+    assert resumed["resumed_from_step"] == 2
+    assert resumed["skipped_checkpoints"][0].startswith(f"{checkpoints / 'step-4'}: ")
+    assert resumed["weights_sha256"] == undamaged_run["weights_sha256"]
+    assert resumed["eval_auc"] == undamaged_run["eval_auc"]
+    records = read_log(out / "mlperf.log")
+    assert [r["key"] for r in records].count("run_start") == 1
+    assert check_log(out / "mlperf.log", ruleset="dev").passed
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 2 MB tmpfs (mounting needs root; skipped where it cannot be made)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_disk_during_a_checkpoint_is_named_and_the_log_counts_the_samples(
+    small_filesystem, tmp_path
+):
+    out, checkpoints = tmp_path / "run", small_filesystem / "ckpt"
+    argv = [*TINY_RUN, "--steps", "4", "--checkpoint-every", "3", "--out", str(out)]
+    with pytest.raises(ck.CheckpointError, match=r"no space left on its file system \(") as info:
+        train.main([*argv, "--checkpoint-dir", str(checkpoints)])
+    assert str(checkpoints / ".tmp-step-3") in str(info.value)
+    assert not (checkpoints / ".tmp-step-3").exists()  # the partial save gave its space back
+    stop = read_log(out / "mlperf.log")[-1]
+    assert stop["key"] == "run_stop" and stop["metadata"]["status"] == "aborted"
+    assert stop["metadata"]["samples_count"] == 3 * 256
+
+
+def test_errors_print_one_line_and_status_2_unless_debugging(tmp_path):
+    command = [sys.executable, str(ROOT / "tools" / "train.py"), "--set", "garbage"]
+    command += ["--out", str(tmp_path / "run")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "train.py: error: command-line override 'garbage': expected section.field=value "
+        "(see --help)"
+    ]
+    data = ["--data", str(tmp_path), "--out", str(tmp_path / "run")]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "train.py"), *data],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("train.py: error: --data ")
+    debug = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "train.py"), *data],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "DLRMV4_DEBUG": "1"},
+    )
+    assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_checkpoint_after_every_window(tmp_path):
@@ -431,9 +659,9 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pa
     # That directory now belongs to this run: a fresh start over it, or a resume with other
     # settings, is refused before the log is touched.
     size = (out / "mlperf.log").stat().st_size
-    with pytest.raises(FileExistsError, match="--resume auto"):
+    with pytest.raises(RunRefused, match="--resume auto"):
         train.main(argv)
-    with pytest.raises(ValueError, match="--seed 0 then, 1 now"):
+    with pytest.raises(RunRefused, match="--seed 0 then, 1 now"):
         train.main([*argv, "--resume", "auto", "--seed", "1"])
     assert (out / "mlperf.log").stat().st_size == size
 

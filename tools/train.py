@@ -4,6 +4,14 @@ With no arguments it synthesizes a small dataset in the exact Yambda schema (wit
 learnable signal), trains the `tiny` preset on it, evaluates AUC on the held-out last day and
 writes an MLPerf log. `--data ROOT --size SIZE` trains on a Yambda download instead.
 
+Each run without `--out` gets a fresh folder, runs/train-<UTC date-time> (the synthetic data is
+shared through runs/cache/), so no run overwrites another; `--resume auto` without `--out`
+continues the newest unfinished one. An `--out` that holds a run is refused unless
+`--resume auto` continues it or `--overwrite` replaces it. Everything given (options, the config
+file, HSTU_* variables, --set items, the dataset) is checked before any file is created: a bad
+input is one line on stderr and exit status 2; a run that started and failed exits with 1 (its
+log ends with run_stop "aborted"). `--debug` or DLRMV4_DEBUG=1 adds the traceback.
+
 Under torchrun (`torchrun --nproc-per-node N tools/train.py ...`) every rank runs it: gloo on
 CPU, NCCL/RCCL with one GPU per rank, the embedding tables sharded by TorchRec, each rank
 training on its slice of every global batch (N times the preset's batch size).
@@ -24,16 +32,19 @@ import sys
 from pathlib import Path
 
 from hstu_model import ConfigError
+from hstu_model.checkpoint import CheckpointError
 from hstu_model.config import PRESETS
 from hstu_model.training.distributed import RankLostError
-from hstu_model.training.run import REFERENCE_MIN_HISTORY, RunConfig, train
+from hstu_model.training.run import REFERENCE_MIN_HISTORY, RunConfig, RunRefused, train
 from yambda_data import HISTORY_STRATEGIES
 
 DEFAULTS = RunConfig()
+DEBUG_VARIABLE = "DLRMV4_DEBUG"
+"""Set to 1 for tracebacks with errors, as --debug does."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p = OneLineParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add = p.add_argument
     # yambda-5b's tables (about 600 GB) need GPUs under torchrun (sharded by TorchRec).
     add("--preset", default=DEFAULTS.preset, choices=sorted(PRESETS))
@@ -66,7 +77,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="AUC that counts as success (default: 0.75, the MLPerf target, on --data; "
         "0.65 on the synthetic data)",
     )
-    add("--out", type=Path, default=DEFAULTS.out, help="run folder")
+    add(
+        "--out",
+        type=Path,
+        default=DEFAULTS.out,
+        help="run folder (default: a fresh runs/train-<UTC date-time>; with --resume auto the "
+        "newest unfinished run under runs/); one that holds another run is refused",
+    )
+    add("--overwrite", action="store_true", help="replace the run that --out holds")
     add("--checkpoint-dir", type=Path, help="save checkpoints here (default: none)")
     add("--checkpoint-every", type=int, default=DEFAULTS.checkpoint_every, help="steps (0: off)")
     add(
@@ -113,13 +131,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="MLPerf division of the log; closed refuses settings the closed rules reject "
         "(see tools/mlperf/README.md)",
     )
+    add(
+        "--debug",
+        action="store_true",
+        help=f"print a traceback with an error (also with {DEBUG_VARIABLE}=1)",
+    )
     args = p.parse_args(argv)
     try:
         run_config(args)
-    except ConfigError as error:  # "RunConfig.steps: ..." read as "--steps: ..."
-        field, _, message = str(error).removeprefix("RunConfig.").partition(": ")
-        p.error(f"--{field.replace('_', '-')}: {message}")
+    except ConfigError as error:
+        p.error(flag_message(error))
     return args
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Reports a bad argument as one line (`train.py: error: ...`, status 2), no usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def flag_message(error: Exception) -> str:
+    """ "RunConfig.min_history: ..." read as "--min-history: ..."; other messages unchanged."""
+    text = str(error)
+    if not text.startswith("RunConfig."):
+        return text
+    field, _, message = text.removeprefix("RunConfig.").partition(": ")
+    return f"--{field.replace('_', '-')}: {message}"
 
 
 def steps_arg(text: str) -> int | None:
@@ -130,6 +168,10 @@ def steps_arg(text: str) -> int | None:
     except ValueError:
         message = f"expected a number of steps or 'epoch', got {text!r}"
         raise argparse.ArgumentTypeError(message) from None
+
+
+def debugging(argv: list[str]) -> bool:
+    return "--debug" in argv or os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
 
 
 def run_config(args: argparse.Namespace) -> RunConfig:
@@ -147,5 +189,15 @@ def main(argv: list[str] | None = None) -> dict:
 if __name__ == "__main__":
     try:
         main()
-    except (FloatingPointError, RankLostError) as error:
-        sys.exit(f"train.py: {error}")
+    except (ConfigError, RunRefused, FileNotFoundError, FileExistsError) as error:
+        # A bad input, refused before the run created or changed anything.
+        if debugging(sys.argv[1:]):
+            raise
+        print(f"train.py: error: {flag_message(error)}", file=sys.stderr)
+        sys.exit(2)
+    except (FloatingPointError, RankLostError, CheckpointError, OSError, ValueError) as error:
+        # The run started and failed; its log ends with run_stop "aborted".
+        if debugging(sys.argv[1:]):
+            raise
+        print(f"train.py: {error}", file=sys.stderr)
+        sys.exit(1)

@@ -149,6 +149,41 @@ def test_keep_last_n(tiny_config, build, tmp_path):
         ck.prune(tmp_path, 0)
 
 
+def test_manifest_verifies_every_file_and_the_newest_good_one_is_found(
+    tiny_config, build, tmp_path
+):
+    trainer = make_trainer(tiny_config, build)
+    for step in (1, 2, 3):
+        trainer.step = step
+        ck.save_checkpoint(tmp_path, trainer)
+    for step in (1, 2, 3):
+        assert ck.verify_checkpoint(tmp_path / f"step-{step}") == []
+    manifest = ck._read_json(tmp_path / "step-3" / ck.MANIFEST)
+    assert {"meta.json", "config.json", "rng/rank-0.json"} <= set(manifest)
+    assert any(name.startswith("tensors/") for name in manifest)
+    # step-3: one byte of its tensors flipped (same size); step-2: its RNG file gone.
+    tensors = next((tmp_path / "step-3" / "tensors").glob("*.distcp"))
+    data = bytearray(tensors.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    tensors.write_bytes(bytes(data))
+    (tmp_path / "step-2" / "rng" / "rank-0.json").unlink()
+    assert ck.verify_checkpoint(tmp_path / "step-3") == [
+        f"{tensors}: sha256 differs from the manifest's"
+    ]
+    assert ck.verify_checkpoint(tmp_path / "step-2") == [
+        f"{tmp_path / 'step-2' / 'rng' / 'rank-0.json'}: missing"
+    ]
+    found, skipped = ck.latest_verified(tmp_path)
+    assert found.step == 1
+    assert [path.name for path, _ in skipped] == ["step-3", "step-2"]
+    (tmp_path / "step-1" / ck.MANIFEST).write_text("{}\n")  # a manifest that lists nothing
+    assert "does not match the sha256" in ck.verify_checkpoint(tmp_path / "step-1")[0]
+    assert ck.latest_verified(tmp_path)[0] is None
+    (tmp_path / "step-1" / "meta.json").write_text("{")
+    with pytest.raises(ck.CheckpointError, match=r"meta\.json: unreadable"):
+        ck.read_checkpoint(tmp_path / "step-1")
+
+
 def test_another_config_is_refused(tiny_config, build, make_batch, tmp_path):
     trainer = make_trainer(tiny_config, build)
     train(trainer, make_batch, 1)

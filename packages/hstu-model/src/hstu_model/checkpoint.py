@@ -7,12 +7,15 @@ A checkpoint is the directory `<dir>/step-<N>`, `N` the trainer's step:
       rng/rank-<r>.json  Python, NumPy, torch CPU (and CUDA) generator states of rank r
       meta.json         step, world size, optimizer param_groups, the caller's `extra` dict
       config.json       the effective config (JSON)
-      COMPLETE          written last
+      manifest.json     size and sha256 of every file above (written after them)
+      COMPLETE          written last, holding the manifest's own sha256
 
 Saving writes everything into `<dir>/.tmp-step-<N>`, fsyncs every file and directory, renames
 it to `step-<N>`, and only then writes `COMPLETE`. `latest(dir)` returns the newest checkpoint
 that has `COMPLETE`, so a process killed at any point of a save leaves the previous checkpoint
-as the latest one. `keep` prunes to the newest complete checkpoints (and removes debris of
+as the latest one. `verify_checkpoint` checks a checkpoint's files against its manifest (a file
+truncated, changed or lost later, by a disk or a person), and `latest_verified(dir)` returns
+the newest checkpoint that verifies together with the newer ones it skipped and why. `keep` prunes to the newest complete checkpoints (and removes debris of
 interrupted saves).
 
 Tensors are keyed by name (`model/<fqn>`, `optimizer/<dense|sparseI>/<param fqn>/<state>`),
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -62,6 +66,8 @@ __all__ = [
     "Checkpointer",
     "StreamPosition",
     "latest",
+    "latest_verified",
+    "list_checkpoint_dirs",
     "list_checkpoints",
     "load_checkpoint",
     "prune",
@@ -71,6 +77,7 @@ __all__ = [
     "save_checkpoint",
     "set_rng_state",
     "state_digest",
+    "verify_checkpoint",
 ]
 
 FORMAT_VERSION = 1
@@ -78,6 +85,8 @@ COMPLETE = "COMPLETE"
 """Marker file of a finished checkpoint, written after everything else."""
 META = "meta.json"
 CONFIG = "config.json"
+MANIFEST = "manifest.json"
+"""Relative path -> {"bytes", "sha256"} of every file of a checkpoint but itself and COMPLETE."""
 TENSORS = "tensors"
 RNG = "rng"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -143,7 +152,61 @@ def _write_json(path: Path, value: Any) -> None:
 
 
 def _read_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
+    """The JSON of `path`; CheckpointError naming the file when it is missing or damaged."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path}: unreadable ({error})") from None
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _manifest(root: Path) -> dict[str, dict[str, Any]]:
+    """Size and sha256 of every file under `root`, by path relative to it."""
+    files = {}
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            path = Path(dirpath) / name
+            relative = path.relative_to(root).as_posix()
+            if relative not in (MANIFEST, COMPLETE):
+                files[relative] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+    return dict(sorted(files.items()))
+
+
+def verify_checkpoint(path: str | os.PathLike[str]) -> list[str]:
+    """What is wrong with the checkpoint at `path`, each naming the file (empty: it verifies).
+
+    Checks the COMPLETE marker, the manifest against the sha256 COMPLETE holds, and every file
+    of the manifest: present, of its size, of its sha256. Reads every byte of the checkpoint.
+    """
+    path = Path(path)
+    try:
+        marker = _read_json(path / COMPLETE)
+        manifest_path = path / MANIFEST
+        if not manifest_path.is_file():
+            return [f"{manifest_path}: missing"]
+        if marker.get("manifest_sha256") != _sha256(manifest_path):
+            return [f"{manifest_path}: does not match the sha256 in {path / COMPLETE}"]
+        manifest = _read_json(manifest_path)
+    except (CheckpointError, AttributeError) as error:
+        return [str(error) if isinstance(error, CheckpointError) else f"{path}: bad marker"]
+    problems = []
+    for relative, expected in manifest.items():
+        file = path / relative
+        if not file.is_file():
+            problems.append(f"{file}: missing")
+        elif file.stat().st_size != expected["bytes"]:
+            problems.append(
+                f"{file}: {file.stat().st_size} bytes, the manifest says {expected['bytes']}"
+            )
+        elif _sha256(file) != expected["sha256"]:
+            problems.append(f"{file}: sha256 differs from the manifest's")
+    return problems
 
 
 def _remove(path: Path) -> None:
@@ -395,6 +458,19 @@ def read_checkpoint(path: str | os.PathLike[str]) -> CheckpointInfo:
     )
 
 
+def list_checkpoint_dirs(directory: str | os.PathLike[str]) -> list[Path]:
+    """The `step-<N>` directories in `directory` that have COMPLETE, oldest first, unread."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [
+        (step, path)
+        for path in directory.iterdir()
+        if (step := _step_of(path)) is not None and (path / COMPLETE).is_file()
+    ]
+    return [path for _, path in sorted(found)]
+
+
 def list_checkpoints(directory: str | os.PathLike[str]) -> list[CheckpointInfo]:
     """The complete checkpoints in `directory`, oldest first (incomplete ones are ignored)."""
     directory = Path(directory)
@@ -419,6 +495,34 @@ def latest(directory: str | os.PathLike[str]) -> CheckpointInfo | None:
         if (step := _step_of(path)) is not None and (path / COMPLETE).is_file()
     ]
     return read_checkpoint(max(steps)[1]) if steps else None
+
+
+def latest_verified(
+    directory: str | os.PathLike[str],
+) -> tuple[CheckpointInfo | None, list[tuple[Path, str]]]:
+    """The newest complete checkpoint in `directory` that verifies (`verify_checkpoint`), or
+    None, and the newer complete ones skipped on the way, each with what is wrong with it."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None, []
+    steps = sorted(
+        (
+            (step, path)
+            for path in directory.iterdir()
+            if (step := _step_of(path)) is not None and (path / COMPLETE).is_file()
+        ),
+        reverse=True,
+    )
+    skipped = []
+    for _, path in steps:
+        problems = verify_checkpoint(path)
+        if not problems:
+            try:
+                return read_checkpoint(path), skipped
+            except CheckpointError as error:
+                problems = [str(error)]
+        skipped.append((path, "; ".join(problems)))
+    return None, skipped
 
 
 def prune(directory: str | os.PathLike[str], keep: int) -> list[Path]:
@@ -468,17 +572,20 @@ def save_checkpoint(
     if config is None:
         config = trainer.config.to_dict()
     config = json.loads(json.dumps(config, default=str))
-    if rank == 0:
-        directory.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        (tmp / RNG).mkdir(parents=True)
-    _barrier()
     tensors, optimizers = _trainer_state(trainer)
-    writer = FileSystemWriter(tmp / TENSORS, single_file_per_rank=True, sync_files=True)
-    with _dcp_quiet():
-        dcp.save(tensors, storage_writer=writer, no_dist=not _distributed())
-    _write_json(tmp / RNG / f"rank-{rank}.json", rng_state())
+    try:
+        if rank == 0:
+            directory.mkdir(parents=True, exist_ok=True)
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            (tmp / RNG).mkdir(parents=True)
+        _barrier()
+        writer = FileSystemWriter(tmp / TENSORS, single_file_per_rank=True, sync_files=True)
+        with _dcp_quiet():
+            dcp.save(tensors, storage_writer=writer, no_dist=not _distributed())
+        _write_json(tmp / RNG / f"rank-{rank}.json", rng_state())
+    except (Exception, dcp.api.CheckpointException) as error:  # the latter: a BaseException
+        raise _write_error(error, tmp, tensors) from error
     _barrier()
     if rank == 0:
         meta = {
@@ -490,19 +597,62 @@ def save_checkpoint(
             "saved_unix": time.time(),
             "torch": torch.__version__,
         }
-        _write_json(tmp / META, meta)
-        _write_json(tmp / CONFIG, config)
-        _fsync_tree(tmp)
+        try:
+            _write_json(tmp / META, meta)
+            _write_json(tmp / CONFIG, config)
+            _write_json(tmp / MANIFEST, _manifest(tmp))  # after every file it lists
+            manifest_sha256 = _sha256(tmp / MANIFEST)
+            _fsync_tree(tmp)
+        except (Exception, dcp.api.CheckpointException) as error:
+            raise _write_error(error, tmp, tensors) from error
         if final.exists():  # an incomplete save of this step, or a replaced one
             _remove(final)
         os.rename(tmp, final)
         _fsync_path(directory)
-        _write_json(final / COMPLETE, {"step": step})
+        _write_json(final / COMPLETE, {"step": step, "manifest_sha256": manifest_sha256})
         _fsync_path(final)
         if keep is not None:
             prune(directory, keep)
     _barrier()
     return final
+
+
+def _write_error(error: BaseException, tmp: Path, tensors: Mapping[str, Any]) -> BaseException:
+    """`error` of a save into `tmp`, as a CheckpointError that says when the disk is full.
+
+    torch's writers report a full disk in their own words (e.g. "unexpected pos" from the
+    zip writer), so besides an ENOSPC anywhere in the error's chain, a save that failed with
+    its file system (nearly) full counts as a full disk: less free than a hundredth of it or
+    than 1 MiB (or than the tensors to write). Then the partial save is removed to give the
+    space back.
+    """
+    try:
+        usage = shutil.disk_usage(tmp.parent)
+    except OSError:
+        usage = None
+    chain, cause = [], error
+    while cause is not None and len(chain) < 10:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    enospc = any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain)
+    enospc = enospc or "no space left" in str(error).lower()
+    needed = sum(
+        t.numel() * t.element_size()
+        for value in tensors.values()
+        for _, t in _local_tensors(value)
+        if isinstance(t, torch.Tensor)
+    )
+    nearly_full = usage is not None and usage.free < max(needed, usage.total // 100, 2**20)
+    if not (enospc or nearly_full):
+        return error  # the partial save stays for `prune`, as after a kill
+    shutil.rmtree(tmp, ignore_errors=True)
+    free = "unknown" if usage is None else f"{usage.free:,} bytes"
+    last_line = str(error).strip().splitlines()[-1] if str(error).strip() else type(error)
+    return CheckpointError(
+        f"writing checkpoint {tmp}: no space left on its file system ({free} free when the "
+        f"save failed, {needed:,} bytes of tensors to write); the partial save was removed "
+        f"({last_line})"
+    )
 
 
 def _config_differences(saved: Mapping[str, Any], live: Mapping[str, Any]) -> list[str]:

@@ -31,7 +31,13 @@ import torch
 
 import yambda_data
 from hstu_model import checkpoint as ckpt
-from hstu_model.config import PRESETS, ConfigError, ModelConfig, reference_departures
+from hstu_model.config import (
+    PRESETS,
+    ConfigError,
+    HSTUConfig,
+    ModelConfig,
+    reference_departures,
+)
 from hstu_model.model import HSTURanker
 from hstu_model.overrides import resolve_config
 from hstu_model.sharding import shard_model
@@ -46,6 +52,7 @@ from mlperf_compliance import (
     eval_schedule,
 )
 from yambda_data.loader import make_loader
+from yambda_data.schema import multi_event_path
 
 __all__ = [
     "MIN_HISTORY",
@@ -130,8 +137,15 @@ class RunConfig:
     target_auc: float | None = None
     """AUC that counts as success; None: MLPERF_TARGET_AUC on `data`, else
     SYNTHETIC_TARGET_AUC."""
-    out: Path = Path("runs/train")
-    """Run folder: mlperf.log, config.json, the synthetic data and the prepared store."""
+    out: Path | None = None
+    """Run folder: mlperf.log, metrics, config.json, result.json (written when the run ends),
+    the prepared store (and the synthetic data). None: a fresh folder `runs/train-<UTC date and
+    time>` (the synthetic data then cached in `runs/cache/` for the runs that share it), or with
+    `resume` auto the newest unfinished run under `runs/`. A folder that holds another run is
+    refused unless `resume` auto continues it or `overwrite` replaces it."""
+    overwrite: bool = False
+    """Replace the run that `out` holds (its log, metrics, config and summary; the prepared
+    store is checked and reused)."""
     checkpoint_dir: Path | None = None
     """Where checkpoints go (None: no checkpoints)."""
     checkpoint_every: int = 100
@@ -218,11 +232,14 @@ class RunConfig:
                 if not ok
             ]
             if self.preset in PRESETS:
-                resolved = resolve_config(
-                    self.preset, file=self.config_file, cli=self.overrides
-                ).replace(model={"kernel": self.kernel}, train={"seed": self.seed})
-                wrong += [f"{d}, not the reference's" for d in reference_departures(resolved)]
+                departures = reference_departures(self.resolved())
+                wrong += [f"{d}, not the reference's" for d in departures]
             require(not wrong, "division", "closed needs " + "; ".join(wrong))
+        require(
+            self.target_auc is None or 0.0 <= self.target_auc <= 1.0,
+            "target_auc",
+            f"must be in [0, 1], got {self.target_auc}",
+        )
         require(self.users >= 1, "users", f"must be >= 1, got {self.users}")
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         require(self.workers >= 0, "workers", f"must be >= 0, got {self.workers}")
@@ -262,6 +279,22 @@ class RunConfig:
             "checkpoint_dir",
             "needs checkpoint_every > 0, checkpoint_seconds > 0 or checkpoint_every_window",
         )
+        require(
+            self.out is None or not self.out.exists() or self.out.is_dir(),
+            "out",
+            f"{self.out} exists and is not a folder",
+        )
+        self.resolved()  # the preset, the config file, HSTU_* and --set items, checked now
+
+    def resolved(self) -> HSTUConfig:
+        """The run's model and training config: the preset, then `config_file`, the HSTU_*
+        variables of the environment and `overrides`, then `kernel` and `seed`; raises
+        ConfigError naming the file, variable or item at fault."""
+        hstu = resolve_config(self.preset, file=self.config_file, cli=self.overrides).replace(
+            model={"kernel": self.kernel}, train={"seed": self.seed}
+        )
+        model_crosses(hstu.model)  # yambda-data must know every contextual feature
+        return hstu
 
     @property
     def effective_target_auc(self) -> float:
@@ -295,27 +328,32 @@ def model_crosses(model: ModelConfig) -> tuple[yambda_data.CrossFeature, ...]:
     tables = model.contextual_tables()
     unknown = sorted(set(tables) - set(specs))
     if unknown:
-        raise ValueError(f"model.contextual_features: yambda-data has no cross named {unknown}")
+        raise ConfigError(f"model.contextual_features: yambda-data has no cross named {unknown}")
     return tuple(
         yambda_data.CrossFeature(name, specs[name].keys, rows, specs[name].salt)
         for name, rows in tables.items()
     )
 
 
-def find_resume_point(config: RunConfig, world_size: int = 1) -> ckpt.CheckpointInfo | None:
-    """The checkpoint to resume from (None: start afresh); refuses one of another run, and
-    refuses to start afresh over an earlier run's checkpoints."""
+def find_resume_point(
+    config: RunConfig, world_size: int = 1
+) -> tuple[ckpt.CheckpointInfo | None, list[tuple[Path, str]]]:
+    """The checkpoint to resume from (None: start afresh) and the newer ones skipped because
+    they do not verify (path, what is wrong); refuses (RunRefused) a checkpoint of another run,
+    and to start afresh over an earlier run's checkpoints."""
     if config.checkpoint_dir is None:
-        return None
-    found = ckpt.latest(config.checkpoint_dir)
-    if found is None:
-        return None
+        return None, []
     if config.resume == "never":
-        raise FileExistsError(
-            f"{config.checkpoint_dir} holds checkpoints of an earlier run (newest: "
-            f"{found.path.name}); pass --resume auto to continue it, or use an empty "
-            "--checkpoint-dir"
-        )
+        existing = sorted(p.name for p in ckpt.list_checkpoint_dirs(config.checkpoint_dir))
+        if existing:
+            raise RunRefused(
+                f"{config.checkpoint_dir} holds checkpoints of an earlier run ({', '.join(existing)}); "
+                "pass --resume auto to continue it, or use an empty --checkpoint-dir"
+            )
+        return None, []
+    found, skipped = ckpt.latest_verified(config.checkpoint_dir)
+    if found is None:
+        return None, skipped
     saved, now = found.extra["run"], config.identity(world_size)
     differ = [
         f"--{k.replace('_', '-')} {saved.get(k)} then, {now[k]} now"
@@ -323,8 +361,8 @@ def find_resume_point(config: RunConfig, world_size: int = 1) -> ckpt.Checkpoint
         if saved.get(k) != now[k]
     ]
     if differ:
-        raise ValueError(f"{found.path} is a checkpoint of another run: {'; '.join(differ)}")
-    return found
+        raise RunRefused(f"{found.path} is a checkpoint of another run: {'; '.join(differ)}")
+    return found, skipped
 
 
 def rng_neutral(batches: Iterable) -> Iterator:
@@ -335,22 +373,175 @@ def rng_neutral(batches: Iterable) -> Iterator:
     yield from iterator
 
 
+RUNS_DIR = Path("runs")
+"""Where runs without an explicit `out` go (relative to the working directory)."""
+SYNTHETIC_CACHE = RUNS_DIR / "cache" / "synthetic"
+"""The synthetic datasets of runs without an explicit `out`, one folder per SynthConfig."""
+SUMMARY = "result.json"
+"""Written into the run folder when a run ends (success or not): a finished run."""
+RUN_FILES = ("mlperf.log", "metrics.csv", "metrics.png", "config.json", SUMMARY)
+"""What a run writes into its folder besides the data and the prepared store."""
+
+
+class RunRefused(ValueError):
+    """The run was refused before it created or changed anything: a bad input, or a run folder
+    that holds another run. The message says why and what to do instead."""
+
+
+def run_state(out: Path) -> str:
+    """ "finished" (it has a summary), "unfinished" (a log, metrics or config without one) or
+    "empty"."""
+    if (out / SUMMARY).is_file():
+        return "finished"
+    if any((out / name).exists() for name in RUN_FILES):
+        return "unfinished"
+    return "empty"
+
+
+def newest_unfinished_run(base: Path = RUNS_DIR) -> Path | None:
+    """The most recently changed `train-*` folder under `base` that holds an unfinished run."""
+    runs = [p for p in base.glob("train-*") if p.is_dir() and run_state(p) == "unfinished"]
+    return max(runs, key=lambda p: p.stat().st_mtime_ns, default=None)
+
+
+def fresh_run_dir(base: Path = RUNS_DIR) -> Path:
+    """Create and return `base/train-<UTC date-time>` (with a -2, -3, ... suffix when taken)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    base.mkdir(parents=True, exist_ok=True)
+    for n in itertools.count(1):
+        folder = base / (f"train-{stamp}" if n == 1 else f"train-{stamp}-{n}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise AssertionError("unreachable")
+
+
+def choose_run_dir(
+    config: RunConfig, has_checkpoint: bool, log: Callable[[str], None]
+) -> tuple[Path, bool]:
+    """The run folder of `config` and whether the run it holds must be cleared first; raises
+    RunRefused (creating nothing) when `out` holds another run. `has_checkpoint`: a checkpoint
+    to resume from was found."""
+    if config.out is None:
+        if config.resume == "auto":
+            unfinished = newest_unfinished_run()
+            if unfinished is not None:
+                log(f"resuming the newest unfinished run, {unfinished}")
+                return unfinished, False
+        return fresh_run_dir(), False
+    out, state = config.out, run_state(config.out)
+    if state == "empty":
+        return out, False
+    if config.overwrite:
+        return out, True
+    if state == "finished":
+        raise RunRefused(
+            f"--out {out} holds a finished run ({out / SUMMARY}); write elsewhere with another "
+            "--out (or none: a fresh folder under runs/), or pass --overwrite to replace it"
+        )
+    if config.resume == "auto" and has_checkpoint:
+        return out, False
+    how = (
+        f"--checkpoint-dir {config.checkpoint_dir} has no checkpoint that verifies to resume "
+        "it from"
+        if config.resume == "auto"
+        else "pass --resume auto with its --checkpoint-dir to continue it"
+    )
+    raise RunRefused(
+        f"--out {out} holds an unfinished run; {how}; write elsewhere with another --out, or "
+        "pass --overwrite to replace it"
+    )
+
+
+def check_inputs(config: RunConfig) -> None:
+    """What `train` checks before it creates anything: the dataset of `data`."""
+    if config.data is not None:
+        path = multi_event_path(config.data, config.size)
+        if not path.is_file():
+            raise RunRefused(f"--data {config.data} --size {config.size}: no file {path}")
+
+
+def synthetic_data(root: Path, synth: yambda_data.SynthConfig) -> None:
+    """The synthetic dataset of `synth` under `root`, made once: a run that finds it (its
+    `synth.json` matches) reuses it, and runs that share `root` take turns making it."""
+    import fcntl
+
+    root.mkdir(parents=True, exist_ok=True)
+    marker = root / "synth.json"
+    wanted = json.dumps(dataclasses.asdict(synth), sort_keys=True)
+    with open(root / ".synth.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        made = marker.is_file() and marker.read_text() == wanted
+        if made and multi_event_path(root, synth.size).is_file():
+            return
+        yambda_data.synthesize(root, synth)
+        tmp = marker.with_name(f".{marker.name}.tmp")
+        tmp.write_text(wanted)
+        os.replace(tmp, marker)
+
+
+def _agree(ctx: Distributed, decide: Callable[[], object]) -> object:
+    """`decide()` on rank 0, its value (or its exception) on every rank."""
+    if not ctx.active:
+        return decide()
+    import torch.distributed as dist
+
+    box: list[object] = [None]
+    if ctx.is_main:
+        try:
+            box[0] = ("ok", decide())
+        except Exception as error:  # every rank raises it, none waits for the others
+            box[0] = ("error", error)
+    dist.broadcast_object_list(box, src=0)
+    kind, value = box[0]
+    if kind == "error":
+        raise value
+    return value
+
+
 def train(config: RunConfig, log: Callable[[str], None] = _stderr) -> dict:
     """Runs `config` to its end (or its quality target); returns the summary.
 
-    Under torchrun every rank calls it (see `init_distributed`); rank 0 writes the logs and the
-    metrics, and every rank returns the summary. Progress goes to `log` (rank 0). An exception
-    or a signal ends the MLPerf log with run_stop "aborted" and propagates.
+    Everything it was given is checked before it creates or changes a file (RunConfig checks
+    its fields and the resolved model config when it is built; here the dataset and the run
+    folder): a bad input raises ConfigError or RunRefused and leaves no trace. Under torchrun
+    every rank calls it (see `init_distributed`); rank 0 writes the logs and the metrics, and
+    every rank returns the summary. Progress goes to `log` (rank 0). An exception or a signal
+    after the run started ends the MLPerf log with run_stop "aborted" and propagates.
     """
+    check_inputs(config)
     with init_distributed(config.dist_timeout_seconds) as ctx:
+        say = log if ctx.is_main else lambda message: None
+        resume, skipped = _agree(ctx, lambda: find_resume_point(config, ctx.world_size))
+        for path, why in skipped:
+            say(f"checkpoint {path} does not verify, skipped: {why}")
+        if resume is not None and skipped:
+            say(f"resuming from {resume.path}, the newest checkpoint that verifies")
+        out, clear = _agree(ctx, lambda: choose_run_dir(config, resume is not None, say))
+        announce = config.out is None
+        config = dataclasses.replace(config, out=out)
+        if resume is not None and not (out / "mlperf.log").is_file():
+            if announce and ctx.is_main and not any(out.iterdir()):
+                out.rmdir()  # the fresh folder this run claimed
+            raise RunRefused(
+                f"{resume.path} is a checkpoint of a run whose log is not in {out}; pass that "
+                "run's folder as --out"
+            )
         if ctx.is_main:
-            config.out.mkdir(parents=True, exist_ok=True)
+            if clear:
+                for name in RUN_FILES:
+                    (out / name).unlink(missing_ok=True)
+                say(f"replacing the run in {out} (--overwrite)")
+            out.mkdir(parents=True, exist_ok=True)
+            if announce:
+                say(f"run folder: {out}")
         ctx.barrier()
-        resume = find_resume_point(config, ctx.world_size)
-        log_path = config.out / "mlperf.log"
+        log_path = out / "mlperf.log"
         if resume is not None and ctx.is_main:  # what the crashed run wrote afterwards goes
             ckpt.rewind_file(log_path, resume.extra["mlperf_log_bytes"])
-            ckpt.rewind_file(config.out / "metrics.csv", resume.extra["metrics"]["csv_bytes"])
+            ckpt.rewind_file(out / "metrics.csv", resume.extra["metrics"]["csv_bytes"])
         # Records name their source file relative to the installed packages, not this machine.
         package_root = Path(__file__).resolve().parents[2]
         mllog = MLPerfLogger(
@@ -364,6 +555,11 @@ def train(config: RunConfig, log: Callable[[str], None] = _stderr) -> dict:
                 tracker.init_start()
             summary = _StreamingRun(config, ctx, mllog, tracker, resume, log).run()
         mllog.close()
+        summary["skipped_checkpoints"] = [f"{path}: {why}" for path, why in skipped]
+        if ctx.is_main:
+            tmp = out / f".{SUMMARY}.tmp"
+            tmp.write_text(json.dumps(summary, indent=2) + "\n")
+            os.replace(tmp, out / SUMMARY)
         return summary
 
 
@@ -394,22 +590,22 @@ class _StreamingRun:
             resume,
         )
         self.log = log if ctx.is_main else lambda message: None
-        hstu = resolve_config(config.preset, file=config.config_file, cli=config.overrides).replace(
-            model={"kernel": config.kernel}, train={"seed": config.seed}
-        )
+        hstu = config.resolved()
         if ctx.active or ctx.device.type != "cpu":
             hstu = hstu.replace(sharding={"compute_device": ctx.device.type})
         self.hstu = hstu
-        self.root = config.data or config.out / "data"
+        # Synthetic data: in the run folder of an explicit --out, else shared by the runs
+        # under runs/ that ask for the same dataset.
+        synth = yambda_data.SynthConfig(users=config.users, seed=config.seed, size=config.size)
+        explicit_out = config.out.parent != RUNS_DIR or not config.out.name.startswith("train-")
+        cache = SYNTHETIC_CACHE / f"users{synth.users}-seed{synth.seed}-{synth.size}"
+        self.root = config.data or (config.out / "data" if explicit_out else cache)
         # Rank 0 synthesizes and prepares; the others then open what it made (the store is
         # reused while the raw file is unchanged, and its build is locked anyway).
         for turn in ("main", "others"):
             if (turn == "main") == ctx.is_main:
                 if config.data is None:
-                    synth = yambda_data.SynthConfig(
-                        users=config.users, seed=config.seed, size=config.size
-                    )
-                    yambda_data.synthesize(self.root, synth)
+                    synthetic_data(self.root, synth)
                 self.store = yambda_data.prepare_store(
                     self.root,
                     config.size,
@@ -454,6 +650,20 @@ class _StreamingRun:
         else:
             self.train_samples = config.steps * self.global_batch_size
         """Logged as train_samples; the run ends at the last evaluation not beyond it."""
+        per_pass, anchors = sum(sizes), int(self.store.manifest["num_train_anchors"])
+        if self.train_samples > per_pass and 2 * per_pass < anchors:
+            # Batches never span windows: a global batch larger than most windows leaves most
+            # anchors out of every pass, and the run trains the few it keeps over and over.
+            self.log(
+                f"warning: a global batch of {self.global_batch_size} samples "
+                f"({ctx.world_size} rank(s) x {self.batch_size}) fits whole in "
+                f"{sum(n > 0 for n in sizes)} of the {len(self.windows)} time windows: a pass "
+                f"trains {per_pass} of the {anchors} train anchors ({per_pass / anchors:.1%}), "
+                f"and the run's {self.train_samples} samples repeat them "
+                f"{self.train_samples / per_pass:.1f} times, so its train AUC is measured on "
+                "samples already trained on; use a smaller train.batch_size, fewer ranks or "
+                "more data"
+            )
 
     def loader(self, plan: yambda_data.BatchPlan):
         return make_loader(
@@ -584,6 +794,46 @@ class _StreamingRun:
             checkpoints.save(trainer, extra)
             return time.perf_counter() - began
 
+        batch_size = self.global_batch_size
+        try:
+            self._train(
+                trainer, schedule, loop, recorder, eval_batches, save_checkpoint, checkpoints
+            )
+        except BaseException:
+            # The aborted run_stop counts the samples trained, not the last block's start.
+            if tracker.state not in ("new", "stopped") and not mllog.run_stopped:
+                tracker.run_stop("aborted", max(trainer.step * batch_size, tracker.samples_count))
+            raise
+        status = tracker.run_stop()
+        recorder.close()
+        plot = recorder.plot()
+        samples = trainer.step * batch_size
+        return {
+            "eval_auc": round(loop["auc"], 6),
+            "eval_ne": round(loop["ne"], 6),
+            "train_samples": samples,
+            "status": status,
+            "samples_per_s": round(samples / loop["trained_seconds"], 1),
+            "mlperf_log": str(mllog.path),
+            "metrics_csv": str(recorder.path),
+            "metrics_png": None if plot is None else str(plot),
+            "weights_sha256": ckpt.state_digest(trainer),
+            "resumed_from_step": None if self.resume is None else self.resume.step,
+        }
+
+    def _train(
+        self,
+        trainer: Trainer,
+        schedule: list[int],
+        loop: dict,
+        recorder: MetricsRecorder,
+        eval_batches: Iterable,
+        save_checkpoint: Callable[[float], float],
+        checkpoints: ckpt.Checkpointer | None,
+    ) -> None:
+        """Train and evaluate along `schedule` until its end or the target AUC; `loop` carries
+        the epoch, the training seconds and the last evaluation's AUC and NE."""
+        config, ctx, tracker = self.config, self.ctx, self.tracker
         position, batch_size = self.position, self.global_batch_size
         stream = self.train_stream(position.epoch, position.source, position.consumed)
         for eval_at in schedule[tracker.num_evals :]:  # a resumed run skips logged evals
@@ -621,19 +871,3 @@ class _StreamingRun:
             )
             if tracker.eval(loop["auc"], eval_at, epoch_num=loop["epoch"]):
                 break
-        status = tracker.run_stop()
-        recorder.close()
-        plot = recorder.plot()
-        samples = trainer.step * batch_size
-        return {
-            "eval_auc": round(loop["auc"], 6),
-            "eval_ne": round(loop["ne"], 6),
-            "train_samples": samples,
-            "status": status,
-            "samples_per_s": round(samples / loop["trained_seconds"], 1),
-            "mlperf_log": str(mllog.path),
-            "metrics_csv": str(recorder.path),
-            "metrics_png": None if plot is None else str(plot),
-            "weights_sha256": ckpt.state_digest(trainer),
-            "resumed_from_step": None if self.resume is None else self.resume.step,
-        }

@@ -47,7 +47,8 @@ class EvalResult:
     auc: float
     """ROC AUC of the first task over every evaluated candidate."""
     loss: float
-    """Mean weighted loss per batch."""
+    """Weighted loss per evaluated candidate: each batch's loss weighted by its samples, so
+    that it does not depend on how the samples were cut into batches and ranks."""
     normalized_entropy: float
     """Log loss of the first task over the entropy of its positive rate (< 1: informative)."""
     num_samples: int
@@ -152,9 +153,12 @@ class Trainer:
         a sharded model's forward is collective)
         and `gather` concatenates an array over the ranks, so every rank gets the metrics of
         all the batches. Empty batches (the tail of the last global batch) count for nothing.
+        The loss is each batch's loss weighted by its samples, so that a run of several ranks
+        (whose batches are slices of the global batches, the last ones uneven) reports the loss
+        that one process evaluating the same samples does.
         """
         self.model.eval()
-        scores, labels, losses = [], [], []
+        scores, labels, losses, sizes = [], [], [], []
         previous = None
         for batch in batches:
             if batch.labels.numel() == 0:
@@ -170,20 +174,24 @@ class Trainer:
             with self._autocast():
                 logits = self.model(batch.uih, batch.candidates).logits.float()
             losses.append(float(self.module.loss(logits, batch.labels)))
+            sizes.append(logits.shape[0])
             scores.append(logits[:, 0].cpu().numpy())
             labels.append(batch.labels.reshape(logits.shape[0], -1)[:, 0].cpu().numpy())
         empty = np.zeros(0)
         all_scores = np.concatenate(scores) if scores else empty
         all_labels = np.concatenate(labels) if labels else empty
         all_losses = np.asarray(losses, dtype=np.float64)
+        all_sizes = np.asarray(sizes, dtype=np.float64)
         if gather is not None:
-            all_scores, all_labels, all_losses = map(gather, (all_scores, all_labels, all_losses))
+            all_scores, all_labels, all_losses, all_sizes = map(
+                gather, (all_scores, all_labels, all_losses, all_sizes)
+            )
         if not all_scores.size:
             raise ValueError("evaluate: no batches to evaluate")
         all_labels = all_labels.round().astype(np.int64)
         return EvalResult(
             auc=binary_auc(all_scores, all_labels),
-            loss=float(np.mean(all_losses)),
+            loss=float(np.dot(all_losses, all_sizes) / all_sizes.sum()),
             normalized_entropy=normalized_entropy(all_scores, all_labels),
             num_samples=int(all_scores.size),
         )
