@@ -8,6 +8,11 @@
 # against libopenmpi-dev where no wheel fits); both are installed with apt-get when this runs as
 # root and they are missing. Never install this into the workspace's own .venv.
 #
+# The DLIO extensions of storage-workloads (src/storage_workloads/dlio_ext: parquet, tfrecord
+# without DALI, jpeg of the declared size, checkpointing) are not installed: each run puts them
+# on DLIO's PYTHONPATH. Their one extra need, pyarrow, is in dlio-requirements.txt, and the last
+# step checks that they import here.
+#
 # Environment: DLIO_PYTHON (default python3) is the interpreter of the new environment;
 # DLIO_WITH_TORCH=1 also installs torch (needed by the pytorch framework workloads; large).
 #
@@ -57,17 +62,21 @@ if [ "${DLIO_WITH_TORCH:-0}" = 1 ]; then
 fi
 
 # Verify: DLIO's entry module imports with everything it loads at start (hydra, omegaconf,
-# mpi4py, pandas, psutil, dftracer), and the console script is there.
-"$vpython" - <<'EOF'
+# mpi4py, pandas, psutil, dftracer), the extensions import and install into it, and the console
+# script is there.
+PYTHONPATH="$here/../src/storage_workloads/dlio_ext${PYTHONPATH:+:$PYTHONPATH}" "$vpython" - <<'EOF'
 import importlib.metadata as metadata
 
 import dlio_benchmark.main  # noqa: F401
 from mpi4py import MPI
+from sw_dlio_ext import checkpoint, jpeg, launch, parquet, tfrecord  # noqa: F401
 
+launch.install()
 print(
     f"install-dlio.sh: dlio-benchmark {metadata.version('dlio-benchmark')}, "
-    f"tensorflow-cpu {metadata.version('tensorflow-cpu')}, mpi4py {metadata.version('mpi4py')} "
-    f"({MPI.Get_library_version().splitlines()[0].strip()})"
+    f"tensorflow-cpu {metadata.version('tensorflow-cpu')}, pyarrow {metadata.version('pyarrow')}, "
+    f"mpi4py {metadata.version('mpi4py')} ({MPI.Get_library_version().splitlines()[0].strip()}); "
+    "storage-workloads DLIO extensions load"
 )
 EOF
 test -x "$venv/bin/dlio_benchmark"

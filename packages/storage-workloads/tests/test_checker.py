@@ -40,7 +40,8 @@ VERDICT_TABLE = [
     ({"reader.read_threads": 16}, "closed", "CLOSED", None),
     ({"reader.computation_threads": 2}, "closed", "CLOSED", None),
     ({"reader.transfer_size": 262_144}, "closed", "CLOSED", None),
-    ({"reader.prefetch_size": 4}, "closed", "CLOSED", None),
+    ({"reader.prefetch_size": 2}, "closed", "CLOSED", None),
+    ({"reader.prefetch_size": 4}, "closed", "INVALID", "value-kind"),
     ({"reader.odirect": True}, "closed", "CLOSED", None),
     ({"checkpoint.checkpoint_folder": "ckpt"}, "closed", "CLOSED", None),
     ({"storage.storage_type": "local_fs"}, "closed", "CLOSED", None),
@@ -85,7 +86,7 @@ def test_odirect_only_for_unet3d() -> None:
     assert (issue.parameter, issue.rule, issue.expected, issue.actual) == (
         "reader.odirect",
         "odirect",
-        "not set",
+        False,
         True,
     )
 
@@ -161,7 +162,7 @@ def test_full_config_is_diffed_against_the_workload() -> None:
     config = to_dlio_config(w, data_folder="/mnt/x", num_files=28_000, engine="mlperf-dlio")
     config["reader"]["read_threads"] = 8
     assert check_params({**BASE, "config": config}).verdict == "CLOSED"
-    config["reader"]["file_shuffle"] = "seed"
+    config["reader"]["file_shuffle"] = "random"  # the published YAML's is "seed"
     config["train"]["computation_time"] = 0.1
     del config["metric"]
     report = check_params({**BASE, "config": config})
@@ -238,6 +239,9 @@ def test_malformed_yaml_is_invalid_with_a_message(tmp_path: Path) -> None:
     (issue,) = report.issues
     assert issue.rule == "parse"
     assert "malformed YAML" in issue.message and "line 3" in issue.message
+    # The issue names the file once: as its parameter, not again in the message.
+    assert str(path) == issue.parameter and str(path) not in issue.message
+    assert str(issue).count(str(path)) == 1
     path.write_text("- a list\n")
     assert "expected a mapping at the top level, got list" in check_path(path).issues[0].message
     bad_json = tmp_path / "params.json"

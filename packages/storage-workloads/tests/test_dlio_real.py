@@ -1,9 +1,11 @@
-"""The real DLIO engine: a tiny datagen and training run through the command line.
+"""The real DLIO engine: one tiny datagen and training run per file format (npz, jpeg,
+tfrecord, parquet), the config-name guard, and the checkpointing workload.
 
 Needs a DLIO virtual environment made by ``scripts/install-dlio.sh VENV_DIR``, named by
 ``$STORAGE_WORKLOADS_DLIO_VENV``, and Open MPI's ``mpirun``; skipped (saying why) otherwise.
-The base install has TensorFlow and no torch, so the runs switch the dlrm workload to the
+The base install has TensorFlow and no torch, so the runs switch the pytorch workloads to the
 tensorflow framework and data loader (open-division parameters, which the checker reports).
+Each run prints ``timing: ...`` (see with ``pytest -s``); the README records them.
 """
 
 from __future__ import annotations
@@ -12,12 +14,18 @@ import csv
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
+from storage_workloads import checkpoint_workload
+from storage_workloads import dliorun as dliorun_module
 from storage_workloads.cli import main
-from storage_workloads.dliorun import DLIO_VENV_ENV
+from storage_workloads.dlio_ext.sw_dlio_ext.formats import check_tfrecord_index
+from storage_workloads.dliorun import DLIO_VENV_ENV, run_checkpointing
 
 VENV = os.environ.get(DLIO_VENV_ENV)
 if not VENV:
@@ -31,41 +39,108 @@ if not (Path(VENV) / "bin" / "dlio_benchmark").is_file():
 if shutil.which("mpirun") is None:
     pytest.skip("mpirun not found (Debian: openmpi-bin)", allow_module_level=True)
 
+
+@pytest.fixture(scope="module", autouse=True)
+def loopback_mpi() -> Any:
+    """Open MPI stays on this host: its TCP transports on the loopback interface only."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMPI_MCA_btl_tcp_if_include", "lo")
+        mp.setenv("OMPI_MCA_oob_tcp_if_include", "lo")
+        yield
+
+
 TF = ["--param", "framework=tensorflow"]
+TF_RUN = [*TF, "--param", "reader.data_loader=tensorflow"]
 FILES = 16
 
 
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("dlio")
+def datagen(root: Path, model: str, *args: str, accelerator: str = "h100") -> dict[str, Any]:
     code = main(
         [
             "datagen",
-            "dlrm",
+            model,
+            "--accelerator",
+            accelerator,
             "--data-dir",
             str(root / "data"),
             "--run-dir",
             str(root / "datagen"),
-            "--num-files",
-            str(FILES),
             "--quiet",
-            *TF,
+            *args,
         ]
     )
-    assert code == 0, (root / "datagen" / "dlio-console.log").read_text()[-3000:]
+    console = root / "datagen" / "dlio-console.log"
+    assert code == 0, console.read_text()[-3000:] if console.exists() else code
+    record = json.loads((root / "datagen" / "datagen.json").read_text())
+    print(f"timing: datagen {model} {accelerator}: {record['wall_s']:.1f} s")
+    return record
+
+
+def run(root: Path, model: str, *args: str, accelerator: str = "h100") -> dict[str, Any]:
+    """A 2-rank training run; returns results.json after checking it against DLIO's own
+    summary.json and the Hydra record of the config that ran."""
+    out = root / "run"
+    code = main(
+        [
+            "run",
+            model,
+            "--accelerator",
+            accelerator,
+            "--data-dir",
+            str(root / "data"),
+            "--run-dir",
+            str(out),
+            "--processes",
+            "2",
+            "--quiet",
+            *args,
+        ]
+    )
+    console = out / "dlio-console.log"
+    assert (out / "results.json").is_file(), console.read_text()[-3000:]
+    result = json.loads((out / "results.json").read_text())
+    assert code == (0 if result["passed"] else 1)
+    summary = json.loads((out / "dlio" / "summary.json").read_text())["metric"]
+    assert result["num_accelerators"] == 2
+    assert all(e["au_percent"] > 0 and e["samples_per_s"] > 0 for e in result["epochs"])
+    assert result["consistent_with_summary"] is True
+    assert result["au_mean_percent"] == pytest.approx(summary["train_au_mean_percentage"])
+    # What DLIO ran is the config the run wrote (the guard raises otherwise; shown here too).
+    hydra = yaml.safe_load((out / "dlio" / ".hydra" / "hydra.yaml").read_text())
+    name = f"storage_workloads_{model}_{accelerator}"
+    assert hydra["hydra"]["runtime"]["choices"]["workload"] == name
+    ran = yaml.safe_load((out / "dlio" / ".hydra" / "config.yaml").read_text())["workload"]
+    wrote = yaml.safe_load((out / "configs" / "workload" / f"{name}.yaml").read_text())
+    assert ran["dataset"] == wrote["dataset"] and ran["train"] == wrote["train"]
+    print(
+        f"timing: run {model} {accelerator} (2 ranks, {len(result['epochs'])} epochs): "
+        f"{result['wall_s']:.1f} s, AU {result['au_mean_percent']:.1f}%"
+    )
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# npz: dlrm (DLIO's own generator and reader)
+
+
+@pytest.fixture(scope="module")
+def npz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("npz")
+    datagen(root, "dlrm", "--num-files", str(FILES), *TF)
     return root
 
 
-def test_datagen_files_on_disk(dataset: Path) -> None:
-    files = sorted((dataset / "data" / "train").glob("*.npz"))
+def test_npz_datagen_files_on_disk(npz: Path) -> None:
+    files = sorted((npz / "data" / "train").glob("*.npz"))
     assert len(files) == FILES
     sizes = [p.stat().st_size for p in files]
     # 512-byte records: DLIO writes a 22 x 22 uint8 array (484 B) plus the npz framing, far
     # from the 64 KiB of its default record length.
     assert all(900 < size < 1100 for size in sizes), sizes
-    record = json.loads((dataset / "datagen" / "datagen.json").read_text())
+    record = json.loads((npz / "datagen" / "datagen.json").read_text())
     assert record["verification"]["passed"] is True
     assert record["verification"]["files_found"] == FILES
+    assert record["dlio_extensions"] == []  # plain dlio_benchmark
 
 
 def test_wrong_record_length_key_is_caught(
@@ -94,52 +169,32 @@ def test_wrong_record_length_key_is_caught(
     assert len(sizes) == 2 and min(sizes) > 65_536  # DLIO's default 64 KiB records
 
 
-def test_training_run(dataset: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = dataset / "run"
-    code = main(
-        [
-            "run",
-            "dlrm",
-            "--accelerator",
-            "h100",
-            "--data-dir",
-            str(dataset / "data"),
-            "--run-dir",
-            str(run),
-            "--num-files",
-            str(FILES),
-            "--processes",
-            "2",
-            "--quiet",
-            *TF,
-            "--param",
-            "reader.data_loader=tensorflow",
-            "--param",
-            "reader.batch_size=2",
-            "--param",
-            "reader.read_threads=1",
-            "--param",
-            "train.epochs=2",
-            "--param",
-            "train.computation_time=0.01",
-        ]
+def test_npz_training_run(npz: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = run(
+        npz,
+        "dlrm",
+        "--num-files",
+        str(FILES),
+        *TF_RUN,
+        "--param",
+        "reader.batch_size=2",
+        "--param",
+        "reader.read_threads=1",
+        "--param",
+        "train.epochs=2",
+        "--param",
+        "train.computation_time=0.01",
     )
-    out = capsys.readouterr().out
-    result = json.loads((run / "results.json").read_text())
-    assert code == (0 if result["passed"] else 1), out
-    summary = json.loads((run / "dlio" / "summary.json").read_text())["metric"]
-    # Parsed AU and throughput are positive and agree with DLIO's own summary.json.
-    assert result["num_accelerators"] == 2 and len(result["epochs"]) == 2
+    run_dir = npz / "run"
+    summary = json.loads((run_dir / "dlio" / "summary.json").read_text())["metric"]
+    assert len(result["epochs"]) == 2
     assert all(e["steps"] == 8 for e in result["epochs"])  # 16 files / batch 2 / 2 ranks, x2
-    assert all(e["au_percent"] > 0 and e["samples_per_s"] > 0 for e in result["epochs"])
-    assert result["consistent_with_summary"] is True
-    assert result["au_mean_percent"] == pytest.approx(summary["train_au_mean_percentage"])
     assert result["samples_per_s_mean"] == pytest.approx(
         summary["train_throughput_mean_samples_per_second"]
     )
     assert result["mb_per_s_mean"] == pytest.approx(summary["train_io_mean_MB_per_second"])
     assert result["passed"] == (result["au_mean_percent"] >= 70)
-    with (run / "results.csv").open() as fh:
+    with (run_dir / "results.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert [r["epoch"] for r in rows] == ["1", "2", "mean"]
     assert float(rows[-1]["au_percent"]) == pytest.approx(result["au_mean_percent"], rel=1e-5)
@@ -148,9 +203,279 @@ def test_training_run(dataset: Path, capsys: pytest.CaptureFixture[str]) -> None
     rules = {(i["parameter"], i["rule"]) for i in result["issues"]}
     assert ("train.epochs", "allowed-overrides") in rules
     assert ("framework", "open-parameters") in rules
-    assert main(["check", str(run), "--format", "json"]) == 1
+    capsys.readouterr()
+    assert main(["check", str(run_dir), "--format", "json"]) == 1
     assert json.loads(capsys.readouterr().out)["verdict"] == "INVALID"
-    assert main(["report", str(run), "--format", "json"]) == 0
+    assert main(["report", str(run_dir), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["count"] == 1
     assert report["samples_per_s_mean"]["mean"] == pytest.approx(result["samples_per_s_mean"])
+    # The run directory now holds results: a second run into it is refused, nothing touched.
+    before = (run_dir / "results.json").read_bytes()
+    again = ["run", "dlrm", "--data-dir", str(npz / "data"), "--run-dir", str(run_dir)]
+    assert main([*again, "--num-files", str(FILES), "--quiet", *TF_RUN]) == 2
+    assert "already holds an earlier run" in capsys.readouterr().err
+    assert (run_dir / "results.json").read_bytes() == before
+
+
+def test_config_name_clash_is_caught(
+    npz: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the project prefix the unet3d h100 config is named like DLIO's packaged one,
+    which Hydra picks: DLIO then runs its own workload (its data folder, 168 files, pytorch),
+    and the check of the Hydra record says so instead of reporting that run."""
+    monkeypatch.setattr(dliorun_module, "CONFIG_PREFIX", "")
+    args = ["--data-dir", str(npz / "data"), "--run-dir", str(tmp_path / "run")]
+    code = main(["run", "unet3d", "--accelerator", "h100", *args, "--num-files", "4", *TF_RUN])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "DLIO did not run the workload config that was written (unet3d_h100.yaml)" in err
+    assert "dataset.num_files_train: written 4, DLIO ran 168" in err
+    assert not (tmp_path / "run" / "results.json").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# jpeg: retinanet (the sized jpeg generator, DLIO's image reader)
+
+
+@pytest.fixture(scope="module")
+def jpeg(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("jpeg")
+    # Without the stdev every file must be exactly the 153,600-byte record.
+    datagen(root, "retinanet", "--num-files", "8", *TF, "--param", "dataset.record_length_stdev=0")
+    return root
+
+
+def test_jpeg_files_have_the_declared_size(jpeg: Path) -> None:
+    files = sorted((jpeg / "data" / "train").glob("*.jpeg"))
+    assert len(files) == 8
+    assert {p.stat().st_size for p in files} == {153_600}  # DLIO's own: about 85,000
+    record = json.loads((jpeg / "datagen" / "datagen.json").read_text())
+    assert record["verification"]["size_compared"] is True
+    assert record["verification"]["passed"] is True
+    assert record["dlio_extensions"] == ["jpeg-generator"]
+    for path in files:  # image data, and a few KB of comment padding at most
+        assert padding(path.read_bytes()) < 0.1 * 153_600
+    image = pytest.importorskip("PIL.Image")
+    with image.open(files[0]) as img:  # a real JPEG: it decodes
+        img.load()
+        assert img.format == "JPEG" and img.width * img.height > 100_000
+
+
+def padding(data: bytes) -> int:
+    """Bytes of the comment (COM) segments right after a JPEG's start-of-image marker."""
+    assert data[:2] == b"\xff\xd8"
+    at, total = 2, 0
+    while data[at : at + 2] == b"\xff\xfe":
+        size = 2 + int.from_bytes(data[at + 2 : at + 4], "big")
+        total += size
+        at += size
+    return total
+
+
+def test_jpeg_training_run(jpeg: Path) -> None:
+    result = run(
+        jpeg,
+        "retinanet",
+        "--num-files",
+        "8",
+        *TF_RUN,
+        "--param",
+        "dataset.record_length_stdev=0",
+        "--param",
+        "reader.batch_size=2",
+        "--param",
+        "reader.read_threads=1",
+        "--param",
+        "train.epochs=2",
+        "--param",
+        "train.computation_time=0.05",
+    )
+    assert [e["steps"] for e in result["epochs"]] == [4, 4]  # 8 files / batch 2: 2 a rank, x2
+
+
+# ---------------------------------------------------------------------------------------------
+# tfrecord: resnet50 (the tfrecord generator without DALI, DLIO's tf.data reader)
+
+TFRECORD = ["--param", "dataset.num_samples_per_file=8", "--param", "dataset.record_length=16384"]
+
+
+@pytest.fixture(scope="module")
+def tfrecord(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("tfrecord")
+    datagen(root, "resnet50", "--num-files", "4", *TFRECORD)
+    return root
+
+
+def test_tfrecord_datagen_without_dali(tfrecord: Path) -> None:
+    files = sorted((tfrecord / "data" / "train").glob("*.tfrecord"))
+    assert len(files) == 4
+    for path in files:  # DALI's index format, matching the records
+        index = tfrecord / "data" / "index" / "train" / f"{path.name}.idx"
+        assert check_tfrecord_index(path, index) is None
+        lines = index.read_text().splitlines()
+        assert len(lines) == 8 and lines[0].startswith("0 ")
+        assert 16_384 < path.stat().st_size / 8 < 16_384 + 64  # the record plus framing
+    record = json.loads((tfrecord / "datagen" / "datagen.json").read_text())
+    assert record["verification"]["passed"] is True
+    assert record["verification"]["content_checked_files"] == 4
+    assert record["dlio_extensions"] == ["tfrecord-generator"]
+
+
+def test_tfrecord_training_run(tfrecord: Path) -> None:
+    result = run(
+        tfrecord,
+        "resnet50",
+        "--num-files",
+        "4",
+        *TFRECORD,
+        "--param",
+        "reader.batch_size=4",
+        "--param",
+        "reader.read_threads=1",
+        "--param",
+        "train.epochs=2",
+        "--param",
+        "train.computation_time=0.02",
+    )
+    assert [e["steps"] for e in result["epochs"]] == [8, 8]  # 32 samples / batch 4: 4 a rank, x2
+    assert result["dlio_extensions"] == []  # DLIO reads tfrecord itself
+
+
+# ---------------------------------------------------------------------------------------------
+# parquet: dlrm b200 (the parquet generator and reader)
+
+PARQUET = [
+    "--param",
+    "dataset.num_samples_per_file=1024",
+    "--param",
+    "dataset.parquet.row_group_size=256",
+]
+
+
+@pytest.fixture(scope="module")
+def parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("parquet")
+    datagen(root, "dlrm", "--num-files", "4", *TF, *PARQUET, accelerator="b200")
+    return root
+
+
+def test_parquet_datagen(parquet: Path) -> None:
+    files = sorted((parquet / "data" / "train").glob("*.parquet"))
+    assert len(files) == 4
+    record = json.loads((parquet / "datagen" / "datagen.json").read_text())
+    v = record["verification"]
+    assert v["passed"] is True, v["problems"]
+    assert v["content_checked_files"] == 4  # footers read back: rows, columns, row groups
+    schema = record["parquet_schema"]
+    assert schema["source"] == "config"  # the columns storage-workloads emits (v3.0)
+    assert len(schema["columns"]) == 200 and schema["row_bytes"] == 761
+    assert schema["read_bytes"] == 160 and schema["row_group_size"] == 256
+    assert record["dlio_extensions"] == ["parquet-generator"]
+    # 1,024 rows x 761 B of column data, plus the footer of 200 columns x 4 row groups.
+    assert all(1024 * 761 < p.stat().st_size < 1024 * 761 * 1.5 for p in files)
+
+
+def test_parquet_training_run(parquet: Path) -> None:
+    result = run(
+        parquet,
+        "dlrm",
+        "--num-files",
+        "4",
+        *TF_RUN,
+        *PARQUET,
+        "--param",
+        "reader.batch_size=128",
+        "--param",
+        "reader.read_threads=1",
+        "--param",
+        "train.epochs=2",
+        "--param",
+        "train.computation_time=0.002",
+        accelerator="b200",
+    )
+    # 4,096 rows / batch 128 / 2 ranks = 16 steps a rank, summed over the ranks, x2 epochs
+    assert [e["steps"] for e in result["epochs"]] == [32, 32]
+    assert result["dlio_extensions"] == ["parquet-reader"]
+    record = json.loads((parquet / "run" / "run.json").read_text())
+    assert record["dlio_overrides"]["reader.reader_classname"] == (
+        "sw_dlio_ext.parquet.ParquetReader"
+    )
+    log = (parquet / "run" / "dlio" / "dlio.log").read_text()
+    assert "custom data reader ParquetReader" in log
+
+
+def test_parquet_vector_columns(tmp_path: Path) -> None:
+    """flux's schema (five float32 vectors, 2,164,832 B a row) written with the generator's
+    column code in DLIO's environment, and its footer read back: no DLIO run needed."""
+    from storage_workloads import to_datagen_config, workload
+    from storage_workloads.dlio_ext import PLUGIN_PATH
+    from storage_workloads.dlio_ext.sw_dlio_ext.formats import compare_parquet, parquet_schema
+
+    config = to_datagen_config(workload("flux", "b200"), data_folder=tmp_path)
+    schema = parquet_schema(config)
+    assert schema.row_bytes == 2_164_832 and len(schema.columns) == 5
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    script = """
+import json, sys
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq
+from sw_dlio_ext.formats import parquet_schema
+from sw_dlio_ext.parquet import arrow_schema, column_array
+from sw_dlio_ext.parquet_info import describe
+schema = parquet_schema(json.load(open(sys.argv[1])))
+rng = np.random.default_rng(0)
+with pq.ParquetWriter(sys.argv[2], arrow_schema(schema), compression="NONE") as w:
+    arrays = [column_array(c, 3, rng) for c in schema.columns]
+    w.write_table(pa.Table.from_arrays(arrays, schema=arrow_schema(schema)))
+print(json.dumps(describe(sys.argv[2])))
+"""
+    python = Path(VENV) / "bin" / "python"  # type: ignore[arg-type]
+    done = subprocess.run(
+        [str(python), "-c", script, str(tmp_path / "config.json"), str(tmp_path / "f.parquet")],
+        env={**os.environ, "PYTHONPATH": str(PLUGIN_PATH)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    info = json.loads(done.stdout.splitlines()[-1])
+    assert info["rows"] == 3 and info["row_group_rows"] == [3]
+    assert [c["row_bytes"] for c in info["columns"]] == [4 * c.size for c in schema.columns]
+    assert compare_parquet(info, schema, rows=3) == []
+    assert 3 * 2_164_832 < (tmp_path / "f.parquet").stat().st_size < 3 * 2_164_832 + 65_536
+
+
+# ---------------------------------------------------------------------------------------------
+# checkpointing: llama3 8b, scaled down (the checkpoint mechanism)
+
+
+def test_checkpointing_run(tmp_path: Path) -> None:
+    w = checkpoint_workload("llama3_8b")
+    result = run_checkpointing(
+        w,
+        run_dir=tmp_path / "run",
+        checkpoint_folder=tmp_path / "checkpoints",
+        processes=2,
+        scale=1e-4,
+    )
+    # 2 of 8 ranks (subset mode): a quarter of 105 GB, times 1e-4.
+    assert result["bytes_per_checkpoint"] == pytest.approx(105e9 * 2 / 8 * 1e-4, rel=1e-6)
+    assert result["write"]["count"] == 10 and result["read"]["count"] == 10
+    assert all(s > 0 for s in result["write"]["seconds"] + result["read"]["seconds"])
+    assert result["write"]["gb_per_s_mean"] > 0 and result["read"]["gb_per_s_mean"] > 0
+    assert result["files_written"] == 2 * 2 * 10  # ranks x (model, optimizer) x checkpoints
+    assert result["bytes_on_disk"] == 10 * result["bytes_per_checkpoint"]
+    assert result["fsync"] is True
+    assert len(result["dlio_checkpoint_durations_s"]) == 10  # DLIO saw each one too
+    saved = json.loads((tmp_path / "run" / "checkpoint-results.json").read_text())
+    assert saved == result
+    print(
+        f"timing: checkpointing llama3_8b (2 ranks, scale 1e-4, 10+10): {result['wall_s']:.1f} s,"
+        f" write {result['write']['gb_per_s_mean']:.3f} GB/s,"
+        f" read {result['read']['gb_per_s_mean']:.3f} GB/s"
+    )
+    with pytest.raises(dliorun_module.DlioError, match="is not empty"):
+        run_checkpointing(
+            w, run_dir=tmp_path / "again", checkpoint_folder=tmp_path / "checkpoints", processes=2
+        )

@@ -23,10 +23,11 @@ CLOSED_VALUES = {
     "reader.computation_threads": 2,
     "reader.transfer_size": 262_144,
     "reader.odirect": True,
-    "reader.prefetch_size": 4,
+    "reader.prefetch_size": 2,
     "checkpoint.checkpoint_folder": Path("checkpoints/unet3d"),
     "storage.storage_type": "local_fs",
     "storage.storage_root": "/mnt/storage",
+    "storage.storage_options.prefetch_window": 16,
 }
 OPEN_VALUES = {
     "framework": "tensorflow",
@@ -63,8 +64,14 @@ def test_open_parameters_make_the_run_open() -> None:
 def test_odirect_only_for_unet3d(model: str) -> None:
     (issue,) = check_overrides(model, {"reader.odirect": True}, division="open")
     assert issue.parameter == "reader.odirect" and issue.level == "INVALID"
+    assert (issue.rule, issue.expected, issue.actual) == ("odirect", False, True)
     assert "unet3d" in issue.message
+    # False is the default ("Enable ODIRECT mode for Unet3D Training", default False).
+    assert check_overrides(model, {"reader.odirect": False}) == []
+    (issue,) = check_overrides(model, {"reader.odirect": "no"})
+    assert issue.rule == "value-kind"
     assert check_overrides("unet3d", {"reader.odirect": False}) == []
+    assert check_overrides("unet3d", {"reader.odirect": True}) == []
 
 
 def test_anything_else_is_invalid() -> None:
@@ -101,7 +108,12 @@ def test_nested_overrides_are_flattened() -> None:
         ("dataset.num_subfolders_train", -1),
         ("dataset.data_folder", ""),
         ("reader.read_threads", True),
+        ("reader.read_threads", -1),
+        ("reader.prefetch_size", 3),
+        ("reader.prefetch_size", True),
+        ("storage.storage_options.prefetch_window", -2),
         ("reader.odirect", "yes"),
+        ("workflow.checkpoint", "yes"),
         ("framework", "jax"),
         ("dataset.format", "zip"),
     ],
@@ -146,3 +158,21 @@ def test_unknown_data_loader_is_invalid():
     issues = check_overrides("unet3d", {"reader.data_loader": "bogus"}, division="open")
     assert verdict(issues) == "INVALID"
     assert any("reader.data_loader" in issue.parameter for issue in issues)
+
+
+@pytest.mark.parametrize("model", ["unet3d", "resnet50", "cosmoflow", "dlrm", "retinanet", "flux"])
+def test_workflow_flags(model: str) -> None:
+    # The phase flags may be either; checkpoint false is every workload's.
+    for flags in (
+        {"workflow.generate_data": True, "workflow.train": False},
+        {"workflow": {"generate_data": False, "train": True, "checkpoint": False}},
+    ):
+        assert check_overrides(model, flags) == []
+    issues = check_overrides(model, {"workflow.checkpoint": True})
+    if model == "unet3d":  # v2.0 unet3d YAMLs train with checkpoints
+        assert issues == []
+    else:
+        ((parameter, level, rule),) = [(i.parameter, i.level, i.rule) for i in issues]
+        assert (parameter, level, rule) == ("workflow.checkpoint", "INVALID", "workflow")
+    (issue,) = check_overrides(model, {"workflow.evaluation": True}, division="open")
+    assert (issue.level, issue.rule) == ("INVALID", "workflow")

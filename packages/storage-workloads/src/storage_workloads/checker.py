@@ -9,6 +9,10 @@
   ``.hydra/config.yaml``;
 - a **submission directory** whose subfolders are run directories; a submission is five runs.
 
+A run's DLIO config is compared with the workload: the config :func:`to_dlio_config` emits for
+it and the published workload YAML (:data:`OFFICIAL_WORKLOAD_VALUES`); a value equal to either
+is the workload's, anything else an override for :func:`storage_workloads.check_overrides`.
+
 Every finding is an :class:`~storage_workloads.Issue` with the parameter, the expected and the
 actual value and the rule's name. Nothing here raises for bad input: an unreadable or malformed
 file, an unknown key, model or accelerator is an INVALID issue with a message naming the file,
@@ -25,6 +29,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Final, Literal
 
 import yaml
@@ -46,6 +51,7 @@ from storage_workloads.rules import (
     Issue,
     Verdict,
     check_overrides,
+    flatten_overrides,
     verdict,
 )
 from storage_workloads.sizing import required_num_files
@@ -54,6 +60,7 @@ from storage_workloads.workloads import ACCELERATORS, MODELS, WORKLOADS, Workloa
 __all__ = [
     "CHECKPOINT_KEYS",
     "CLOSED_MODELS_BY_ACCELERATOR",
+    "OFFICIAL_WORKLOAD_VALUES",
     "RUNS_PER_SUBMISSION",
     "RUN_RECORD",
     "TRAINING_KEYS",
@@ -102,6 +109,205 @@ _RUN_RECORD_KEYS: Final = frozenset({"engine", "command"})
 # Checkpointing: parameters a run may change in either division.
 _CHECKPOINT_FREE: Final = frozenset(
     {"checkpoint.checkpoint_folder", "storage.storage_type", "storage.storage_root"}
+)
+
+
+# The published workload YAMLs of mlcommons/storage, flattened to dotted keys: every key a run
+# may not change (the tunables of rules.CLOSED_PARAMETERS, such as data_folder, num_files_train,
+# read_threads and checkpoint_folder, are left out). SG v2.0 10.2 and Rules.md 3.6.2: the YAML
+# is the workload, so these keys are part of it and never count as overrides, whether or not
+# dlio.to_dlio_config emits them. Sources, configs/dlio/workload/ at: caa90c9 (v2.0) for
+# unet3d, resnet50 and cosmoflow on h100/a100; the newest files seen (v3.0) for the rest:
+# retinanet_h100 fa24012, retinanet_a100 c8d70b6, retinanet_b200 11460d0, retinanet_mi355
+# 76f4545, dlrm_h100/a100 a65ba8c, dlrm_b200 0b42eb5, dlrm_mi355 11460d0, flux_h100 7e73663,
+# flux_a100 bdc5462, flux_b200 c25079c, flux_mi355 0b42eb5, unet3d_b200 0d75b41.
+# The record-length keys are respelled for the engine a run uses (record_length_bytes for the
+# MLPerf DLIO fork, record_length upstream). dlrm's 200-column parquet schema
+# (dataset.parquet.columns) is not listed: the emitted config has to carry it. The workflow
+# flags are rules.check_overrides' business and not listed either.
+def _yaml(model: str, framework: str, loader: str, **keys: object) -> dict[str, object]:
+    return {"model.name": model, "framework": framework, "reader.data_loader": loader, **keys}
+
+
+_SHUFFLED: Final = {"reader.file_shuffle": "seed", "reader.sample_shuffle": "seed"}
+_UNET3D_YAML: Final = _yaml(
+    "unet3d",
+    "pytorch",
+    "pytorch",
+    **{
+        "model.type": "cnn",
+        "model.model_size": 499_153_191,
+        "dataset.format": "npz",
+        "dataset.num_samples_per_file": 1,
+        "dataset.record_length_bytes": 146_600_628,
+        "dataset.record_length_bytes_stdev": 68_341_808,
+        "dataset.record_length_bytes_resize": 2_097_152,
+        "reader.batch_size": 7,
+        **_SHUFFLED,
+        "train.epochs": 5,
+        "checkpoint.checkpoint_after_epoch": 5,
+        "checkpoint.epochs_between_checkpoints": 2,
+        "metric.au": 0.90,
+    },
+)
+_RESNET50_YAML: Final = _yaml(
+    "resnet50",
+    "tensorflow",
+    "tensorflow",
+    **{
+        "model.type": "cnn",
+        "dataset.format": "tfrecord",
+        "dataset.num_samples_per_file": 1251,
+        "dataset.record_length_bytes": 114_660.07,
+        "dataset.record_length_bytes_resize": 150_528,
+        "reader.batch_size": 400,
+        "train.epochs": 5,
+        "metric.au": 0.90,
+    },
+)
+_COSMOFLOW_YAML: Final = _yaml(
+    "cosmoflow",
+    "tensorflow",
+    "tensorflow",
+    **{
+        "dataset.format": "tfrecord",
+        "dataset.num_samples_per_file": 1,
+        "dataset.record_length_bytes": 2_828_486,
+        "dataset.record_length_bytes_stdev": 71_311,
+        "reader.batch_size": 1,
+        **_SHUFFLED,
+        "reader.shuffle_size": 2,
+        "train.epochs": 5,
+        "metric.au": 0.70,
+    },
+)
+_RETINANET_YAML: Final = _yaml(
+    "retinanet",
+    "pytorch",
+    "pytorch",
+    **{
+        "model.type": "cnn",
+        "dataset.format": "jpeg",
+        "dataset.num_samples_per_file": 1,
+        **_SHUFFLED,
+        "metric.au": 0.85,
+    },
+)
+_RETINANET_V3_FILES: Final = {"dataset.record_length_bytes": 322_957, "train.epochs": 8}
+_DLRM_YAML: Final = _yaml("dlrm", "pytorch", "pytorch", **{"train.epochs": 1, "metric.au": 0.70})
+_DLRM_NPZ: Final = {
+    "dataset.format": "npz",
+    "dataset.num_samples_per_file": 1,
+    "dataset.record_length_bytes": 512,
+    "reader.batch_size": 8192,
+    **_SHUFFLED,
+}
+_FLUX_YAML: Final = _yaml("flux", "pytorch", "pytorch")
+_DLRM_PARQUET: Final = {
+    "dataset.format": "parquet",
+    "dataset.num_samples_per_file": 4_718_592,
+    "dataset.record_length_bytes": 761,
+    "dataset.compression": "none",
+    "dataset.parquet.row_group_size": 6144,
+    "dataset.parquet.read_mode": "row_group",
+    "reader.batch_size": 16_384,
+    "reader.file_shuffle": "seed",
+}
+_FLUX_PARQUET: Final = {
+    "dataset.format": "parquet",
+    "dataset.compression": "none",
+    "dataset.num_samples_per_file": 288,
+    "dataset.record_length": 2_164_832,  # the upstream spelling, as published
+    "dataset.parquet.columns": [
+        {"name": name, "dtype": "float32", "size": size}
+        for name, size in (
+            ("t5_encodings", 524_328),
+            ("clip_encodings", 409),
+            ("mean", 8232),
+            ("logvar", 8232),
+            ("timestamp", 7),
+        )
+    ],
+    "reader.file_shuffle": "seed",
+    "train.epochs": 1,
+    "metric.au": 0.90,
+}
+_FLUX_JPEG: Final = {
+    "dataset.format": "jpeg",
+    "dataset.num_samples_per_file": 1,
+    "dataset.record_length_bytes": 307_200,
+    "dataset.record_length_bytes_stdev": 102_400,
+    "reader.batch_size": 8,
+    **_SHUFFLED,
+    "train.epochs": 5,
+    "metric.au": 0.80,
+}
+
+#: Per ``(model, accelerator)``: the keys of the published workload YAML that a run may not
+#: change, with their values (see the comment above for the sources). Read-only.
+OFFICIAL_WORKLOAD_VALUES: Final[Mapping[tuple[str, str], Mapping[str, object]]] = MappingProxyType(
+    {
+        key: MappingProxyType(values)
+        for key, values in {
+            ("unet3d", "h100"): {**_UNET3D_YAML, "train.computation_time": 0.323},
+            ("unet3d", "a100"): {**_UNET3D_YAML, "train.computation_time": 0.636},
+            ("unet3d", "b200"): {**_UNET3D_YAML, "train.computation_time": 0.162},
+            ("resnet50", "h100"): {**_RESNET50_YAML, "train.computation_time": 0.224},
+            ("resnet50", "a100"): {
+                **_RESNET50_YAML,
+                "reader.dont_use_mmap": True,
+                "train.computation_time": 0.435,
+            },
+            ("cosmoflow", "h100"): {**_COSMOFLOW_YAML, "train.computation_time": 0.00350},
+            ("cosmoflow", "a100"): {**_COSMOFLOW_YAML, "train.computation_time": 0.00551},
+            ("retinanet", "h100"): {
+                **_RETINANET_YAML,
+                "dataset.record_length_bytes": 153_600,
+                "dataset.record_length_bytes_stdev": 51_200,
+                "reader.batch_size": 16,
+                "train.epochs": 5,
+                "train.computation_time": 0.180,
+            },
+            ("retinanet", "a100"): {
+                **_RETINANET_YAML,
+                "dataset.record_length_bytes": 153_600,
+                "dataset.record_length_bytes_stdev": 51_200,
+                "reader.batch_size": 16,
+                "train.epochs": 5,
+                "train.computation_time": 0.210,
+            },
+            ("retinanet", "b200"): {
+                **_RETINANET_YAML,
+                **_RETINANET_V3_FILES,
+                "reader.batch_size": 24,
+                "train.computation_time": 0.04755,
+            },
+            ("retinanet", "mi355"): {
+                **_RETINANET_YAML,
+                **_RETINANET_V3_FILES,
+                "reader.batch_size": 32,
+                "train.computation_time": 0.0634,
+            },
+            ("dlrm", "h100"): {**_DLRM_YAML, **_DLRM_NPZ, "train.computation_time": 0.005},
+            ("dlrm", "a100"): {**_DLRM_YAML, **_DLRM_NPZ, "train.computation_time": 0.007},
+            ("dlrm", "b200"): {**_DLRM_YAML, **_DLRM_PARQUET, "train.computation_time": 0.000375},
+            ("dlrm", "mi355"): {**_DLRM_YAML, **_DLRM_PARQUET, "train.computation_time": 0.0005625},
+            ("flux", "h100"): {**_FLUX_YAML, **_FLUX_JPEG, "train.computation_time": 0.850},
+            ("flux", "a100"): {**_FLUX_YAML, **_FLUX_JPEG, "train.computation_time": 1.100},
+            ("flux", "b200"): {
+                **_FLUX_YAML,
+                **_FLUX_PARQUET,
+                "reader.batch_size": 48,
+                "train.computation_time": 1.35,
+            },
+            ("flux", "mi355"): {
+                **_FLUX_YAML,
+                **_FLUX_PARQUET,
+                "reader.batch_size": 72,
+                "train.computation_time": 2.025,
+            },
+        }.items()
+    }
 )
 
 
@@ -201,20 +407,20 @@ def _load_mapping(path: Path, issues: list[Issue]) -> dict[str, Any] | None:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        issues.append(_invalid(str(path), f"cannot read {path}: {exc}", "readable"))
+        issues.append(_invalid(str(path), f"cannot read it: {exc.strerror or exc}", "readable"))
         return None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except json.JSONDecodeError as exc:
         issues.append(
-            _invalid(str(path), f"{path}: malformed JSON: {exc.msg} at line {exc.lineno}", "parse")
+            _invalid(str(path), f"malformed JSON: {exc.msg} at line {exc.lineno}", "parse")
         )
         return None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        issues.append(_invalid(str(path), f"{path}: malformed YAML: {problem}{where}", "parse"))
+        issues.append(_invalid(str(path), f"malformed YAML: {problem}{where}", "parse"))
         return None
     if not isinstance(data, Mapping):
         issues.append(
@@ -229,7 +435,7 @@ def _load_mapping(path: Path, issues: list[Issue]) -> dict[str, Any] | None:
         return None
     bad = [k for k in data if not isinstance(k, str)]
     if bad:
-        issues.append(_invalid(str(path), f"{path}: keys must be strings, got {bad[0]!r}", "parse"))
+        issues.append(_invalid(str(path), f"keys must be strings, got {bad[0]!r}", "parse"))
         return None
     return dict(data)
 
@@ -316,22 +522,36 @@ def _unknown_keys(
 
 
 def _config_overrides(
-    config: Mapping[str, Any], reference: Mapping[str, Any], source: str, issues: list[Issue]
+    config: Mapping[str, Any],
+    reference: Mapping[str, Any],
+    source: str,
+    issues: list[Issue],
+    official: Mapping[str, object] | None = None,
 ) -> dict[str, Any]:
-    """The parameters in which ``config`` differs from ``reference`` (workflow flags aside)."""
+    """The parameters in which ``config`` differs from the workload (workflow flags aside).
+
+    The workload is ``reference`` (the project's emitted config) together with ``official``
+    (the published YAML's keys, :data:`OFFICIAL_WORKLOAD_VALUES`): a value equal to either is
+    the workload's, not an override. A key the run's config lacks is INVALID when the emitted
+    config sets it, unless a division may change it or the published YAML does without it.
+    """
     actual = flatten(config)
     expected = flatten(reference)
+    published = official or {}
     changed: dict[str, Any] = {}
     for key, value in actual.items():
         if key.startswith("workflow."):
             continue
-        if key not in expected or not _same(value, expected[key]):
+        accepted = [m[key] for m in (expected, published) if key in m]
+        if not any(_same(value, a) for a in accepted):
             changed[key] = value
     for key, value in expected.items():
         if key.startswith("workflow.") or key in actual:
             continue
         if key in CLOSED_PARAMETERS or key in OPEN_PARAMETERS:
             continue  # left to DLIO's default: allowed where a change is
+        if official is not None and key not in official:
+            continue  # the published YAML does without it too
         issues.append(
             _invalid(
                 key,
@@ -343,6 +563,21 @@ def _config_overrides(
             )
         )
     return changed
+
+
+def _respelled(values: Mapping[str, object], engine: str) -> dict[str, object]:
+    """``values`` with the record-length keys in ``engine``'s spelling."""
+    out: dict[str, object] = {}
+    for key, value in values.items():
+        twin = _engine_twin(key)
+        ours = {f"dataset.{k}" for k in RECORD_LENGTH_KEYS[engine]}
+        out[twin if twin != key and twin in ours else key] = value
+    return out
+
+
+def _official_values(w: Workload, engine: str) -> dict[str, object] | None:
+    values = OFFICIAL_WORKLOAD_VALUES.get(w.key)
+    return None if values is None else _respelled(values, engine)
 
 
 def _engine_twin(key: str) -> str:
@@ -409,6 +644,7 @@ def _check_training(
         return None
 
     overrides: dict[str, Any] = {}
+    official: dict[str, object] | None = _official_values(w, "mlperf-dlio")
     config = params.get("config")
     if config is not None:
         if not isinstance(config, Mapping):
@@ -424,7 +660,12 @@ def _check_training(
             engine = "mlperf-dlio" if RECORD_LENGTH_KEYS["mlperf-dlio"][0] in dataset else "dlio"
             make = to_datagen_config if datagen else to_dlio_config
             reference = make(w, data_folder="data", engine=engine)  # type: ignore[operator]
-            overrides.update(_config_overrides(config, reference, source, issues))
+            official = _official_values(w, engine)
+            overrides.update(_config_overrides(config, reference, source, issues, official))
+            # The workflow flags the config sets go to the rules (rules.WORKFLOW_FLAGS).
+            overrides.update(
+                (k, v) for k, v in flatten(config).items() if k.startswith("workflow.")
+            )
     extra = params.get("overrides")
     if extra is not None:
         if not isinstance(extra, Mapping):
@@ -437,7 +678,7 @@ def _check_training(
             )
         else:
             try:
-                overrides.update(flatten(extra))
+                overrides.update(flatten_overrides(extra))
             except (TypeError, ValueError) as exc:
                 issues.append(_invalid("overrides", f"{source}: {exc}", "parse"))
     try:
@@ -445,7 +686,7 @@ def _check_training(
     except (TypeError, ValueError) as exc:
         found = [_invalid("overrides", f"{source}: {exc}", "parse")]
     # Name the workload's own value where the rule only says "the workload's value".
-    reference_values = flatten(to_dlio_config(w, data_folder="data"))
+    reference_values = {**(official or {}), **flatten(to_dlio_config(w, data_folder="data"))}
     for issue in found:
         if issue.expected == "the workload's value":
             key = issue.parameter
@@ -467,7 +708,8 @@ def _check_training(
             )
         )
 
-    # Sizing: the dataset must be 5x the memory of all hosts and hold 500 steps per accelerator.
+    # Sizing: the dataset must be 5x the memory of all hosts and hold 500 steps per accelerator
+    # (SG v2.0 6.6 and 7; Rules.md 3.1.2), rounded up: see sizing.required_num_files.
     if datagen and (accelerators is None or memory_gb is None):
         skipped.append(
             "sizing: a datagen run declares no accelerators and host memory; check the run"

@@ -1,4 +1,8 @@
-"""DLIO workload configurations generated from :class:`storage_workloads.Workload`."""
+"""DLIO workload configurations generated from :class:`storage_workloads.Workload`.
+
+The emitted mappings equal the official MLPerf Storage workload files key for key (see
+``tests/test_official_configs.py``), in the spelling of the chosen DLIO flavour.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from storage_workloads.workloads import Datagen, Workload
 __all__ = [
     "ENGINES",
     "RECORD_LENGTH_KEYS",
+    "RECORD_RESIZE_KEYS",
     "Engine",
     "dump_yaml",
     "to_datagen_config",
@@ -35,26 +40,50 @@ RECORD_LENGTH_KEYS: Final[dict[str, tuple[str, str]]] = {
     "dlio": ("record_length", "record_length_stdev"),
     "mlperf-dlio": ("record_length_bytes", "record_length_bytes_stdev"),
 }
+#: ``dataset`` key of the record resize, per engine (same split as the record length).
+RECORD_RESIZE_KEYS: Final[dict[str, str]] = {
+    "dlio": "record_length_resize",
+    "mlperf-dlio": "record_length_bytes_resize",
+}
 ENGINES: Final = tuple(RECORD_LENGTH_KEYS)
 
 
+def _check_engine(engine: object) -> str:
+    if engine not in RECORD_LENGTH_KEYS:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    return str(engine)
+
+
+def _path(name: str, value: object) -> str:
+    try:
+        text = os.fspath(value)  # type: ignore[arg-type]
+    except TypeError:
+        text = None
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{name} must be a non-empty path, got {value!r}")
+    return text
+
+
+def _model_section(d: Datagen) -> dict[str, Any]:
+    """``model``: the name, and ``type``/``model_size`` where the official file sets them."""
+    model: dict[str, Any] = {"name": d.model}
+    if d.model_type is not None:
+        model["type"] = d.model_type
+    if d.model_size is not None:
+        model["model_size"] = d.model_size
+    return model
+
+
 def _dataset_section(
+    d: Datagen,
     *,
-    format: str,
     num_files: object,
     num_files_given: object,
-    num_samples_per_file: int,
-    record: int,
-    stdev: int,
-    data_folder: str | os.PathLike[str],
+    data_folder: object,
     num_subfolders: object,
     engine: str,
 ) -> dict[str, Any]:
-    if engine not in RECORD_LENGTH_KEYS:
-        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
-    folder = os.fspath(data_folder)
-    if not isinstance(folder, str) or not folder.strip():
-        raise ValueError(f"data_folder must be a non-empty path, got {data_folder!r}")
+    folder = _path("data_folder", data_folder)
     if isinstance(num_files, bool) or not isinstance(num_files, numbers.Integral) or num_files < 1:
         raise ValueError(f"num_files must be an integer >= 1, got {num_files_given!r}")
     files = int(num_files)
@@ -66,18 +95,41 @@ def _dataset_section(
     ):
         raise ValueError(f"num_subfolders must be an integer >= 0, got {num_subfolders!r}")
     length_key, stdev_key = RECORD_LENGTH_KEYS[engine]
-    dataset: dict[str, Any] = {
-        "data_folder": folder,
-        "format": format,
-        "num_files_train": files,
-        "num_samples_per_file": num_samples_per_file,
-        length_key: record,
-    }
-    if stdev:
-        dataset[stdev_key] = stdev
+    # The official mean where it has a fraction (resnet50), else the whole bytes.
+    exact = d.record_length_bytes_exact
+    record = d.record_length_bytes if exact is None else exact
+    dataset: dict[str, Any] = {"data_folder": folder, "format": d.format}
+    if d.compression is not None:
+        dataset["compression"] = d.compression
+    dataset["num_files_train"] = files
+    dataset["num_samples_per_file"] = d.num_samples_per_file
+    dataset[length_key] = record
+    if d.record_length_bytes_stdev:
+        dataset[stdev_key] = d.record_length_bytes_stdev
+    if d.record_length_bytes_resize:
+        dataset[RECORD_RESIZE_KEYS[engine]] = d.record_length_bytes_resize
     if subfolders:
         dataset["num_subfolders_train"] = int(subfolders)
+    if d.parquet is not None:
+        dataset["parquet"] = d.parquet.as_dict()
     return dataset
+
+
+def _reader_section(w: Workload) -> dict[str, Any]:
+    reader: dict[str, Any] = {"data_loader": w.data_loader, "batch_size": w.batch_size}
+    for key in (
+        "prefetch_size",
+        "read_threads",
+        "computation_threads",
+        "file_shuffle",
+        "sample_shuffle",
+        "shuffle_size",
+        "dont_use_mmap",
+    ):
+        value = getattr(w, key)
+        if value is not None:
+            reader[key] = value
+    return reader
 
 
 def to_dlio_config(
@@ -89,8 +141,9 @@ def to_dlio_config(
     engine: Engine = "dlio",
     generate_data: bool = False,
     train: bool = True,
+    checkpoint_folder: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
-    """The DLIO workload mapping for ``workload``.
+    """The DLIO workload mapping for ``workload``, key for key the official MLPerf Storage file.
 
     Args:
         data_folder: ``dataset.data_folder``.
@@ -100,47 +153,64 @@ def to_dlio_config(
             :func:`storage_workloads.suggested_subfolders`; 0 (and a suggestion of 0) leaves
             the key out, a flat folder.
         engine: ``"dlio"`` (upstream) or ``"mlperf-dlio"`` (the MLPerf Storage fork); decides
-            the record-length keys (:data:`RECORD_LENGTH_KEYS`).
+            the spelling of the record-length keys (:data:`RECORD_LENGTH_KEYS`,
+            :data:`RECORD_RESIZE_KEYS`) and, for ``"dlio"``, adds ``checkpoint.model_size``
+            (where dlio-benchmark 2.0.0 reads the model size).
         generate_data, train: the ``workflow`` flags (data generation vs. the timed run).
+            ``workflow.checkpoint`` is the workload's own for a training run (left out where
+            the official file leaves it out) and false otherwise.
+        checkpoint_folder: ``checkpoint.checkpoint_folder`` for a workload with a
+            ``checkpoint`` section (unet3d); ``None`` gives the official
+            ``checkpoints/<model>``. Ignored for other workloads.
 
-    The record-length stdev is written only when it is non-zero; ``reader.read_threads`` only
-    when the workload sets it.
+    A key the workload leaves at ``None`` is not written (DLIO's default applies), as in the
+    official file. dlio-benchmark 2.0.0 has no parquet format of its own: the package's DLIO
+    extension (`storage_workloads.dlio_ext`, started by `storage_workloads.dliorun`) supplies
+    the parquet generator and reader, so both engines run the parquet workloads.
     """
     if not isinstance(workload, Workload):
         raise TypeError(f"workload must be a Workload, got {type(workload).__name__}")
+    engine = _check_engine(engine)  # type: ignore[assignment]
     dataset = _dataset_section(
-        format=workload.format,
+        workload.datagen,
         num_files=workload.num_files_train if num_files is None else num_files,
         num_files_given=num_files,
-        num_samples_per_file=workload.num_samples_per_file,
-        record=workload.record_length_bytes,
-        stdev=workload.record_length_bytes_stdev,
         data_folder=data_folder,
         num_subfolders=num_subfolders,
         engine=engine,
     )
-    reader: dict[str, Any] = {
-        "data_loader": workload.data_loader,
-        "batch_size": workload.batch_size,
-    }
-    if workload.read_threads is not None:
-        reader["read_threads"] = workload.read_threads
-    return {
-        "model": {"name": workload.model},
+    workflow: dict[str, Any] = {"generate_data": bool(generate_data), "train": bool(train)}
+    if not train:
+        workflow["checkpoint"] = False
+    elif workload.workflow_checkpoint is not None:
+        workflow["checkpoint"] = workload.workflow_checkpoint
+    config: dict[str, Any] = {
+        "model": _model_section(workload.datagen),
         "framework": workload.framework,
-        "workflow": {
-            "generate_data": bool(generate_data),
-            "train": bool(train),
-            "checkpoint": False,
-        },
+        "workflow": workflow,
         "dataset": dataset,
-        "reader": reader,
+        "reader": _reader_section(workload),
         "train": {
             "epochs": workload.epochs,
             "computation_time": workload.computation_time_s,
         },
-        "metric": {"au": workload.au_threshold},
     }
+    if workload.has_checkpoint_section:
+        folder = (
+            f"checkpoints/{workload.model}"
+            if checkpoint_folder is None
+            else _path("checkpoint_folder", checkpoint_folder)
+        )
+        checkpoint: dict[str, Any] = {
+            "checkpoint_folder": folder,
+            "checkpoint_after_epoch": workload.checkpoint_after_epoch,
+            "epochs_between_checkpoints": workload.epochs_between_checkpoints,
+        }
+        if engine == "dlio" and workload.model_size is not None:
+            checkpoint["model_size"] = workload.model_size
+        config["checkpoint"] = checkpoint
+    config["metric"] = {"au": workload.au_threshold}
+    return config
 
 
 def to_datagen_config(
@@ -153,26 +223,26 @@ def to_datagen_config(
 ) -> dict[str, Any]:
     """The DLIO mapping that generates ``dataset`` (a workload's, or a :class:`Datagen`).
 
-    Sections ``model.name``, ``framework``, ``workflow`` (``generate_data: true``, ``train`` and
-    ``checkpoint`` false) and ``dataset``, with the same keys and rules as
-    :func:`to_dlio_config`: the engine's record-length spelling, the stdev only when non-zero,
-    ``num_subfolders_train`` from :func:`storage_workloads.suggested_subfolders` unless given.
+    Sections ``model`` (name, and ``type``/``model_size`` where the official file sets them),
+    ``framework``, ``workflow`` (``generate_data: true``, ``train`` and ``checkpoint`` false)
+    and ``dataset``, with the same keys and rules as :func:`to_dlio_config`: the engine's
+    record-length spelling, the stdev and resize only when non-zero, the compression and
+    parquet schema where set, ``num_subfolders_train`` from
+    :func:`storage_workloads.suggested_subfolders` unless given.
     """
     if isinstance(dataset, Workload):
         dataset = dataset.datagen
     if not isinstance(dataset, Datagen):
         raise TypeError(f"dataset must be a Workload or a Datagen, got {type(dataset).__name__}")
+    engine = _check_engine(engine)  # type: ignore[assignment]
     return {
-        "model": {"name": dataset.model},
+        "model": _model_section(dataset),
         "framework": dataset.framework,
         "workflow": {"generate_data": True, "train": False, "checkpoint": False},
         "dataset": _dataset_section(
-            format=dataset.format,
+            dataset,
             num_files=dataset.num_files_train if num_files is None else num_files,
             num_files_given=num_files,
-            num_samples_per_file=dataset.num_samples_per_file,
-            record=dataset.record_length_bytes,
-            stdev=dataset.record_length_bytes_stdev,
             data_folder=data_folder,
             num_subfolders=num_subfolders,
             engine=engine,

@@ -1,9 +1,11 @@
 """MLPerf Storage training workloads: one typed record per (model, accelerator).
 
-The values are those of the MLPerf Storage DLIO workload configurations (v2.0/v3.0) for the
-emulated H100 and A100 accelerators, the v3.0 B200 and MI355 entries whose parameters are
-public, and ``hstu_yambda``: the I/O pattern of this repository's DLRMv4 data path, derived from
-measurements of yambda-data's sample store and loader (see the package README).
+The values are those of the official MLPerf Storage DLIO workload configurations
+(mlcommons/storage, ``configs/dlio/workload/``): the v2.0 release for unet3d, resnet50 and
+cosmoflow on the emulated H100 and A100, the newest published files for dlrm, retinanet and
+flux on H100/A100 and for every B200 and MI355 entry (the package README names the version
+followed for each), and ``hstu_yambda``: the I/O pattern of this repository's DLRMv4 data
+path, derived from measurements of yambda-data's sample store and loader.
 """
 
 from __future__ import annotations
@@ -19,20 +21,26 @@ from typing import Any, Final
 __all__ = [
     "ACCELERATORS",
     "ASSUMED_FIELDS",
+    "COMPRESSIONS",
     "DATAGENS",
     "DATA_LOADERS",
     "FORMATS",
     "FRAMEWORKS",
     "MODELS",
+    "PARQUET_DTYPES",
+    "PARQUET_READ_MODES",
+    "SHUFFLES",
     "WORKLOADS",
     "Datagen",
+    "ParquetColumn",
+    "ParquetSchema",
     "UnknownWorkloadError",
     "Workload",
     "datagen",
     "workload",
 ]
 
-#: Dataset formats DLIO can generate and read.
+#: Dataset formats DLIO can generate and read (parquet only in the MLPerf Storage DLIO).
 FORMATS: Final = frozenset(
     {"npz", "npy", "tfrecord", "hdf5", "csv", "jpeg", "png", "parquet", "indexed_binary"}
 )
@@ -40,6 +48,28 @@ FORMATS: Final = frozenset(
 FRAMEWORKS: Final = frozenset({"pytorch", "tensorflow"})
 #: DLIO ``reader.data_loader`` values.
 DATA_LOADERS: Final = frozenset({"pytorch", "tensorflow", "dali", "native_dali"})
+#: DLIO ``reader.file_shuffle`` / ``reader.sample_shuffle`` values.
+SHUFFLES: Final = frozenset({"off", "seed", "random"})
+#: DLIO ``dataset.compression`` values (its ``Compression`` enumeration).
+COMPRESSIONS: Final = frozenset({"none", "gzip", "lzf", "bz2", "zip", "xz"})
+#: Bytes per element of the fixed-size parquet column types the MLPerf DLIO generates.
+PARQUET_DTYPES: Final[Mapping[str, int]] = MappingProxyType(
+    {
+        "int8": 1,
+        "uint8": 1,
+        "int16": 2,
+        "uint16": 2,
+        "float16": 2,
+        "int32": 4,
+        "uint32": 4,
+        "float32": 4,
+        "int64": 8,
+        "uint64": 8,
+        "float64": 8,
+    }
+)
+#: ``dataset.parquet.read_mode`` values.
+PARQUET_READ_MODES: Final = frozenset({"row_group", "file"})
 
 
 class UnknownWorkloadError(KeyError):
@@ -49,38 +79,189 @@ class UnknownWorkloadError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def _int(name: str, value: object, minimum: int) -> None:
+def _int(name: str, value: object, minimum: int, owner: str = "Workload") -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"Workload.{name} must be an integer, got {value!r}")
+        raise TypeError(f"{owner}.{name} must be an integer, got {value!r}")
     if value < minimum:
-        raise ValueError(f"Workload.{name} must be >= {minimum}, got {value}")
+        raise ValueError(f"{owner}.{name} must be >= {minimum}, got {value}")
 
 
-def _text(name: str, value: object) -> None:
+def _optional_int(name: str, value: object, minimum: int, owner: str = "Workload") -> None:
+    if value is not None:
+        _int(name, value, minimum, owner)
+
+
+def _text(name: str, value: object, owner: str = "Workload") -> None:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"Workload.{name} must be a non-empty string, got {value!r}")
+        raise ValueError(f"{owner}.{name} must be a non-empty string, got {value!r}")
+
+
+def _choice(name: str, value: object, allowed: frozenset[str], owner: str) -> None:
+    if value is not None and value not in allowed:
+        raise ValueError(f"{owner}.{name} must be one of {sorted(allowed)}, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParquetColumn:
+    """One column of a parquet dataset (DLIO ``dataset.parquet.columns`` entry).
+
+    Attributes:
+        name: column name.
+        dtype: element type, a key of :data:`PARQUET_DTYPES`.
+        size: elements per row (a fixed-size list when > 1); ``None`` leaves the key out
+            (DLIO's default: 1, a scalar).
+        read: whether the reader reads the column; ``None`` leaves the key out.
+    """
+
+    name: str
+    dtype: str
+    size: int | None = None
+    read: bool | None = None
+
+    def __post_init__(self) -> None:
+        _text("name", self.name, "ParquetColumn")
+        _choice("dtype", self.dtype, frozenset(PARQUET_DTYPES), "ParquetColumn")
+        _optional_int("size", self.size, 1, "ParquetColumn")
+        if self.read is not None and not isinstance(self.read, bool):
+            raise TypeError(f"ParquetColumn.read must be a bool or None, got {self.read!r}")
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row of this column: element size times ``size``."""
+        return PARQUET_DTYPES[self.dtype] * (1 if self.size is None else self.size)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The DLIO mapping: ``name``, ``dtype`` and whichever of ``size``/``read`` are set."""
+        out: dict[str, Any] = {"name": self.name, "dtype": self.dtype}
+        if self.size is not None:
+            out["size"] = self.size
+        if self.read is not None:
+            out["read"] = self.read
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParquetSchema:
+    """DLIO's ``dataset.parquet`` section: the columns and how files are laid out and read.
+
+    Attributes:
+        columns: the columns, in file order (at least one, names unique).
+        row_group_size: rows per row group; ``None`` leaves the key out (DLIO's default).
+        read_mode: ``row_group`` or ``file``; ``None`` leaves the key out.
+    """
+
+    columns: tuple[ParquetColumn, ...]
+    row_group_size: int | None = None
+    read_mode: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.columns, tuple) or not self.columns:
+            raise ValueError(
+                f"ParquetSchema.columns must be a non-empty tuple, got {self.columns!r}"
+            )
+        for column in self.columns:
+            if not isinstance(column, ParquetColumn):
+                raise TypeError(
+                    f"ParquetSchema.columns must hold ParquetColumn, got {type(column).__name__}"
+                )
+        names = [c.name for c in self.columns]
+        duplicate = next((n for n in names if names.count(n) > 1), None)
+        if duplicate is not None:
+            raise ValueError(f"ParquetSchema.columns names {duplicate!r} twice")
+        _optional_int("row_group_size", self.row_group_size, 1, "ParquetSchema")
+        _choice("read_mode", self.read_mode, PARQUET_READ_MODES, "ParquetSchema")
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row (one sample) over all columns."""
+        return sum(c.row_bytes for c in self.columns)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The DLIO ``dataset.parquet`` mapping."""
+        out: dict[str, Any] = {}
+        if self.row_group_size is not None:
+            out["row_group_size"] = self.row_group_size
+        if self.read_mode is not None:
+            out["read_mode"] = self.read_mode
+        out["columns"] = [c.as_dict() for c in self.columns]
+        return out
+
+
+def _check_dataset_extras(owner: str, obj: Any) -> None:
+    """Validate the fields a Workload and its Datagen share beyond the file shape."""
+    if obj.model_type is not None:
+        _text("model_type", obj.model_type, owner)
+    _optional_int("model_size", obj.model_size, 1, owner)
+    exact = obj.record_length_bytes_exact
+    if exact is not None:
+        if isinstance(exact, bool) or not isinstance(exact, numbers.Real):
+            raise TypeError(f"{owner}.record_length_bytes_exact must be a number, got {exact!r}")
+        if not math.isfinite(exact) or exact <= 0:
+            raise ValueError(
+                f"{owner}.record_length_bytes_exact must be finite and > 0, got {exact}"
+            )
+        if round(exact) != obj.record_length_bytes:
+            raise ValueError(
+                f"{owner}.record_length_bytes_exact {exact} does not round to "
+                f"record_length_bytes {obj.record_length_bytes}"
+            )
+    _int("record_length_bytes_resize", obj.record_length_bytes_resize, 0, owner)
+    _choice("compression", obj.compression, COMPRESSIONS, owner)
+    if obj.parquet is not None:
+        if not isinstance(obj.parquet, ParquetSchema):
+            raise TypeError(
+                f"{owner}.parquet must be a ParquetSchema or None, got {type(obj.parquet).__name__}"
+            )
+        if obj.format != "parquet":
+            raise ValueError(f"{owner}.parquet is set but format is {obj.format!r}, not parquet")
+        if obj.parquet.row_bytes != obj.record_length_bytes:
+            raise ValueError(
+                f"{owner}.parquet columns hold {obj.parquet.row_bytes} bytes per row, but "
+                f"record_length_bytes is {obj.record_length_bytes}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
 class Workload:
     """One MLPerf Storage training workload as DLIO emulates it.
 
+    Every optional field left at ``None`` is not written to the DLIO configuration, so DLIO's
+    default applies, as in an official file that does not set the key.
+
     Attributes:
         model: workload name (``unet3d``, ``resnet50``, ...), lower case.
-        accelerator: emulated accelerator (``h100``, ``a100``), lower case.
+        accelerator: emulated accelerator (``h100``, ``a100``, ``b200``, ``mi355``), lower case.
         framework: DLIO ``framework`` (``pytorch`` or ``tensorflow``).
         data_loader: DLIO ``reader.data_loader``.
-        format: DLIO ``dataset.format`` (``npz``, ``tfrecord``, ``jpeg``, ...).
+        format: DLIO ``dataset.format`` (``npz``, ``tfrecord``, ``jpeg``, ``parquet``, ...).
         num_files_train: files in the reference dataset (the closed division resizes it, see
             :func:`storage_workloads.required_num_files`).
         num_samples_per_file: samples in each file.
-        record_length_bytes: mean bytes per sample.
+        record_length_bytes: mean bytes per sample, in whole bytes (sizing and checks use it).
         record_length_bytes_stdev: standard deviation of the sample size (0: fixed size).
+        record_length_bytes_exact: the mean exactly as the official file writes it where it is
+            not a whole number (resnet50: 114660.07); it rounds to ``record_length_bytes`` and
+            is what the DLIO configuration carries.
+        record_length_bytes_resize: DLIO ``record_length_bytes_resize`` (0: not written).
         batch_size: samples per step and accelerator.
-        read_threads: DLIO ``reader.read_threads``; ``None`` leaves DLIO's default.
+        read_threads: DLIO ``reader.read_threads``; ``None`` leaves DLIO's default (1).
         computation_time_s: emulated accelerator time per step, in seconds.
         au_threshold: accelerator utilisation (0..1] a run must sustain to be valid.
         epochs: training epochs.
+        model_type: DLIO ``model.type`` (``cnn``).
+        model_size: DLIO ``model.model_size`` in bytes.
+        compression: DLIO ``dataset.compression``.
+        parquet: DLIO ``dataset.parquet`` (parquet workloads only).
+        prefetch_size: DLIO ``reader.prefetch_size``.
+        computation_threads: DLIO ``reader.computation_threads``.
+        file_shuffle, sample_shuffle: DLIO ``reader.file_shuffle`` / ``reader.sample_shuffle``
+            (``seed``: shuffle with the run's seed; DLIO's default is ``off``).
+        shuffle_size: DLIO ``reader.shuffle_size``.
+        dont_use_mmap: DLIO ``reader.dont_use_mmap``.
+        workflow_checkpoint: DLIO ``workflow.checkpoint`` of the training run; ``None`` leaves
+            the key out (DLIO's default, false).
+        checkpoint_after_epoch, epochs_between_checkpoints: DLIO's ``checkpoint`` section
+            (both or neither).
     """
 
     model: str
@@ -92,11 +273,26 @@ class Workload:
     num_samples_per_file: int
     record_length_bytes: int
     record_length_bytes_stdev: int = 0
+    record_length_bytes_exact: float | None = None
+    record_length_bytes_resize: int = 0
     batch_size: int
     read_threads: int | None
     computation_time_s: float
     au_threshold: float
     epochs: int
+    model_type: str | None = None
+    model_size: int | None = None
+    compression: str | None = None
+    parquet: ParquetSchema | None = None
+    prefetch_size: int | None = None
+    computation_threads: int | None = None
+    file_shuffle: str | None = None
+    sample_shuffle: str | None = None
+    shuffle_size: int | None = None
+    dont_use_mmap: bool | None = None
+    workflow_checkpoint: bool | None = None
+    checkpoint_after_epoch: int | None = None
+    epochs_between_checkpoints: int | None = None
 
     def __post_init__(self) -> None:
         _text("model", self.model)
@@ -123,8 +319,7 @@ class Workload:
         _int("record_length_bytes", self.record_length_bytes, 1)
         _int("record_length_bytes_stdev", self.record_length_bytes_stdev, 0)
         _int("batch_size", self.batch_size, 1)
-        if self.read_threads is not None:
-            _int("read_threads", self.read_threads, 0)
+        _optional_int("read_threads", self.read_threads, 0)
         _int("epochs", self.epochs, 1)
         for name in ("computation_time_s", "au_threshold"):
             value = getattr(self, name)
@@ -134,6 +329,28 @@ class Workload:
                 raise ValueError(f"Workload.{name} must be finite and > 0, got {value}")
         if self.au_threshold > 1:
             raise ValueError(f"Workload.au_threshold must be <= 1, got {self.au_threshold}")
+        _check_dataset_extras("Workload", self)
+        _optional_int("prefetch_size", self.prefetch_size, 0)
+        _optional_int("computation_threads", self.computation_threads, 1)
+        _choice("file_shuffle", self.file_shuffle, SHUFFLES, "Workload")
+        _choice("sample_shuffle", self.sample_shuffle, SHUFFLES, "Workload")
+        _optional_int("shuffle_size", self.shuffle_size, 1)
+        for name in ("dont_use_mmap", "workflow_checkpoint"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise TypeError(f"Workload.{name} must be a bool or None, got {value!r}")
+        _optional_int("checkpoint_after_epoch", self.checkpoint_after_epoch, 1)
+        _optional_int("epochs_between_checkpoints", self.epochs_between_checkpoints, 1)
+        if (self.checkpoint_after_epoch is None) != (self.epochs_between_checkpoints is None):
+            raise ValueError(
+                "Workload.checkpoint_after_epoch and Workload.epochs_between_checkpoints must "
+                "be set together, got "
+                f"{self.checkpoint_after_epoch!r} and {self.epochs_between_checkpoints!r}"
+            )
+        if self.workflow_checkpoint and self.checkpoint_after_epoch is None:
+            raise ValueError(
+                "Workload.workflow_checkpoint is true but checkpoint_after_epoch is not set"
+            )
 
     @property
     def key(self) -> tuple[str, str]:
@@ -146,6 +363,11 @@ class Workload:
         return self.num_files_train * self.num_samples_per_file * self.record_length_bytes
 
     @property
+    def has_checkpoint_section(self) -> bool:
+        """Whether the workload's DLIO configuration has a ``checkpoint`` section."""
+        return self.checkpoint_after_epoch is not None
+
+    @property
     def datagen(self) -> Datagen:
         """What DLIO's ``generate_data`` step needs to write this workload's dataset."""
         return Datagen(
@@ -156,6 +378,12 @@ class Workload:
             num_samples_per_file=self.num_samples_per_file,
             record_length_bytes=self.record_length_bytes,
             record_length_bytes_stdev=self.record_length_bytes_stdev,
+            record_length_bytes_exact=self.record_length_bytes_exact,
+            record_length_bytes_resize=self.record_length_bytes_resize,
+            model_type=self.model_type,
+            model_size=self.model_size,
+            compression=self.compression,
+            parquet=self.parquet,
         )
 
 
@@ -163,10 +391,11 @@ class Workload:
 class Datagen:
     """The dataset DLIO's ``generate_data`` step writes for a workload.
 
-    Only the shape of the data: the framework (DLIO picks the writer by format and, for
-    tfrecord, needs TensorFlow), the format, the file and sample counts and the sample size.
-    Every workload of a model that reads the same files shares one ``Datagen``; see
-    :data:`DATAGENS`.
+    The shape of the data: the framework (DLIO picks the writer by format and, for tfrecord,
+    needs TensorFlow), the format, the file and sample counts, the sample size, and what the
+    official data-generation files also carry (``model.type``/``model_size``, the record
+    resize, the compression and the parquet schema). Every workload of a model that reads the
+    same files shares one ``Datagen``; see :data:`DATAGENS`.
 
     Attributes:
         model: workload name the dataset belongs to.
@@ -175,8 +404,10 @@ class Datagen:
         num_files_train: files of the reference dataset (resize with
             :func:`storage_workloads.required_num_files`).
         num_samples_per_file: samples in each file.
-        record_length_bytes: mean bytes per sample.
+        record_length_bytes: mean bytes per sample, in whole bytes.
         record_length_bytes_stdev: standard deviation of the sample size (0: fixed size).
+        record_length_bytes_exact, record_length_bytes_resize, model_type, model_size,
+            compression, parquet: as in :class:`Workload`.
     """
 
     model: str
@@ -186,9 +417,15 @@ class Datagen:
     num_samples_per_file: int
     record_length_bytes: int
     record_length_bytes_stdev: int = 0
+    record_length_bytes_exact: float | None = None
+    record_length_bytes_resize: int = 0
+    model_type: str | None = None
+    model_size: int | None = None
+    compression: str | None = None
+    parquet: ParquetSchema | None = None
 
     def __post_init__(self) -> None:
-        _text("model", self.model)
+        _text("model", self.model, "Datagen")
         if self.framework not in FRAMEWORKS:
             raise ValueError(
                 f"Datagen.framework must be one of {sorted(FRAMEWORKS)}, got {self.framework!r}"
@@ -206,6 +443,7 @@ class Datagen:
             raise ValueError(
                 f"Datagen.record_length_bytes_stdev must be an integer >= 0, got {stdev!r}"
             )
+        _check_dataset_extras("Datagen", self)
 
     @property
     def file_bytes(self) -> int:
@@ -216,6 +454,17 @@ class Datagen:
     def dataset_bytes(self) -> int:
         """Mean bytes of sample data in the reference dataset."""
         return self.num_files_train * self.file_bytes
+
+    @property
+    def name(self) -> str:
+        """The key of :data:`DATAGENS` whose files have this shape (``dlrm_b200`` for the
+        parquet dlrm data, which mi355 shares); the model name for a shape not registered.
+        A unique name for the data-generation YAML and run records."""
+        shape = dataclasses.replace(self, num_files_train=1)
+        for key, known in DATAGENS.items():
+            if dataclasses.replace(known, num_files_train=1) == shape:
+                return key
+        return self.model
 
 
 def _variants(
@@ -230,36 +479,151 @@ def _variants(
     ]
 
 
+# ---------------------------------------------------------------------------------------------
+# The official MLPerf Storage workloads (mlcommons/storage, configs/dlio/workload/<model>_<acc>).
+# unet3d, resnet50, cosmoflow on h100/a100: the v2.0 release (tag v2.0-rc0, branch v2.0-branch;
+# the files are the same on both). Everything else: the newest published file found (the README
+# names the commit of each). A key an official file does not set is left at None here.
+
+_SHUFFLED: Final[dict[str, Any]] = {"file_shuffle": "seed", "sample_shuffle": "seed"}
+
 _UNET3D: Final[dict[str, Any]] = {
     "framework": "pytorch",
     "data_loader": "pytorch",
     "format": "npz",
+    "model_type": "cnn",
+    "model_size": 499_153_191,
     "num_samples_per_file": 1,
     "record_length_bytes": 146_600_628,
     "record_length_bytes_stdev": 68_341_808,
+    "record_length_bytes_resize": 2_097_152,
     "batch_size": 7,
     "read_threads": 4,
+    **_SHUFFLED,
+    "checkpoint_after_epoch": 5,
+    "epochs_between_checkpoints": 2,
     "au_threshold": 0.90,
+    "epochs": 5,
+}
+_RESNET50: Final[dict[str, Any]] = {
+    "framework": "tensorflow",
+    "data_loader": "tensorflow",
+    "format": "tfrecord",
+    "model_type": "cnn",
+    "num_files_train": 1024,
+    "num_samples_per_file": 1251,
+    # The official mean has a fraction; record_length_bytes is it in whole bytes.
+    "record_length_bytes": 114_660,
+    "record_length_bytes_exact": 114_660.07,
+    "record_length_bytes_resize": 150_528,
+    "batch_size": 400,
+    "read_threads": 8,
+    "computation_threads": 8,
+    "au_threshold": 0.90,
+    "epochs": 5,
+}
+_COSMOFLOW: Final[dict[str, Any]] = {
+    "framework": "tensorflow",
+    "data_loader": "tensorflow",
+    "format": "tfrecord",
+    "num_files_train": 524_288,
+    "num_samples_per_file": 1,
+    "record_length_bytes": 2_828_486,
+    "record_length_bytes_stdev": 71_311,
+    "batch_size": 1,
+    "read_threads": 4,
+    **_SHUFFLED,
+    "shuffle_size": 2,
+    "au_threshold": 0.70,
     "epochs": 5,
 }
 _RETINANET: Final[dict[str, Any]] = {
     "framework": "pytorch",
     "data_loader": "pytorch",
     "format": "jpeg",
+    "model_type": "cnn",
     "num_samples_per_file": 1,
+    "read_threads": 8,
+    **_SHUFFLED,
+    "workflow_checkpoint": False,
     "au_threshold": 0.85,
 }
 _DLRM: Final[dict[str, Any]] = {
     "framework": "pytorch",
     "data_loader": "pytorch",
-    "read_threads": 8,
+    "workflow_checkpoint": False,
     "au_threshold": 0.70,
     "epochs": 1,
 }
 _FLUX: Final[dict[str, Any]] = {
     "framework": "pytorch",
     "data_loader": "pytorch",
-    "read_threads": None,
+    "read_threads": 8,
+    "workflow_checkpoint": False,
+}
+
+# The 200 columns of the parquet dlrm data (dlrm_b200.yaml and dlrm_mi355.yaml carry the same
+# list), named feature_000..feature_199. One letter per column, in order: h float16,
+# f float32, d float64, b int8. 761 bytes per row, the record length.
+_DLRM_PARQUET_TYPES: Final = (
+    "hhddfhfbhbffdfbhfffhddddhffhhfdfdfhhdbbbhfhfdbdddffbbfffbfhfdhdbfhbfhfhfhffdhbfdbbffhbhb"
+    "fbffhfddfhbhhdhfdhhfdfddbhhbbdfbhhbbbhbbfbhfdhhdhfddhfbbdfdfddbbbddffbfhfhfhdhdhfbdhbdbb"
+    "bbhhbdddhdbbhfdbdfdffddh"
+)
+# The columns the reader reads (``read: true``); every other column is ``read: false``.
+_DLRM_PARQUET_READ: Final = frozenset(
+    {11, 17, 18, 20, 25, 31, 41, 43, 49, 53, 58, 59, 67, 68, 71, 74, 75, 88, 90, 91}
+    | {92, 93, 94, 96, 97, 116, 117, 137, 141, 147, 154, 155, 158, 160, 162, 169, 180, 186}
+    | {189, 195}
+)
+_TYPE_LETTERS: Final = {"h": "float16", "f": "float32", "d": "float64", "b": "int8"}
+_DLRM_PARQUET: Final = ParquetSchema(
+    row_group_size=6144,
+    read_mode="row_group",
+    columns=tuple(
+        ParquetColumn(
+            name=f"feature_{i:03d}", dtype=_TYPE_LETTERS[letter], read=i in _DLRM_PARQUET_READ
+        )
+        for i, letter in enumerate(_DLRM_PARQUET_TYPES)
+    ),
+)
+# flux (parquet): five float32 columns, 541,208 elements = 2,164,832 bytes per row.
+_FLUX_PARQUET: Final = ParquetSchema(
+    columns=tuple(
+        ParquetColumn(name=name, dtype="float32", size=size)
+        for name, size in (
+            ("t5_encodings", 524_328),
+            ("clip_encodings", 409),
+            ("mean", 8_232),
+            ("logvar", 8_232),
+            ("timestamp", 7),
+        )
+    )
+)
+_DLRM_PARQUET_WORKLOAD: Final[dict[str, Any]] = {
+    **_DLRM,
+    "format": "parquet",
+    "compression": "none",
+    "parquet": _DLRM_PARQUET,
+    "num_files_train": 1024,
+    "num_samples_per_file": 4_718_592,
+    "record_length_bytes": 761,
+    "batch_size": 16_384,
+    "prefetch_size": 2,
+    "read_threads": 4,
+    "file_shuffle": "seed",
+}
+_FLUX_PARQUET_WORKLOAD: Final[dict[str, Any]] = {
+    **_FLUX,
+    "format": "parquet",
+    "compression": "none",
+    "parquet": _FLUX_PARQUET,
+    "num_files_train": 4_296,
+    "num_samples_per_file": 288,
+    "record_length_bytes": 2_164_832,
+    "file_shuffle": "seed",
+    "au_threshold": 0.90,
+    "epochs": 1,
 }
 
 # hstu_yambda, derived in the README ("hstu_yambda: how the numbers were derived") from the
@@ -276,36 +640,24 @@ HSTU_RECORD_BYTES: Final = round(HSTU_MEAN_HISTORY_EVENTS * HSTU_STORE_BYTES_PER
 HSTU_COMPUTATION_TIME_S: Final = round(HSTU_BATCH_SIZE / HSTU_LOADER_SAMPLES_PER_S, 5)
 
 _ALL: Final = [
-    *_variants("unet3d", {"h100": 0.323, "a100": 0.636}, num_files_train=168, **_UNET3D),
+    # v2.0: unet3d checkpoints during training (workflow.checkpoint true). Later files set it
+    # false for h100/a100; this registry follows v2.0 there and the newest file on b200.
     *_variants(
-        "resnet50",
-        {"h100": 0.224, "a100": 0.435},
-        framework="tensorflow",
-        data_loader="tensorflow",
-        format="tfrecord",
-        num_files_train=1024,
-        num_samples_per_file=1251,
-        record_length_bytes=114_660,
-        batch_size=400,
-        read_threads=8,
-        au_threshold=0.90,
-        epochs=5,
+        "unet3d",
+        {"h100": 0.323, "a100": 0.636},
+        num_files_train=168,
+        workflow_checkpoint=True,
+        **_UNET3D,
     ),
-    *_variants(
-        "cosmoflow",
-        {"h100": 0.00350, "a100": 0.00551},
-        framework="tensorflow",
-        data_loader="tensorflow",
-        format="tfrecord",
-        num_files_train=524_288,
-        num_samples_per_file=1,
-        record_length_bytes=2_828_486,
-        record_length_bytes_stdev=71_311,
-        batch_size=1,
-        read_threads=4,
-        au_threshold=0.70,
-        epochs=5,
+    Workload(model="resnet50", accelerator="h100", computation_time_s=0.224, **_RESNET50),
+    Workload(
+        model="resnet50",
+        accelerator="a100",
+        computation_time_s=0.435,
+        dont_use_mmap=True,
+        **_RESNET50,
     ),
+    *_variants("cosmoflow", {"h100": 0.00350, "a100": 0.00551}, **_COSMOFLOW),
     *_variants(
         "dlrm",
         {"h100": 0.005, "a100": 0.007},
@@ -314,6 +666,8 @@ _ALL: Final = [
         num_samples_per_file=1,
         record_length_bytes=512,
         batch_size=8192,
+        read_threads=8,
+        **_SHUFFLED,
         **_DLRM,
     ),
     *_variants(
@@ -323,7 +677,6 @@ _ALL: Final = [
         record_length_bytes=153_600,
         record_length_bytes_stdev=51_200,
         batch_size=16,
-        read_threads=8,
         epochs=5,
         **_RETINANET,
     ),
@@ -336,19 +689,21 @@ _ALL: Final = [
         record_length_bytes=307_200,
         record_length_bytes_stdev=102_400,
         batch_size=8,
+        **_SHUFFLED,
         au_threshold=0.80,
         epochs=5,
         **_FLUX,
     ),
-    # MLPerf Storage v3.0, B200 and MI355: only the values facts.md gives (see ASSUMED_FIELDS).
-    *_variants("unet3d", {"b200": 0.162}, num_files_train=7_200, **_UNET3D),
+    # MLPerf Storage v3.0 generation: B200 and MI355.
+    *_variants(
+        "unet3d", {"b200": 0.162}, num_files_train=7_200, workflow_checkpoint=False, **_UNET3D
+    ),
     Workload(
         model="retinanet",
         accelerator="b200",
         num_files_train=1_170_301,
         record_length_bytes=322_957,
         batch_size=24,
-        read_threads=None,
         computation_time_s=0.04755,
         epochs=8,
         **_RETINANET,
@@ -359,34 +714,26 @@ _ALL: Final = [
         num_files_train=1_170_301,
         record_length_bytes=322_957,
         batch_size=32,
-        read_threads=None,
         computation_time_s=0.0634,
         epochs=8,
         **_RETINANET,
     ),
-    Workload(
-        model="dlrm",
-        accelerator="b200",
-        format="parquet",
-        num_files_train=1024,
-        num_samples_per_file=4_718_592,
-        record_length_bytes=761,
-        batch_size=16_384,
-        computation_time_s=0.000375,
-        **_DLRM,
-    ),
+    # dlrm mi355: the stored versions of dlrm_mi355.yaml differ in the batch size (16,384 and
+    # 18,432); this follows the one with 16,384, the same as b200 (see the README).
+    *_variants("dlrm", {"b200": 0.000375, "mi355": 0.0005625}, **_DLRM_PARQUET_WORKLOAD),
     Workload(
         model="flux",
         accelerator="b200",
-        format="parquet",
-        num_files_train=4_296,
-        num_samples_per_file=288,
-        record_length_bytes=2_164_832,
         batch_size=48,
         computation_time_s=1.35,
-        au_threshold=0.90,
-        epochs=1,
-        **_FLUX,
+        **_FLUX_PARQUET_WORKLOAD,
+    ),
+    Workload(
+        model="flux",
+        accelerator="mi355",
+        batch_size=72,
+        computation_time_s=2.025,
+        **_FLUX_PARQUET_WORKLOAD,
     ),
     # This repository's DLRMv4 data path (the README derives every number).
     Workload(
@@ -406,41 +753,11 @@ _ALL: Final = [
     ),
 ]
 
-#: Fields of an entry that its public source does not give, with what this registry does
-#: instead. facts.md gives the v3.0 B200/MI355 entries only partly; the rest is either
-#: carried over from the model's H100/A100 definition or left to DLIO's default.
+#: Fields of an entry that no official file gives, with what this registry does instead.
+#: Every MLPerf entry now follows an official file key for key, so only the derived
+#: ``hstu_yambda`` workload has assumed fields.
 ASSUMED_FIELDS: Final[Mapping[tuple[str, str], Mapping[str, str]]] = MappingProxyType(
     {
-        ("unet3d", "b200"): MappingProxyType(
-            {
-                "record_length_bytes": "carried over from unet3d h100/a100",
-                "record_length_bytes_stdev": "carried over from unet3d h100/a100",
-                "batch_size": "carried over from unet3d h100/a100",
-                "read_threads": "carried over from unet3d h100/a100",
-                "au_threshold": "carried over from unet3d h100/a100",
-                "epochs": "carried over from unet3d h100/a100",
-            }
-        ),
-        **{
-            ("retinanet", accelerator): MappingProxyType(
-                {
-                    "record_length_bytes_stdev": "not public: 0 (fixed size)",
-                    "read_threads": "not public: DLIO's default",
-                    "au_threshold": "carried over from retinanet h100/a100",
-                }
-            )
-            for accelerator in ("b200", "mi355")
-        },
-        ("dlrm", "b200"): MappingProxyType(
-            {
-                "read_threads": "carried over from dlrm h100/a100",
-                "au_threshold": "carried over from dlrm h100/a100",
-                "epochs": "carried over from dlrm h100/a100",
-            }
-        ),
-        ("flux", "b200"): MappingProxyType(
-            {"record_length_bytes_stdev": "not public: 0 (fixed size)"}
-        ),
         ("hstu_yambda", "any"): MappingProxyType(
             {
                 "record_length_bytes_stdev": "not measured: 0 (fixed size)",
@@ -471,10 +788,10 @@ def _datagens() -> dict[str, Datagen]:
 
 #: One :class:`Datagen` per distinct file shape, keyed by model name, or by
 #: ``model_accelerator`` where an accelerator's workload reads differently shaped files
-#: (``retinanet_b200``, which mi355 shares; ``dlrm_b200``; ``flux_b200``). Workloads that
-#: differ only in the file count share an entry (unet3d b200 reads unet3d files); the file
-#: count here is the first workload's reference count. ``Workload.datagen`` gives a
-#: workload's own.
+#: (``retinanet_b200``, which mi355 shares; ``dlrm_b200`` and ``flux_b200``, likewise).
+#: Workloads that differ only in the file count share an entry (unet3d b200 reads unet3d
+#: files); the file count here is the first workload's reference count. ``Workload.datagen``
+#: gives a workload's own.
 DATAGENS: Final[Mapping[str, Datagen]] = MappingProxyType(_datagens())
 
 
