@@ -88,13 +88,62 @@ def prepared(tmp_path_factory) -> Path:
         ("run_and_time.sh", ["--prepared", "p"], "--prepared goes with --data"),
         ("run_and_time.sh", ["--", "--out", "x"], "give --out to run_and_time.sh itself"),
         ("run_and_time.sh", ["--", "--seed=3"], "give --seed to run_and_time.sh itself"),
+        ("run_and_time.sh", ["--ruleset", "6.1"], "--ruleset must be dev or a version"),
+        ("run_and_time.sh", ["--out", ""], "--out must not be empty"),
+        ("download_dataset.sh", ["--revision", ""], "--revision must not be empty"),
+        ("download_dataset.sh", ["", "50m"], "DATA_DIR must not be empty"),
+        ("prepare_dataset.sh", ["--prepared", ""], "--prepared must not be empty"),
     ],
 )
-def test_bad_arguments_give_the_usage(name, args, message, tmp_path):
+def test_bad_arguments_are_one_line_with_status_2(name, args, message, tmp_path):
     done = script(name, *args, cwd=tmp_path)
     assert done.returncode == 2, explain(done)
-    assert message in done.stderr and f"Usage: {name}" in done.stderr, explain(done)
+    assert done.stderr.startswith(f"{name}: "), explain(done)
+    assert message in done.stderr and done.stderr.count("\n") == 1, explain(done)
+    assert done.stderr.endswith(f"(see {name} --help)\n") and done.stdout == "", explain(done)
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "message"),
+    [
+        ("download_dataset.sh", ["--source", "{tmp}/nowhere", "d", "50m"], "--source {tmp}/nowhere: no such directory"),
+        ("download_dataset.sh", ["{tmp}/a-file/data", "50m"], "DATA_DIR {tmp}/a-file/data: not a directory"),
+        ("prepare_dataset.sh", ["{tmp}/nowhere", "50m"], "DATA_DIR {tmp}/nowhere: no such directory"),
+        ("prepare_dataset.sh", ["{tmp}/empty", "50m"], "{tmp}/empty/flat/50m/multi_event.parquet: no such file; run download_dataset.sh"),
+        ("prepare_dataset.sh", ["--prepared", "{tmp}/a-file", "{tmp}/empty", "50m"], "--prepared {tmp}/a-file: not a directory"),
+        ("verify_dataset.sh", ["{tmp}/nowhere", "50m"], "DATA_DIR {tmp}/nowhere: no such directory"),
+        ("verify_dataset.sh", ["--prepared", "{tmp}/nowhere", "{tmp}/empty", "50m"], "--prepared {tmp}/nowhere: no such directory"),
+        ("run_and_time.sh", ["--data", "{tmp}/nowhere"], "--data {tmp}/nowhere: no such directory"),
+        ("run_and_time.sh", ["--data", "{tmp}/empty", "--size", "50m"], "{tmp}/empty/flat/50m/multi_event.parquet: no such file"),
+        ("run_and_time.sh", ["--out", "{tmp}/a-file"], "--out {tmp}/a-file: not a directory"),
+    ],
+)  # fmt: skip
+def test_missing_or_unusable_inputs_are_one_line_with_status_2(name, args, message, tmp_path):
+    """Checked before anything is created or run (uv is never reached: no tools start)."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "a-file").write_text("x")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    done = script(name, *(a.format(tmp=tmp_path) for a in args), cwd=tmp_path)
+    assert done.returncode == 2, explain(done)
+    assert done.stderr.startswith(f"{name}: {message.format(tmp=tmp_path)}"), explain(done)
+    assert done.stderr.count("\n") == 1, explain(done)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_run_and_time_refuses_an_out_prepared_in_the_way(tmp_path):
+    data = tmp_path / "data"
+    (data / "flat" / "50m").mkdir(parents=True)
+    (data / "flat" / "50m" / "multi_event.parquet").write_bytes(b"PAR1")
+    (tmp_path / "run" / "prepared").mkdir(parents=True)  # a directory, not the link
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    done = script("run_and_time.sh", "--data", data, "--size", "50m", "--out", tmp_path / "run")
+    assert done.returncode == 2, explain(done)
+    assert f"{tmp_path}/run/prepared exists and is not a link to {data}/prepared/50m" in (
+        done.stderr
+    )
+    assert done.stderr.count("\n") == 1 and "STARTING" not in done.stdout
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # not even data/prepared
 
 
 @pytest.mark.parametrize(
@@ -113,16 +162,22 @@ def test_help(name):
 def test_download_is_idempotent(prepared, tmp_path):
     raw = prepared / "flat" / SIZE / "multi_event.parquet"
     before = raw.stat().st_mtime_ns
-    done = script("download_dataset.sh", "--source", tmp_path / "nowhere", prepared, SIZE)
+    empty = tmp_path / "empty-mirror"
+    empty.mkdir()
+    done = script("download_dataset.sh", "--source", empty, prepared, SIZE)
     assert done.returncode == 0, explain(done)
     assert f"Yambda {SIZE} is already in {prepared}" in done.stdout
     assert raw.stat().st_mtime_ns == before
 
-    # --force goes to yambda-data download, which names a missing source
-    done = script(
-        "download_dataset.sh", "--force", "--source", tmp_path / "nowhere", prepared, SIZE
-    )
-    assert done.returncode != 0 and "nowhere" in done.stderr, explain(done)
+    # --force goes to yambda-data download, which names the file the mirror lacks (status 2,
+    # one line) and changes nothing
+    done = script("download_dataset.sh", "--force", "--source", empty, prepared, SIZE)
+    assert done.returncode == 2, explain(done)
+    assert done.stderr == (
+        f"yambda-data download: error: {empty}/flat/{SIZE}/multi_event.parquet: no such file "
+        f"in the local source {empty}\n"
+    ), explain(done)
+    assert raw.stat().st_mtime_ns == before
 
 
 @pytest.mark.slow
@@ -177,10 +232,16 @@ def test_verify_dataset_names_a_corrupt_store_array(prepared, tmp_path):
 @pytest.mark.slow
 @needs_uv
 def test_verify_dataset_needs_the_processed_outputs(prepared, tmp_path):
-    done = script("verify_dataset.sh", "--prepared", tmp_path / "none", prepared, SIZE)
+    # a PREPARED that exists but lacks the store: a verdict (1)
+    (tmp_path / "half").mkdir()
+    shutil.copytree(prepared / "prepared" / SIZE / "preprocessed", tmp_path / "half" / "pre")
+    (tmp_path / "half" / "pre").rename(tmp_path / "half" / "preprocessed")
+    done = script("verify_dataset.sh", "--prepared", tmp_path / "half", prepared, SIZE)
     assert done.returncode == 1, explain(done)
-    assert "no such directory; run prepare_dataset.sh" in done.stderr
+    assert f"{tmp_path}/half/store: no such directory; run prepare_dataset.sh" in done.stderr
 
+    # a DATA_DIR without the download: a verdict too (the files are missing)
+    (tmp_path / "no-data").mkdir()
     done = script("verify_dataset.sh", tmp_path / "no-data", SIZE)
     assert done.returncode == 1 and "missing or empty" in done.stderr, explain(done)
 
@@ -280,3 +341,26 @@ def test_run_and_time_fails_when_training_fails(tmp_path):
     assert "simulated failure" in done.stderr
     assert "ERROR: tools/train.py failed with exit status 3" in done.stderr
     assert "STARTING TIMING RUN AT" in done.stdout and "RESULT," not in done.stdout
+
+
+def test_run_and_time_tells_a_log_it_cannot_check_from_a_failing_one(tmp_path):
+    """mlperf-compliance exits 2 when it gives no verdict (here: no log): the script exits 2
+    saying the log could not be checked, not that it fails the rules (uv stands in for the
+    tools: train.py "succeeds" without writing a log)."""
+    fake = (
+        'case "$*" in\n'
+        '  *mlperf-compliance*) echo "mlperf-compliance check: error: no MLPerf log" >&2; exit 2 ;;\n'
+        '  *) echo \'{"status": "success"}\' ;;\n'
+        "esac"
+    )
+    done = run_and_time_with_fake_uv(tmp_path, fake)
+    assert done.returncode == 2, explain(done)
+    assert "mlperf-compliance check: error: no MLPerf log" in done.stderr
+    assert f"ERROR: {tmp_path}/run/mlperf.log could not be checked" in done.stderr
+    assert "fails the" not in done.stderr and "RESULT," not in done.stdout
+
+    fails = fake.replace("exit 2", "exit 1")
+    shutil.rmtree(tmp_path / "bin")
+    done = run_and_time_with_fake_uv(tmp_path, fails)
+    assert done.returncode == 1, explain(done)
+    assert f"ERROR: {tmp_path}/run/mlperf.log fails the dev ruleset" in done.stderr

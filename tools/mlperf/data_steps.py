@@ -13,6 +13,7 @@ with a note when EXPECTED does not exist (no values recorded for that size yet).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -155,7 +156,13 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     function, _ = commands[argv[0]]
-    return function(*argv[1:]) or 0
+    try:
+        return function(*argv[1:]) or 0
+    except (OSError, ValueError) as error:  # bad input or a failed write: one line, status 2
+        if os.environ.get("DLRMV4_DEBUG", "") not in ("", "0", "false", "no", "off"):
+            raise
+        print(f"{Path(sys.argv[0]).name} {argv[0]}: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

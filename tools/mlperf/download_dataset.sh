@@ -20,17 +20,25 @@ place are kept, so running it again does nothing.
   --revision SHA  another dataset revision (default: the reference's)
   --force         fetch even when the files are in place (the Hub client skips unchanged files)
   -h, --help      this message
+
+Exit status: 0 the files are in place, 2 a usage or input error (a bad argument, a --source
+that is not a directory, a DATA_DIR in the way) or a failed download (one line on stderr).
 USAGE
 }
 
-source_dir="" revision="" force=0
+source_dir="" revision="" force=0 revision_given=0
 positional=()
 while (($#)); do
   case "$1" in
     -h | --help) usage; exit 0 ;;
     --source | --revision)
       (($# >= 2)) || usage_error "$1 needs a value"
-      if [[ $1 == --source ]]; then source_dir=$2; else revision=$2; fi
+      if [[ $1 == --source ]]; then
+        [[ -n $2 ]] || usage_error "--source must not be empty"
+        source_dir=$2
+      else
+        revision=$2 revision_given=1
+      fi
       shift 2 ;;
     --force) force=1; shift ;;
     -*) usage_error "unknown option $1" ;;
@@ -38,9 +46,14 @@ while (($#)); do
   esac
 done
 ((${#positional[@]} <= 2)) || usage_error "too many arguments: ${positional[*]}"
-data_dir=${positional[0]:-$DEFAULT_DATA_DIR}
-size=${positional[1]:-$DEFAULT_SIZE}
+data_dir=${positional[0]-$DEFAULT_DATA_DIR}
+size=${positional[1]-$DEFAULT_SIZE}
 check_size "$size"
+check_creatable DATA_DIR "$data_dir"
+[[ -z $source_dir ]] || check_dir --source "$source_dir"
+if ((revision_given)) && [[ -z $revision ]]; then
+  usage_error "--revision must not be empty"
+fi
 
 missing=0
 while IFS= read -r file; do

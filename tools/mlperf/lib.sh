@@ -7,11 +7,37 @@ YAMBDA_SIZES="50m 500m 5b"
 DEFAULT_DATA_DIR="data/yambda"
 DEFAULT_SIZE="5b"
 
-# usage_error MESSAGE: the message and the script's usage on stderr, exit status 2.
+# Exit status of every script here: 0 success, 1 a FAIL verdict or a failed step (named on
+# stderr), 2 a usage or input error: a bad argument, a missing or unusable input. Errors are
+# one line on stderr.
+
+# usage_error MESSAGE: one line on stderr (the message, and where the usage is), exit status 2.
 usage_error() {
-  echo "$(basename "$0"): $1" >&2
-  usage >&2
+  echo "$(basename "$0"): $1 (see $(basename "$0") --help)" >&2
   exit 2
+}
+
+# input_error MESSAGE: one line on stderr, exit status 2 (a missing or unusable input).
+input_error() {
+  echo "$(basename "$0"): $1" >&2
+  exit 2
+}
+
+# check_dir WHAT PATH: PATH must be an existing directory (WHAT names the argument).
+check_dir() {
+  [[ -n $2 ]] || usage_error "$1 must not be empty"
+  [[ -e $2 ]] || input_error "$1 $2: no such directory"
+  [[ -d $2 ]] || input_error "$1 $2: not a directory"
+}
+
+# check_creatable WHAT PATH: PATH is a directory or can be made one (no file in the way).
+check_creatable() {
+  [[ -n $2 ]] || usage_error "$1 must not be empty"
+  local path=$2
+  while [[ ! -e $path && $path != "$(dirname "$path")" ]]; do
+    path=$(dirname "$path")
+  done
+  [[ ! -e $path || -d $path ]] || input_error "$1 $2: not a directory ($path is a file)"
 }
 
 # check_size SIZE: refuse a size that Yambda does not publish.

@@ -21,6 +21,9 @@ unchanged, so running it again does nothing. run_and_time.sh --data DATA_DIR use
                   of the runs that will use the store (default: train.py's; a closed run
                   needs the reference's 4086)
   -h, --help      this message
+
+Exit status: 0 prepared, 2 a usage or input error (a bad argument, a DATA_DIR without the
+download, a PREPARED in the way), else that of the step that failed (named on stderr).
 USAGE
 }
 
@@ -31,6 +34,7 @@ while (($#)); do
     -h | --help) usage; exit 0 ;;
     --prepared | --min-history)
       (($# >= 2)) || usage_error "$1 needs a value"
+      [[ -n $2 ]] || usage_error "$1 must not be empty"
       if [[ $1 == --prepared ]]; then prepared=$2; else min_history=$2; fi
       shift 2 ;;
     -*) usage_error "unknown option $1" ;;
@@ -41,17 +45,16 @@ done
 if [[ -n $min_history && ! $min_history =~ ^[1-9][0-9]*$ ]]; then
   usage_error "--min-history must be a positive integer, got '$min_history'"
 fi
-data_dir=${positional[0]:-$DEFAULT_DATA_DIR}
-size=${positional[1]:-$DEFAULT_SIZE}
+data_dir=${positional[0]-$DEFAULT_DATA_DIR}
+size=${positional[1]-$DEFAULT_SIZE}
 check_size "$size"
+check_dir DATA_DIR "$data_dir"
 prepared=${prepared:-$data_dir/prepared/$size}
+check_creatable --prepared "$prepared"
 
 raw=$(raw_files "$data_dir" "$size" | head -n 1)
-if [[ ! -f $raw ]]; then
-  echo "$(basename "$0"): $raw: no such file; run download_dataset.sh $data_dir $size first" >&2
-  exit 1
-fi
-mkdir -p "$prepared"
+[[ -f $raw ]] || input_error "$raw: no such file; run download_dataset.sh $data_dir $size first"
+# (data_steps.py checks the raw file before it creates PREPARED or anything in it)
 in_workspace python "$MLPERF_DIR/data_steps.py" prepare "$data_dir" "$size" "$prepared" \
   ${min_history:+"$min_history"}
 echo "done: next, tools/mlperf/verify_dataset.sh $data_dir $size"

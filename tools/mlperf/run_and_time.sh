@@ -16,7 +16,8 @@ OUT/mlperf.log, its summary (one JSON line) to OUT/summary.json. Then the log go
 is the result, as MLPerf reference scripts print it:
   RESULT,DLRMV4,,<seconds>,<user>,<start date>
 Exit status: train.py's when it fails, 1 when the run missed its target or the log fails the
-check, 2 for a usage error.
+check, 2 for a usage or input error (a bad argument, a --data without the download, an --out
+or --prepared in the way) or a log the check could not read. Errors are one line on stderr.
 
   --data DIR         a Yambda download (download_dataset.sh); without it, train.py
                      synthesizes a small dataset in the Yambda schema under OUT
@@ -42,6 +43,7 @@ while (($#)); do
     -h | --help) usage; exit 0 ;;
     --data | --size | --prepared | --out | --seed | --ruleset)
       (($# >= 2)) || usage_error "$1 needs a value"
+      [[ -n $2 ]] || usage_error "$1 must not be empty"
       case "$1" in
         --data) data=$2 ;;
         --size) size=$2 ;;
@@ -65,7 +67,11 @@ done
 if [[ -n $seed && ! $seed =~ ^[0-9]+$ ]]; then
   usage_error "--seed must be a non-negative integer, got '$seed'"
 fi
+if [[ -n $ruleset && ! $ruleset =~ ^(dev|[0-9]+\.[0-9]+\.[0-9]+)$ ]]; then
+  usage_error "--ruleset must be dev or a version such as 6.1.0, got '$ruleset'"
+fi
 [[ -n $out ]] || usage_error "--out must not be empty"
+check_creatable --out "$out"
 
 # MLPERF_LAUNCHER runs train.py: python by default, torchrun for several GPUs.
 read -r -a launcher <<<"${MLPERF_LAUNCHER:-python}"
@@ -74,11 +80,17 @@ train=("${launcher[@]}" "$REPO_ROOT/tools/train.py" --out "$out")
 if [[ -n $data ]]; then
   size=${size:-$DEFAULT_SIZE}
   check_size "$size"
+  check_dir --data "$data"
   prepared=${prepared:-$data/prepared/$size}
+  check_creatable --prepared "$prepared"
   raw=$(raw_files "$data" "$size" | head -n 1)
-  if [[ ! -f $raw ]]; then
-    echo "$(basename "$0"): $raw: no such file; run download_dataset.sh $data $size" >&2
-    exit 1
+  [[ -f $raw ]] || input_error "$raw: no such file; run download_dataset.sh $data $size"
+  # OUT/prepared must be free, a link or the prepared outputs themselves: checked before
+  # anything is created.
+  if [[ -e $out/prepared && ! -L $out/prepared ]] &&
+    { [[ ! -d $prepared ]] ||
+      [[ $(cd "$out/prepared" && pwd -P) != "$(cd "$prepared" && pwd -P)" ]]; }; then
+    input_error "$out/prepared exists and is not a link to $prepared; remove it or use another --out"
   fi
   train+=(--data "$data" --size "$size")
   ruleset=${ruleset:-6.1.0}
@@ -88,10 +100,6 @@ if [[ -n $data ]]; then
   target=$(cd "$prepared" && pwd -P)
   if [[ -L $out/prepared || ! -e $out/prepared ]]; then
     ln -sfn "$target" "$out/prepared"
-  elif [[ $(cd "$out/prepared" && pwd -P) != "$target" ]]; then
-    echo "$(basename "$0"): $out/prepared exists and is not a link to $prepared;" \
-      "remove it or use another --out" >&2
-    exit 1
   fi
 else
   [[ -z $prepared ]] || usage_error "--prepared goes with --data"
@@ -123,9 +131,18 @@ fi
 status=$(tail -n 1 "$summary" | sed -n 's/.*"status": "\([a-z]*\)".*/\1/p')
 echo "MLPerf log: $log ($(grep -c ':::MLLOG' "$log" || true) :::MLLOG records), run status: ${status:-unknown}"
 echo "compliance check, $ruleset ruleset:"
-if ! in_workspace mlperf-compliance check --ruleset "$ruleset" "$log"; then
+set +e
+in_workspace mlperf-compliance check --ruleset "$ruleset" "$log"
+check_status=$?
+set -e
+if ((check_status == 1)); then
   echo "$(basename "$0"): ERROR: $log fails the $ruleset ruleset" >&2
   exit 1
+elif ((check_status != 0)); then
+  # 2 from mlperf-compliance: no verdict (the log is missing or unreadable, say)
+  echo "$(basename "$0"): ERROR: $log could not be checked" \
+    "(mlperf-compliance exit status $check_status; its error is above)" >&2
+  exit 2
 fi
 if [[ $status != success ]]; then
   echo "$(basename "$0"): ERROR: the run stopped without reaching its target" \

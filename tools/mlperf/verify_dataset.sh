@@ -16,7 +16,7 @@ Checks, without changing anything:
      it was built from that preprocess output and DATA_DIR's mappings;
   4. the counts and checksums match the expected values of SIZE, when they were recorded.
 Exit status 0 when everything holds, 1 when something does not (named on stderr), 2 for a
-usage error.
+usage or input error (a bad argument, a DATA_DIR or --prepared DIR that does not exist).
 
   DATA_DIR         dataset root (default: $DEFAULT_DATA_DIR)
   SIZE             one of: $YAMBDA_SIZES (default: $DEFAULT_SIZE)
@@ -35,6 +35,7 @@ while (($#)); do
     -h | --help) usage; exit 0 ;;
     --prepared | --expected)
       (($# >= 2)) || usage_error "$1 needs a value"
+      [[ -n $2 ]] || usage_error "$1 must not be empty"
       if [[ $1 == --prepared ]]; then prepared=$2; else expected=$2; fi
       shift 2 ;;
     --record) record=1; shift ;;
@@ -43,10 +44,14 @@ while (($#)); do
   esac
 done
 ((${#positional[@]} <= 2)) || usage_error "too many arguments: ${positional[*]}"
-data_dir=${positional[0]:-$DEFAULT_DATA_DIR}
-size=${positional[1]:-$DEFAULT_SIZE}
+data_dir=${positional[0]-$DEFAULT_DATA_DIR}
+size=${positional[1]-$DEFAULT_SIZE}
 check_size "$size"
+check_dir DATA_DIR "$data_dir"
+# An explicit --prepared must exist; the default one missing is a verdict (not prepared yet).
+[[ -z $prepared ]] || check_dir --prepared "$prepared"
 prepared=${prepared:-$data_dir/prepared/$size}
+[[ ! -e $expected || -f $expected ]] || input_error "--expected $expected: not a file"
 expected=${expected:-$MLPERF_DIR/expected/$size.json}
 
 fail() {

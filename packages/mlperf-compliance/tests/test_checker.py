@@ -5,6 +5,9 @@ Each test here runs mlperf_logging.compliance_checker in a subprocess (under a s
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -121,7 +124,93 @@ def test_cli_failure_prints_the_problem(
 
 
 def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No log, no verdict: exit status 2 (a FAIL verdict is 1), one line on stderr."""
     with pytest.raises(FileNotFoundError):
         check_log(tmp_path / "absent.log")
-    assert main(["check", str(tmp_path / "absent.log")]) == 1
-    assert "no MLPerf log" in capsys.readouterr().err
+    absent = tmp_path / "absent.log"
+    assert main(["check", str(absent)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"mlperf-compliance check: error: no MLPerf log at {absent}\n"
+    assert captured.out == ""
+    # JSON on stdout says the same; a directory is not a log either
+    assert main(["check", str(absent), "--format", "json"]) == 2
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["error"] == f"no MLPerf log at {absent}"
+    assert main(["check", str(tmp_path)]) == 2
+    assert f"no MLPerf log at {tmp_path}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("ruleset", "usage", "message"),
+    [
+        ("9.9.9", "training", "ruleset '9.9.9': the compliance checker has no training ruleset"),
+        ("6.1.0", "inference", "usage 'inference': the compliance checker knows"),
+        ("6.1.0", "hpc", "ruleset '6.1.0': the compliance checker has no hpc ruleset"),
+        ("dev", "hpc", "the dev ruleset is for usage 'training', not 'hpc'"),
+    ],
+)
+def test_unknown_ruleset_or_usage_is_a_usage_error(
+    closed_run: WriteRun,
+    ruleset: str,
+    usage: str,
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Refused before the checker runs: no verdict, status 2, one line naming the value."""
+    good = closed_run("ruleset.log")
+    assert main(["check", str(good), "--ruleset", ruleset, "--usage", usage]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"mlperf-compliance check: error: {message}") and err.count("\n") == 1
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_log(good, ruleset=ruleset, usage=usage)
+    assert main(["score", str(good.parent), "--ruleset", ruleset, "--usage", usage]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["check"], "LOG"),
+        (["check", "x.log", "--division", "both"], "--division"),
+        (["check", "x.log", "--format", "xml"], "--format"),
+        (["score"], "DIR"),
+        (["grade", "x"], "grade"),
+    ],
+)
+def test_argument_errors_are_one_line_with_status_2(
+    argv: list[str], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flag in err and "error:" in err, err
+
+
+def test_debug_prints_the_traceback_only_on_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DLRMV4_DEBUG", raising=False)
+    argv = ["check", str(tmp_path / "absent.log")]
+    assert main(argv) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    assert main([*argv, "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and err.splitlines()[-1].startswith("mlperf-compliance")
+    monkeypatch.setenv("DLRMV4_DEBUG", "1")
+    assert main(argv) == 2
+    assert "FileNotFoundError" in capsys.readouterr().err
+
+
+def test_module_exit_status_of_a_missing_log(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlperf_compliance", "check", str(tmp_path / "none.log")],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=os.environ | {"DLRMV4_DEBUG": ""},
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert (
+        proc.stderr == f"mlperf-compliance check: error: no MLPerf log at {tmp_path / 'none.log'}\n"
+    )

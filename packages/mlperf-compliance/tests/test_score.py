@@ -340,9 +340,9 @@ def test_finding_result_logs(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert main(["score", str(empty)]) == 1
+    assert main(["score", str(empty)]) == 2  # no verdict: an input error
     assert f"error: {empty}: no result logs" in capsys.readouterr().err
-    assert main(["score", str(tmp_path / "absent"), "--format", "json"]) == 1
+    assert main(["score", str(tmp_path / "absent"), "--format", "json"]) == 2
     captured = capsys.readouterr()
     assert json.loads(captured.out)["valid"] is False
     assert f"no directory {tmp_path / 'absent'}" in captured.err

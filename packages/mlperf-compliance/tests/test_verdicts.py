@@ -236,6 +236,6 @@ def test_division_expectation(closed_run: WriteRun, tmp_path: Path) -> None:
 
 def test_missing_file_json(tmp_path: Path) -> None:
     code, data, stderr = _cli_json(["check", str(tmp_path / "absent.log")], tmp_path)
-    assert code == 1
+    assert code == 2  # no verdict: an I/O error
     assert data["passed"] is False and "no MLPerf log" in str(data["error"])
     assert "no MLPerf log" in stderr

@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +14,7 @@ import pytest
 
 from yambda_data.cli import main
 from yambda_data.schema import multi_event_path
+from yambda_data.synth import synthesize
 
 
 def test_synth_then_validate(tmp_path: Path, capsys):
@@ -24,16 +29,21 @@ def test_synth_then_validate(tmp_path: Path, capsys):
     assert "ok" in text and "artist_item_mapping.parquet" in text
 
 
-def test_validate_errors(tmp_path: Path, capsys):
+def test_validate_errors(tmp_path: Path, capsys, tiny_config):
+    """A root or file that is not there: status 2; a file that is there and wrong: the
+    verdict, status 1."""
+    assert main(["validate", "--root", str(tmp_path / "none"), "--size", "50m"]) == 2
+    assert "--root" in capsys.readouterr().err
     assert main(["validate", "--root", str(tmp_path), "--size", "50m"]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert "multi_event.parquet: no such file" in capsys.readouterr().err
 
+    synthesize(tmp_path, dataclasses.replace(tiny_config, users=3))
     path = multi_event_path(tmp_path, "50m")
-    path.parent.mkdir(parents=True)
     pl.DataFrame({"uid": [1]}).write_parquet(path)
-    assert main(["validate", "--root", str(tmp_path), "--size", "50m"]) == 2
+    assert main(["validate", "--root", str(tmp_path), "--size", "50m"]) == 1
     err = capsys.readouterr().err
-    assert "error" in err and "multi_event.parquet" in err and "'timestamp'" in err
+    assert err.startswith("yambda-data validate: FAILED: ") and err.count("\n") == 1
+    assert "multi_event.parquet" in err and "'timestamp'" in err
 
 
 def test_synth_bad_config(tmp_path: Path, capsys):
@@ -41,12 +51,20 @@ def test_synth_bad_config(tmp_path: Path, capsys):
     assert "SynthConfig.users" in capsys.readouterr().err
 
 
-def test_validate_reports_an_unreadable_file(tmp_path, capsys):
+def test_validate_reports_an_unreadable_file(tmp_path, capsys, tiny_config):
+    """A file that is not parquet (or is cut short) is a FAIL verdict naming it; a file that
+    cannot be opened at all is an I/O error (status 2)."""
+    synthesize(tmp_path, dataclasses.replace(tiny_config, users=3))
     path = multi_event_path(tmp_path, "50m")
-    path.parent.mkdir(parents=True)
     path.write_bytes(b"not a parquet file")
+    assert main(["validate", "--root", str(tmp_path), "--size", "50m"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"yambda-data validate: FAILED: {path}: cannot read it: ")
+    assert err.count("\n") == 1
+    path.unlink()
+    path.mkdir()  # there, but not a file
     assert main(["validate", "--root", str(tmp_path), "--size", "50m"]) == 2
-    assert "yambda-data validate: error:" in capsys.readouterr().err
+    assert f"{path}: no such file" in capsys.readouterr().err
 
 
 # build-store -------------------------------------------------------------------------------
@@ -125,7 +143,8 @@ def test_build_store_errors(built_store, tmp_path, capsys):
     assert not (tmp_path / "s2").exists()
 
     assert main(_build_argv(pre, raw, tmp_path / "s3", "--min-history", "-1")) == 2
-    assert "min_history" in capsys.readouterr().err
+    assert "--min-history: must be >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "s3").exists()
 
     assert main(_build_argv(pre, tmp_path, tmp_path / "s4", "--min-history", "16")) == 2
     assert "artist_item_mapping.parquet" in capsys.readouterr().err
@@ -373,12 +392,12 @@ def test_verify_names_a_corrupt_array(built_store, tmp_path, capsys):
     data = bytearray((copy / "event_timestamp").read_bytes())
     data[len(data) // 2] ^= 0x01  # one bit, same size: only the sha256 can tell
     (copy / "event_timestamp").write_bytes(bytes(data))
-    assert main(["verify", str(copy)]) == 2
+    assert main(["verify", str(copy)]) == 1  # the verdict: FAIL
     err = capsys.readouterr().err
-    assert err.startswith("yambda-data verify: error:") and "event_timestamp" in err
+    assert err.startswith("yambda-data verify: FAILED:") and "event_timestamp" in err
 
     (copy / "event_timestamp").write_bytes(bytes(data[:-1]))  # a wrong size
-    assert main(["verify", str(copy)]) == 2
+    assert main(["verify", str(copy)]) == 1
     assert "event_timestamp" in capsys.readouterr().err
 
 
@@ -390,10 +409,14 @@ def test_verify_refuses_a_store_of_other_inputs(built_store, tmp_path, capsys):
     meta["num_sessions"] += 1
     (other / "split_meta.json").write_text(json.dumps(meta))
     argv = ["verify", str(store), "--preprocessed", str(other), "--raw", str(raw)]
-    assert main(argv) == 2
+    assert main(argv) == 1
     assert f"not built from {other}" in capsys.readouterr().err
-    assert main(["verify", str(store), "--raw", str(raw)]) == 2
+    assert main(["verify", str(store), "--raw", str(raw)]) == 2  # a usage error
     assert "--preprocessed and --raw go together" in capsys.readouterr().err
+    # inputs that are not there: status 2, naming them
+    argv = ["verify", str(store), "--preprocessed", str(tmp_path / "nope"), "--raw", str(raw)]
+    assert main(argv) == 2
+    assert f"--preprocessed {tmp_path / 'nope'}: no such directory" in capsys.readouterr().err
 
 
 def test_verify_checks_a_preprocess_output_against_its_metadata(built_store, tmp_path, capsys):
@@ -403,18 +426,133 @@ def test_verify_checks_a_preprocess_output_against_its_metadata(built_store, tmp
     meta = json.loads((copy / "split_meta.json").read_text())
     meta["num_test_events"] += 1
     (copy / "split_meta.json").write_text(json.dumps(meta))
-    assert main(["verify", str(copy)]) == 2
+    assert main(["verify", str(copy)]) == 1
     err = capsys.readouterr().err
     assert "test_events rows" in err and f"expected {meta['num_test_events']:,}" in err
 
     shutil.rmtree(copy)
     shutil.copytree(pre, copy)
     (copy / "test_events" / "part-00001.parquet").unlink()
-    assert main(["verify", str(copy)]) == 2
+    assert main(["verify", str(copy)]) == 1
     assert "part files differ" in capsys.readouterr().err
+
+    # a truncated part: FAILED, naming the part (not the directory)
+    shutil.rmtree(copy)
+    shutil.copytree(pre, copy)
+    part = copy / "train_sessions" / "part-00002.parquet"
+    part.write_bytes(part.read_bytes()[:100])
+    assert main(["verify", str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert f"FAILED: {part}: cannot read it" in err and err.count("\n") == 1
 
     assert main(["verify", str(tmp_path / "missing")]) == 2
     assert "no such directory" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
     assert main(["verify", str(tmp_path / "empty")]) == 2
     assert "not a sample store" in capsys.readouterr().err
+
+
+# exit status, one-line errors, tracebacks on request ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["synth", "--users", "x", "--out", "d", "--seed", "1"], "--users"),
+        (["synth", "--out", "d", "--seed", "1"], "--users"),
+        (["preprocess", "--raw", "r", "--size", "50m", "--out", "o", "--partitions", "1.5"], "--partitions"),
+        (["inspect", "p", "--format", "xml"], "--format"),
+        (["bogus"], "bogus"),
+    ],
+)  # fmt: skip
+def test_argument_errors_are_one_line_with_status_2(argv, flag, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flag in err and "error:" in err, err
+    assert not any(tmp_path.iterdir())
+
+
+def test_debug_prints_the_traceback_only_on_request(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("DLRMV4_DEBUG", raising=False)
+    argv = ["validate", "--root", str(tmp_path), "--size", "50m"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1
+    for extra, env in ((["--debug"], None), ([], "1")):
+        if env is not None:
+            monkeypatch.setenv("DLRMV4_DEBUG", env)
+        assert main([*argv, *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("Traceback") and "FileNotFoundError" in err, err
+        assert err.splitlines()[-1].startswith("yambda-data validate: error:")
+    monkeypatch.setenv("DLRMV4_DEBUG", "0")
+    assert main(argv) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    assert main(["--debug", *argv]) == 2  # before the command too
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_an_unexpected_error_is_one_line_with_its_type(tmp_path, capsys, monkeypatch):
+    import yambda_data.cli as cli
+
+    def broken(args):
+        raise RuntimeError("something\nwent wrong")
+
+    monkeypatch.setitem(cli._COMMANDS, "inspect", broken)
+    monkeypatch.delenv("DLRMV4_DEBUG", raising=False)
+    assert main(["inspect", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "yambda-data inspect: error: unexpected RuntimeError: something went wrong "
+        "(traceback: --debug or DLRMV4_DEBUG=1)\n"
+    )
+
+
+def test_python_m_yambda_data(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "yambda_data", "verify", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"DLRMV4_DEBUG": ""},
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert (
+        done.stderr == f"yambda-data verify: error: PATH {tmp_path / 'none'}: no such directory\n"
+    )
+
+
+def test_synth_never_replaces_a_dataset_unasked(tmp_path, capsys):
+    out = tmp_path / "data"
+    argv = ["synth", "--users", "4", "--out", str(out), "--seed", "1", "--median-events", "100"]
+    assert main([*argv, "--items", "3000"]) == 0
+    before = {p: p.read_bytes() for p in out.rglob("*.parquet")}
+    capsys.readouterr()
+    assert main([*argv, "--items", "3000", "--seed", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "refusing to replace a dataset" in err and "--overwrite" in err
+    assert {p: p.read_bytes() for p in out.rglob("*.parquet")} == before
+    assert main([*argv, "--items", "3000", "--seed", "2", "--overwrite"]) == 0
+    assert {p: p.read_bytes() for p in out.rglob("*.parquet")} != before
+
+    (tmp_path / "file").write_text("x")
+    assert main(["synth", "--users", "4", "--out", str(tmp_path / "file"), "--seed", "1"]) == 2
+    assert "--out" in capsys.readouterr().err and (tmp_path / "file").read_text() == "x"
+    assert main(["synth", "--users", "4", "--out", str(tmp_path / "n"), "--seed", "-1"]) == 2
+    assert "--seed: SynthConfig.seed" in capsys.readouterr().err
+    assert not (tmp_path / "n").exists()
+
+
+def test_inspect_names_a_truncated_file(built_store, tmp_path, capsys):
+    _raw, pre, _store = built_store
+    copy = tmp_path / "pre"
+    shutil.copytree(pre, copy)
+    part = copy / "train_sessions" / "part-00001.parquet"
+    part.write_bytes(part.read_bytes()[:-30])
+    assert main(["inspect", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"yambda-data inspect: error: {part}: cannot read it")
+    assert err.count("\n") == 1

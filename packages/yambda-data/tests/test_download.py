@@ -5,11 +5,14 @@ No test reaches the network: the Hub path is pointed at a closed port on loopbac
 
 from __future__ import annotations
 
+import errno
+import re
 import socket
 import time
 
 import pytest
 
+from yambda_data import InputFileError, WriteError
 from yambda_data.cli import main
 from yambda_data.download import DownloadError, dataset_files, download
 from yambda_data.schema import SchemaError
@@ -58,6 +61,34 @@ def test_a_file_of_the_wrong_schema_is_reported(mirror, tiny_config, tmp_path):
     )
     with pytest.raises(SchemaError, match="album_item_mapping"):
         download(tiny_config.size, tmp_path / "dest", source=bad)
+    # the mirror is checked before anything is copied: nothing was created
+    assert not (tmp_path / "dest").exists()
+
+    # a download already in dest is left as it was by a bad (or truncated) mirror
+    dest = tmp_path / "mine"
+    download(tiny_config.size, dest, source=mirror)
+    before = {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()}
+    multi = bad / dataset_files(tiny_config.size)[0]
+    multi.write_bytes(multi.read_bytes()[:-10])
+    with pytest.raises(InputFileError, match=f"{re.escape(str(multi))}: cannot read it"):
+        download(tiny_config.size, dest, source=bad)
+    assert {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()} == before
+
+
+def test_no_space_while_copying_names_the_file(mirror, tiny_config, tmp_path, monkeypatch):
+    import yambda_data.download as download_module
+
+    def full(origin, target):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(download_module.shutil, "copyfile", full)
+    dest = tmp_path / "dest"
+    with pytest.raises(WriteError) as info:
+        download(tiny_config.size, dest, source=mirror)
+    target = dest / dataset_files(tiny_config.size)[0]
+    assert info.value.filename == str(target) and info.value.errno == errno.ENOSPC
+    assert str(info.value).startswith(f"writing {target}: No space left on device [errno 28]; ")
+    assert not [p for p in dest.rglob("*") if p.is_file()]
 
 
 def test_missing_source_file_is_named(tmp_path):
@@ -110,4 +141,6 @@ def test_cli_copies_from_a_mirror(mirror, tiny_config, tmp_path, capsys):
         )
         == 2
     )
-    assert "yambda-data download: error:" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err == f"yambda-data download: error: --source {tmp_path / 'none'}: no such directory\n"
+    assert not (tmp_path / "e").exists()

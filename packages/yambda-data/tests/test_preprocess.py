@@ -1,5 +1,11 @@
 from __future__ import annotations
 
+import errno
+import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -7,6 +13,7 @@ import polars as pl
 import pytest
 
 import yambda_data.preprocess as prep
+from yambda_data import InputFileError, WriteError
 from yambda_data.cli import main
 from yambda_data.preprocess import (
     ITEM_POPULARITY_FILE,
@@ -256,18 +263,38 @@ def test_globally_unsorted_file_is_rejected(tmp_path, partitions, layout):
     ):
         preprocess(raw, "50m", tmp_path / "out", partitions=partitions)
     assert not (tmp_path / "out").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) in (["raw"], [".out.lock", "raw"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]  # nothing created
 
 
-def test_unsorted_split_uid_names_the_first_foreign_row(tmp_path):
+def test_unsorted_split_uid_names_the_first_out_of_order_row(tmp_path):
     events = six_users()
     blocks = {u: events.filter(pl.col("uid") == u) for u in range(1, 7)}
     order = [blocks[1], blocks[2][:2], blocks[4], blocks[2][2:], blocks[3], blocks[5], blocks[6]]
     raw = write_raw(tmp_path / "raw", pl.concat(order))
+    # uid 4's rows 7..11 sit among those of uid 2: row 12 (uid 2) comes after uid 4
+    with pytest.raises(SchemaError, match=r"uid 2 after uid 4 \(first at row 12\)") as info:
+        preprocess(raw, "50m", tmp_path / "out", partitions=2)
+    assert info.value.column == "uid" and info.value.source.endswith("multi_event.parquet")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]  # found before writing
+
+
+def test_partitions_must_cover_the_file_in_order(tmp_path, monkeypatch):
+    """The guard of a file that changes after it was checked: each partition's rows must be
+    the next contiguous block of file rows (simulated by skipping the up-front checks)."""
+    events = six_users()
+    blocks = {u: events.filter(pl.col("uid") == u) for u in range(1, 7)}
+    order = [blocks[1], blocks[2][:2], blocks[4], blocks[2][2:], blocks[3], blocks[5], blocks[6]]
+    raw = write_raw(tmp_path / "raw", pl.concat(order))
+
+    def aggregates_only(path, *, source=None, aggs=()):
+        return pl.scan_parquet(path).select(aggs).collect().row(0, named=True)
+
+    monkeypatch.setattr(prep, "check_multi_event_file", aggregates_only)
     # partitions [1, 4) and [4, 7): uid 4's rows 7..11 sit among those of uid 2
     with pytest.raises(SchemaError, match="first at row 7") as info:
         preprocess(raw, "50m", tmp_path / "out", partitions=2)
-    assert info.value.column == "uid" and info.value.source.endswith("multi_event.parquet")
+    assert info.value.column == "uid"
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(
@@ -303,6 +330,13 @@ def test_null_uid_reports_file_row(tmp_path):
         preprocess(raw, "50m", tmp_path / "out", partitions=2)
 
 
+def test_no_train_event_is_rejected_before_writing(tmp_path):
+    raw = write_raw(tmp_path / "raw", listens([(1, TRAIN_END), (2, T_MAX)]))
+    with pytest.raises(ValueError, match=f"no event before train_end={TRAIN_END}"):
+        preprocess(raw, "50m", tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]
+
+
 def test_empty_file_is_rejected(tmp_path):
     raw = write_raw(tmp_path / "raw", listens([]))
     with pytest.raises(SchemaError, match="no events"):
@@ -324,7 +358,9 @@ def test_cli(tiny_raw, tmp_path, capsys):
     missing = ["preprocess", "--raw", str(tmp_path / "none"), "--size", "50m", "--out", str(out)]
     assert main(missing) == 2
     err = capsys.readouterr().err
-    assert "yambda-data preprocess: error" in err and "no such file" in err
+    assert "yambda-data preprocess: error" in err and "--raw" in err and "no such directory" in err
+    assert main([*missing[:2], str(tiny_raw), "--size", "5b", *missing[5:]]) == 2
+    assert "multi_event.parquet: no such file" in capsys.readouterr().err
 
 
 def test_leftovers_of_a_killed_run_are_removed(tiny_raw, tmp_path):
@@ -333,3 +369,146 @@ def test_leftovers_of_a_killed_run_are_removed(tiny_raw, tmp_path):
     (stale / "train_sessions" / "part-00000.parquet").write_bytes(b"half")
     preprocess(tiny_raw, "50m", tmp_path / "out", partitions=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "out"]
+
+
+# hostile inputs and faults: nothing a user has is lost, every failure says what and where ----
+
+
+def tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` (directories as None) with its bytes."""
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize("value", [2, 255])
+def test_is_organic_other_than_0_or_1_is_rejected_before_writing(tmp_path, capsys, value):
+    events = six_users()
+    organic = events["is_organic"].to_list()
+    organic[17] = value
+    raw = write_raw(
+        tmp_path / "raw", events.with_columns(pl.Series("is_organic", organic, pl.UInt8))
+    )
+    path = multi_event_path(raw, "50m")
+    with pytest.raises(SchemaError) as info:
+        preprocess(raw, "50m", tmp_path / "new" / "out", partitions=3)
+    err = info.value
+    assert err.source == str(path) and err.column == "is_organic"
+    assert f"value {value} is not 0 or 1 (first at row 17)" in str(err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]  # not even the lock file
+
+    # a previous output in --out stays exactly as it was; the CLI says it in one line
+    out = tmp_path / "out"
+    preprocess(write_raw(tmp_path / "good", events), "50m", out, partitions=2)
+    before = tree(tmp_path)
+    argv = ["preprocess", "--raw", str(raw), "--size", "50m", "--out", str(out)]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"yambda-data preprocess: error: {path}: column 'is_organic': value {value} is not 0 "
+        "or 1 (first at row 17)\n"
+    )
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        OSError(errno.ENOSPC, "No space left on device"),
+        # how polars reports it: no errno attribute, the number in the message
+        pl.exceptions.ComputeError(
+            "parquet: File out of specification: underlying IO error: No space left on device "
+            "(os error 28)"
+        ),
+    ],
+    ids=["OSError", "polars"],
+)
+def test_no_space_while_writing_is_a_write_error(tiny_raw, tmp_path, monkeypatch, capsys, failure):
+    out = tmp_path / "out"
+    preprocess(tiny_raw, "50m", out, partitions=2)
+    before = tree(tmp_path)
+    real = prep._write_parquet
+    calls = []
+
+    def full(frame, path):
+        calls.append(path)
+        if len(calls) == 2:
+            raise failure
+        real(frame, path)
+
+    monkeypatch.setattr(prep, "_write_parquet", full)
+    with pytest.raises(WriteError) as info:
+        preprocess(tiny_raw, "50m", out, partitions=3)
+    err = info.value
+    assert err.errno == errno.ENOSPC and err.output == out and err.filename == str(calls[1])
+    assert err.free_bytes is not None and err.free_bytes > 0
+    assert str(err).startswith(f"writing {out} (at {calls[1]}): No space left on device")
+    assert f"bytes free in {tmp_path}" in str(err)
+    assert tree(tmp_path) == before  # the previous output is untouched, nothing left over
+
+    calls.clear()
+    argv = ["preprocess", "--raw", str(tiny_raw), "--size", "50m", "--out", str(out)]
+    assert main([*argv, "--partitions", "3"]) == 2
+    line = capsys.readouterr().err
+    assert line.startswith(f"yambda-data preprocess: error: writing {out} (at ")
+    assert "No space left on device [errno 28]" in line and f"bytes free in {tmp_path}" in line
+    assert "reading" not in line and line.count("\n") == 1
+    assert tree(tmp_path) == before
+
+
+def test_no_space_on_a_full_file_system(tiny_raw, tmp_path):
+    """A real ENOSPC: a 48 KiB tmpfs mounted in a user and mount namespace of its own (no
+    root needed where unprivileged user namespaces are allowed)."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("no unshare(1) to mount a private tmpfs")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    probe = subprocess.run(
+        [unshare, "--user", "--map-root-user", "--mount", "sh", "-c",
+         'mount -t tmpfs -o size=48k tmpfs "$1"', "sh", str(mnt)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs in a user namespace here: {probe.stderr.strip()}")
+    script = (
+        'mount -t tmpfs -o size=48k tmpfs "$1" && mkdir "$1/out" && '
+        'echo previous > "$1/out/split_meta.json" && '
+        '"$2" -m yambda_data preprocess --raw "$3" --size 50m --out "$1/out"; status=$?; '
+        'cat "$1/out/split_meta.json"; ls -A "$1"; exit $status'
+    )
+    done = subprocess.run(
+        [unshare, "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh",
+         str(mnt), sys.executable, str(tiny_raw)],
+        capture_output=True, text=True, timeout=300,
+        env=os.environ | {"DLRMV4_DEBUG": "0"},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith(f"yambda-data preprocess: error: writing {mnt}/out (at ")
+    # (polars reports ENOSPC, numpy a short write without an errno, whichever writes first)
+    assert re.search(
+        r"No space left on device \[errno 28\]|\(the file system is full\)", done.stderr
+    )
+    assert (
+        re.search(rf"; [\d,]+ bytes free in {re.escape(str(mnt))}\n$", done.stderr)
+        and done.stderr.count("\n") == 1
+    )
+    # the previous output is kept and no temporary directory is left
+    assert done.stdout.split() == ["previous", ".out.lock", "out"]
+
+
+def test_truncated_input_names_the_file(tiny_raw, tmp_path, capsys):
+    raw = tmp_path / "raw"
+    shutil.copytree(tiny_raw, raw)
+    path = multi_event_path(raw, "50m")
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(InputFileError) as info:
+        preprocess(raw, "50m", tmp_path / "out")
+    assert info.value.path == path
+    argv = ["preprocess", "--raw", str(raw), "--size", "50m", "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    line = capsys.readouterr().err
+    assert line.startswith(f"yambda-data preprocess: error: {path}: cannot read it: ")
+    assert line.count("\n") == 1 and f"reading {raw}:" not in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]

@@ -170,12 +170,55 @@ def test_unsorted_uid(tmp_path: Path):
     frame = valid_frame()
     frame = pl.concat([frame[4:], frame[:4]])
     err = _err(frame, tmp_path)
-    assert err.column == "timestamp" and "sorted" in str(err) and "row 3" in str(err)
+    assert err.column == "uid" and "sorted" in str(err) and "row 3" in str(err)
+    assert "uid 1 after uid 2" in str(err)
 
 
 def test_unsorted_timestamp_within_user(tmp_path: Path):
     err = _err(_set(valid_frame(), "timestamp", 3, 0), tmp_path)
     assert err.column == "timestamp" and "sorted" in str(err) and "row 3" in str(err)
+    assert "timestamp 0 after 5 of uid 1" in str(err)
+
+
+@pytest.mark.parametrize("value", [2, 7, 255])
+def test_is_organic_must_be_0_or_1(tmp_path: Path, value: int):
+    """File and in-memory checks alike name the file, the column, the row and the value."""
+    frame = _set(valid_frame(), "is_organic", 4, value)
+    err = _err(frame, tmp_path)
+    assert err.column == "is_organic"
+    assert f"value {value} is not 0 or 1 (first at row 4)" in str(err)
+    with pytest.raises(SchemaError, match=f"f: column 'is_organic': value {value} is not 0 or 1"):
+        validate_multi_event(frame, source="f")
+
+
+def test_file_and_frame_checks_agree(tmp_path: Path):
+    """validate_multi_event of a file (streaming passes) and of a frame (one query) report the
+    same error, with the offending value, and the same summary."""
+    path = tmp_path / "ok.parquet"
+    valid_frame().write_parquet(path)
+    assert validate_multi_event(path, source="x") == validate_multi_event(valid_frame(), source="x")
+    for column, row, value in [("timestamp", 5, 22), ("event_type", 2, "skip")]:
+        frame = valid_frame().with_columns(pl.col("event_type").cast(pl.String))
+        frame = _set(frame, column, row, value)
+        frame.write_parquet(path)
+        with pytest.raises(SchemaError) as from_file:
+            validate_multi_event(path, source="x")
+        with pytest.raises(SchemaError) as from_frame:
+            validate_multi_event(frame, source="x")
+        assert str(from_file.value) == str(from_frame.value)
+        assert repr(value) in str(from_file.value) or str(value) in str(from_file.value)
+        assert f"(first at row {row})" in str(from_file.value)
+
+
+def test_truncated_file_is_named(tmp_path: Path):
+    from yambda_data import InputFileError
+
+    path = tmp_path / "cut.parquet"
+    valid_frame().write_parquet(path)
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(InputFileError, match=f"^{path}: cannot read it: ") as err:
+        validate_multi_event(path)
+    assert err.value.path == path and "\n" not in str(err.value)
 
 
 def test_timestamp_equal_across_users_is_fine():

@@ -1,4 +1,7 @@
+import errno
+import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -6,7 +9,16 @@ import sys
 import numpy as np
 import pytest
 
-from yambda_data import ItemFeatures, SampleConfig, build_samples, read_multi_event
+from yambda_data import (
+    InputFileError,
+    ItemFeatures,
+    SampleConfig,
+    SchemaError,
+    WriteError,
+    build_samples,
+    read_multi_event,
+)
+from yambda_data.cli import main
 from yambda_data.preprocess import preprocess
 from yambda_data.split import temporal_split
 from yambda_data.store import (
@@ -235,3 +247,87 @@ def test_ranks_building_at_once_get_one_store(built_store, tmp_path):
     assert len(digests) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == [".store.lock", "store"]
     SampleStore.open(out).verify()
+
+
+def test_inputs_are_checked_before_anything_is_created(built_store, tmp_path):
+    """A malformed split_meta.json, a mapping of the wrong schema or an out_dir in the way
+    is refused with nothing created (not even the lock file or the parent directory)."""
+    raw, pre, _path = built_store
+    bad_pre = tmp_path / "pre"
+    shutil.copytree(pre, bad_pre)
+    meta = json.loads((bad_pre / "split_meta.json").read_text())
+    meta["num_users"] = "many"
+    (bad_pre / "split_meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"split_meta\.json: field 'num_users': expected int"):
+        build_store(bad_pre, raw, tmp_path / "new" / "store", min_history=16)
+
+    bad_raw = tmp_path / "raw"
+    shutil.copytree(raw, bad_raw)
+    album = bad_raw / "album_item_mapping.parquet"
+    album.write_bytes((bad_raw / "artist_item_mapping.parquet").read_bytes())
+    with pytest.raises(SchemaError, match=r"album_item_mapping\.parquet: column 'album_id'"):
+        build_store(pre, bad_raw, tmp_path / "new" / "store", min_history=16)
+    album.write_bytes(album.read_bytes()[:50])  # truncated: named
+    with pytest.raises(InputFileError, match=f"{re.escape(str(album))}: cannot read it"):
+        build_store(pre, bad_raw, tmp_path / "new" / "store", min_history=16)
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="is not a directory"):
+        build_store(pre, raw, tmp_path / "file" / "store", min_history=16)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "pre", "raw"]
+
+
+def test_no_space_while_building_keeps_the_old_store(built_store, tmp_path, monkeypatch, capsys):
+    raw, pre, _path = built_store
+    out = tmp_path / "store"
+    build_store(pre, raw, out, min_history=16)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    import yambda_data.store as store_module
+
+    class FullFile:  # the file of event_item_id hits a full disk
+        def __init__(self, file):
+            self.file = file
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def close(self):
+            self.file.close()
+
+    real_init = store_module._Appender.__init__
+
+    def init(self, path, dtype, output=None):
+        real_init(self, path, dtype, output)
+        if path.name == "event_item_id":
+            self._file = FullFile(self._file)
+
+    monkeypatch.setattr(store_module._Appender, "__init__", init)
+    with pytest.raises(WriteError) as info:
+        build_store(pre, raw, out, min_history=12)
+    err = info.value
+    assert err.errno == errno.ENOSPC and err.output == out
+    assert err.filename.endswith("event_item_id") and f"bytes free in {tmp_path}" in str(err)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".store.lock", "store"]
+
+    argv = ["build-store", "--preprocessed", str(pre), "--raw", str(raw), "--out", str(out)]
+    assert main([*argv, "--min-history", "12"]) == 2
+    last = capsys.readouterr().err.splitlines()[-1]  # after the progress lines
+    assert last.startswith(f"yambda-data build-store: error: writing {out} (at ")
+    assert "event_item_id): No space left on device [errno 28]" in last
+
+
+def test_a_malformed_manifest_is_a_store_error(built_store, tmp_path):
+    _raw, _pre, path = built_store
+    copy = tmp_path / "store"
+    shutil.copytree(path, copy)
+    text = "{not json"
+    (copy / MANIFEST_FILE).write_text(text)
+    (copy / READY_FILE).write_text(hashlib.sha256(text.encode()).hexdigest() + "\n")
+    with pytest.raises(StoreError, match=r"manifest\.json: not valid JSON"):
+        SampleStore.open(copy)
+    text = json.dumps({"format": 1})
+    (copy / MANIFEST_FILE).write_text(text)
+    (copy / READY_FILE).write_text(hashlib.sha256(text.encode()).hexdigest() + "\n")
+    with pytest.raises(StoreError, match=r"manifest\.json: malformed \(KeyError"):
+        SampleStore.open(copy)

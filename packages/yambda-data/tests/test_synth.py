@@ -193,3 +193,29 @@ def test_roc_auc():
 def test_config_validation_names_the_field(field: str, value):
     with pytest.raises(ValueError, match=rf"SynthConfig\.{field}"):
         SynthConfig(**{field: value})
+
+
+def test_a_failed_write_keeps_the_files_that_were_there(tmp_path: Path, tiny_config, monkeypatch):
+    """synthesize renames its three files into place only once all are written: a write error
+    (naming the file and the free space) leaves the old dataset whole."""
+    import errno
+
+    import polars as pl
+
+    from yambda_data import WriteError
+
+    paths = synthesize(tmp_path, dataclasses.replace(tiny_config, users=3))
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    real = pl.DataFrame.write_parquet
+
+    def full(self, file, **kwargs):
+        if "event_type" in self.columns:  # the events, written last
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, file, **kwargs)
+
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", full)
+    with pytest.raises(WriteError) as info:
+        synthesize(tmp_path, dataclasses.replace(tiny_config, users=5, seed=99))
+    assert info.value.filename == str(paths.multi_event)
+    assert "No space left on device" in str(info.value) and "bytes free in" in str(info.value)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before

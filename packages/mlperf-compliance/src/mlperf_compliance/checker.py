@@ -26,7 +26,9 @@ __all__ = [
     "CheckResult",
     "RuleVerdict",
     "check_log",
+    "check_ruleset",
     "dev_rules_dir",
+    "known_rulesets",
 ]
 
 #: Name of the ruleset for runs on synthetic or subsampled data (see ``rules/dev/``).
@@ -223,6 +225,38 @@ def _checker_dir() -> Path:
     if spec is None or not spec.submodule_search_locations:  # pragma: no cover
         raise RuntimeError("mlperf_logging.compliance_checker is not installed")
     return Path(next(iter(spec.submodule_search_locations)))
+
+
+def known_rulesets() -> dict[str, list[str]]:
+    """The rulesets of the installed compliance checker, by usage (its ``<usage>_<ruleset>``
+    rule directories), e.g. ``{"training": ["0.6.0", ..., "6.1.0"], "hpc": [...]}``; the
+    ``dev`` ruleset is added to ``training``."""
+    found: dict[str, list[str]] = {}
+    for entry in sorted(_checker_dir().iterdir()):
+        usage, sep, version = entry.name.partition("_")
+        if sep and entry.is_dir() and re.fullmatch(r"\d+\.\d+\.\d+", version):
+            found.setdefault(usage, []).append(version)
+    for versions in found.values():
+        versions.sort(key=lambda v: tuple(int(x) for x in v.split(".")))
+    found.setdefault("training", []).append(DEV_RULESET)
+    return found
+
+
+def check_ruleset(ruleset: str, usage: str = "training") -> None:
+    """Raise ``ValueError`` naming the value unless the installed checker has rules for
+    ``usage`` and ``ruleset`` (``dev`` is the training ruleset of this package)."""
+    if ruleset == DEV_RULESET and usage != "training":
+        raise ValueError(f"the dev ruleset is for usage 'training', not {usage!r}")
+    known = known_rulesets()
+    if usage not in known:
+        raise ValueError(
+            f"usage {usage!r}: the compliance checker knows {', '.join(sorted(known))}"
+        )
+    if ruleset not in known[usage]:
+        raise ValueError(
+            f"ruleset {ruleset!r}: the compliance checker has no {usage} ruleset of that "
+            f"name (known: {', '.join(known[usage])})"
+        )
 
 
 def _rules_of(configs: list[str]) -> tuple[dict[str, _Rule], list[str]]:
@@ -471,8 +505,9 @@ def check_log(
 ) -> CheckResult:
     """Check ``path`` with the official checker for ``usage``/``ruleset``.
 
-    Raises ``FileNotFoundError`` if the log does not exist and ``subprocess.TimeoutExpired``
-    if the checker runs longer than ``timeout`` seconds. ``messages`` can hold warnings even
+    Raises ``FileNotFoundError`` if the log does not exist, ``ValueError`` for a ``usage``,
+    ``ruleset`` or ``division`` the checker does not know (:func:`check_ruleset`), and
+    ``subprocess.TimeoutExpired`` if the checker runs longer than ``timeout`` seconds. ``messages`` can hold warnings even
     when ``passed`` (a key repeated with the same value, say). The checker's own log file is
     written to a temporary directory, so nothing is left in the working directory.
 
@@ -496,6 +531,7 @@ def check_log(
         raise FileNotFoundError(f"no MLPerf log at {log}")
     if division is not None and division not in ("closed", "open"):
         raise ValueError(f"division must be 'closed' or 'open', not {division!r}")
+    check_ruleset(ruleset, usage)
     env = None
     extra: list[str] = []
     engine_ruleset = ruleset

@@ -1,32 +1,73 @@
-"""``mlperf-compliance`` command line: ``check`` one log, ``score`` a directory of result logs."""
+"""``mlperf-compliance`` command line: ``check`` one log, ``score`` a directory of result logs.
+
+Exit status: 0 the verdict is PASS (a compliant log, a valid result set), 1 the verdict is FAIL,
+2 no verdict: a usage or I/O error (a bad argument, an unknown ruleset, a missing or unreadable
+log or directory). An error is one line on stderr; its traceback is printed too only with
+``--debug`` or the environment variable ``DLRMV4_DEBUG=1``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
+import traceback
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
-from mlperf_compliance.checker import CheckResult, check_log
+from mlperf_compliance.checker import CheckResult, check_log, check_ruleset
 from mlperf_compliance.score import score_results
 
-__all__ = ["main"]
+__all__ = ["DEBUG_ENV", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "main"]
 
 FORMATS = ("text", "json")
+EXIT_PASS = 0
+EXIT_FAIL = 1
+EXIT_ERROR = 2
+DEBUG_ENV = "DLRMV4_DEBUG"
+"""The environment variable that, set to 1, makes an error print its traceback too."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument error is one line (what is wrong and where help is), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def debug_requested() -> bool:
+    """Whether ``DLRMV4_DEBUG`` asks for tracebacks (any value but empty, 0, false, no, off)."""
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mlperf-compliance",
-        description="MLPerf compliance tools for DLRMv4 logs.",
+        description="MLPerf compliance tools for DLRMv4 logs. Exit status: 0 PASS, 1 FAIL, 2 a "
+        f"usage or I/O error (one line on stderr; the traceback with --debug or {DEBUG_ENV}=1).",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument(
+        "--debug", action="store_true", help=f"print the traceback of an error (or {DEBUG_ENV}=1)"
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help=f"print the traceback of an error (or {DEBUG_ENV}=1)",
+    )
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
     check = commands.add_parser(
         "check",
+        parents=[common],
         help="run the official mlperf-logging compliance checker on a log",
         description="Run the official mlperf-logging compliance checker on LOG and print a "
-        "verdict per rule. Exit status: 0 compliant, 1 not compliant (or the log is missing "
-        "or unreadable), 2 usage error.",
+        "verdict per rule. Exit status: 0 compliant, 1 not compliant, 2 usage or I/O error "
+        "(a bad argument or ruleset, a missing or unreadable log).",
     )
     check.add_argument("log", metavar="LOG", help="the MLPerf log file")
     check.add_argument(
@@ -53,11 +94,14 @@ def _parser() -> argparse.ArgumentParser:
 
     score = commands.add_parser(
         "score",
+        parents=[common],
         help="time-to-train scores, olympic score and RCP check of a directory of result logs",
         description="Score the result logs in DIR (result_*.txt or result_*.log, else *.log): "
         "time to train per run, the olympic score the result summarizer computes, and the RCP "
         "check of mlperf_logging.rcp_checker. Exit status: 0 a valid result set, 1 not valid "
-        "(too few runs, too many failed, RCP failed) or no logs, 2 usage error.",
+        "(too few runs, too many failed, RCP failed), 2 usage or I/O error (a bad argument, "
+        "ruleset or benchmark, a missing directory or one without result logs, an unreadable "
+        "log).",
     )
     score.add_argument("directory", metavar="DIR", help="the directory of result logs")
     score.add_argument(
@@ -98,44 +142,73 @@ def _print_check(result: CheckResult, log: str, verbose: bool) -> None:
     print(f"{verdict_word}: {log} ({result.usage} {result.ruleset_note}, {division}; {counts})")
 
 
-def _error(message: str, fmt: str, **fields: object) -> int:
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, subprocess.TimeoutExpired):
+        return f"the compliance checker ran longer than {exc.timeout:g} s"
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    if isinstance(exc, ValueError | OSError):
+        return text or type(exc).__name__
+    return f"unexpected {type(exc).__name__}: {text}"
+
+
+def _error(command: str, exc: BaseException, fmt: str, debug: bool, **fields: object) -> int:
+    """Report an error (no verdict): JSON on stdout with ``--format json``, one line on stderr
+    (after the traceback when debugging); exit status 2."""
+    message = _one_line(exc)
+    if debug:
+        traceback.print_exception(exc)
     if fmt == "json":
         print(json.dumps({**fields, "passed": False, "error": message}, indent=2))
-    print(f"error: {message}", file=sys.stderr)
-    return 1
+    unexpected = not debug and not isinstance(exc, ValueError | OSError)
+    hint = f" (traceback: --debug or {DEBUG_ENV}=1)" if unexpected else ""
+    print(f"mlperf-compliance {command}: error: {message}{hint}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _check(args: argparse.Namespace, debug: bool) -> int:
+    try:
+        check_ruleset(args.ruleset, args.usage)
+        result = check_log(args.log, ruleset=args.ruleset, usage=args.usage, division=args.division)
+    except Exception as exc:  # no verdict: one line, status 2
+        return _error("check", exc, args.format, debug, path=args.log, rules=[])
+    if args.format == "json":
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        _print_check(result, args.log, args.verbose)
+    return EXIT_PASS if result.passed else EXIT_FAIL
+
+
+def _score(args: argparse.Namespace, debug: bool) -> int:
+    try:
+        check_ruleset(args.ruleset, args.usage)
+        report = score_results(
+            args.directory,
+            benchmark=args.benchmark,
+            ruleset=args.ruleset,
+            usage=args.usage,
+            check=args.check,
+        )
+    except Exception as exc:  # no verdict: one line, status 2
+        return _error("score", exc, args.format, debug, directory=args.directory, valid=False)
+    if args.format == "json":
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report.format_table())
+    return EXIT_PASS if report.valid else EXIT_FAIL
+
+
+_COMMANDS: dict[str, Any] = {"check": _check, "score": _score}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "check":
-        try:
-            result = check_log(
-                args.log, ruleset=args.ruleset, usage=args.usage, division=args.division
-            )
-        except (FileNotFoundError, ValueError, OSError) as exc:
-            return _error(str(exc), args.format, path=args.log, rules=[])
-        if args.format == "json":
-            print(json.dumps(result.to_dict(), indent=2))
-        else:
-            _print_check(result, args.log, args.verbose)
-        return 0 if result.passed else 1
-    if args.command == "score":
-        try:
-            report = score_results(
-                args.directory,
-                benchmark=args.benchmark,
-                ruleset=args.ruleset,
-                usage=args.usage,
-                check=args.check,
-            )
-        except (FileNotFoundError, ValueError, OSError) as exc:
-            return _error(str(exc), args.format, directory=args.directory, valid=False)
-        if args.format == "json":
-            print(json.dumps(report.to_dict(), indent=2))
-        else:
-            print(report.format_table())
-        return 0 if report.valid else 1
-    raise AssertionError(f"unhandled command {args.command!r}")  # pragma: no cover
+    """Entry point; returns the exit status: 0 PASS, 1 FAIL, 2 a usage or I/O error."""
+    args = _parser().parse_args(argv)  # an argument error exits with status 2
+    debug = bool(getattr(args, "debug", False)) or debug_requested()
+    try:
+        return _COMMANDS[args.command](args, debug)
+    except KeyboardInterrupt:
+        print(f"mlperf-compliance {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlperf_compliance.checker import DEV_RULESET, check_log
+from mlperf_compliance.checker import DEV_RULESET, check_log, check_ruleset
 from mlperf_compliance.records import LogScan, scan_log
 
 __all__ = [
@@ -617,8 +617,9 @@ def score_results(
     (default: the CPU count, at most 8).
 
     Raises ``FileNotFoundError`` naming the directory when it has no result logs, and
-    ``ValueError`` for a benchmark mlperf-logging does not know.
+    ``ValueError`` for a benchmark, usage or ruleset mlperf-logging does not know.
     """
+    check_ruleset(ruleset, usage)
     rule = olympic_rule(benchmark, usage)
     paths = find_result_logs(directory)
     runs = [_read_run(path, benchmark) for path in paths]

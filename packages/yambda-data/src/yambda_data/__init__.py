@@ -8,6 +8,7 @@ batches and a multi-worker loader.
 Importing this package does not import torch.
 """
 
+from ._io import InputFileError, ReadError, WriteError
 from .crosses import CROSS_FEATURE_NAMES, CROSS_FEATURES, CrossFeature, cross_features
 from .dataset import DLRMv4Samples, load_dlrmv4_samples, prepare_store
 from .samples import (
@@ -50,8 +51,10 @@ __all__ = [
     "BatchPlan",
     "CrossFeature",
     "DLRMv4Samples",
+    "InputFileError",
     "ItemFeatures",
     "MultiEventSummary",
+    "ReadError",
     "SampleConfig",
     "SampleStore",
     "Samples",
@@ -63,6 +66,7 @@ __all__ = [
     "SynthData",
     "SynthPaths",
     "VocabSizes",
+    "WriteError",
     "__version__",
     "build_samples",
     "build_store",

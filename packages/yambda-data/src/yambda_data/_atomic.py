@@ -33,6 +33,33 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise
 
 
+@contextlib.contextmanager
+def atomic_paths(paths: list[Path]) -> Iterator[list[Path]]:
+    """:func:`atomic_path` for several files at once: a temporary path next to each; on
+    success every one is synced before any is renamed onto its path, so a failure while
+    writing (or syncing) any of them leaves all of the old files as they were."""
+    temps: list[Path] = []
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        for path in paths:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            temps.append(Path(name))
+            os.fchmod(fd, 0o666 & ~umask)
+            os.close(fd)
+        yield list(temps)
+        for tmp in temps:
+            with open(tmp, "rb") as written:
+                os.fsync(written.fileno())
+        for tmp, path in zip(temps, paths, strict=True):
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
+        raise
+
+
 def fsync_tree(root: Path) -> None:
     """fsync every file and directory under ``root``, so a rename publishes durable data."""
     for dirpath, _, filenames in os.walk(root):

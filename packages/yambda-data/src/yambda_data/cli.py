@@ -1,23 +1,34 @@
 """Command line: ``yambda-data synth``, ``download``, ``validate``, ``preprocess``,
-``build-store``, ``inspect`` and ``verify``.
+``build-store``, ``inspect`` and ``verify`` (also ``python -m yambda_data``).
 
-Results go to stdout, progress to stderr; an error prints ``yambda-data <command>: error: ...``
-on stderr and exits with status 2.
+Results go to stdout, progress to stderr. Every command checks all it was given before it
+creates or changes a file. Exit status:
+
+* 0: done (for ``validate`` and ``verify``: the data passed);
+* 1: ``validate`` or ``verify`` found the data wrong (``yambda-data <command>: FAILED: ...``);
+* 2: a usage, validation or I/O error: a bad argument, a missing or unreadable input, an
+  invalid input file, a write that failed (``yambda-data <command>: error: ...``).
+
+Each error is one line on stderr, naming the flag, file, field or value at fault; a Python
+traceback is printed too only with ``--debug`` or the environment variable ``DLRMV4_DEBUG=1``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import polars as pl
 
+from ._io import InputFileError, first_line, reading, reading_any
 from .download import PINNED_REVISION, SIZES, DownloadError, download
 from .preprocess import (
     ITEM_POPULARITY_FILE,
@@ -46,21 +57,75 @@ from .store import (
     StoreError,
     _BuildSettings,
     _fingerprint,
+    _source_files,
     build_store,
 )
 from .synth import SynthConfig, synthesize
 
-__all__ = ["main"]
+__all__ = ["DEBUG_ENV", "main"]
+
+DEBUG_ENV = "DLRMV4_DEBUG"
+"""The environment variable that, set to 1, makes an error print its traceback too."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument error is one line (what is wrong and where help is), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _Failed(Exception):
+    """``validate`` or ``verify`` found the data wrong: exit status 1."""
+
+
+def debug_requested() -> bool:
+    """Whether ``DLRMV4_DEBUG`` asks for tracebacks (any value but empty, 0, false, no, off)."""
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _check_dir_arg(flag: str, path: Path) -> None:
+    """An existing directory given as ``flag``: exit 2 naming it otherwise."""
+    if not path.exists():
+        raise FileNotFoundError(f"{flag} {path}: no such directory")
+    if not path.is_dir():
+        raise NotADirectoryError(f"{flag} {path}: not a directory")
+
+
+def _check_creatable(flag: str, path: Path) -> None:
+    """``path`` can be a directory: it is one, or its nearest existing ancestor is one."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            if not candidate.is_dir():
+                what = "" if candidate == path else f" ({candidate} is a file)"
+                raise NotADirectoryError(f"{flag} {path}: not a directory{what}")
+            return
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="yambda-data",
-        description="Yambda dataset tools: download, synthetic data, validation, preprocessing.",
+        description="Yambda dataset tools: download, synthetic data, validation, preprocessing. "
+        "Exit status: 0 done or the data passed, 1 validate/verify found the data wrong, 2 a "
+        f"usage, input or I/O error (one line on stderr; the traceback with --debug or "
+        f"{DEBUG_ENV}=1).",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument(
+        "--debug", action="store_true", help=f"print the traceback of an error (or {DEBUG_ENV}=1)"
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help=f"print the traceback of an error (or {DEBUG_ENV}=1)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    synth = sub.add_parser("synth", help="write a synthetic dataset in the public Yambda layout")
+    def add(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kwargs)
+
+    synth = add("synth", help="write a synthetic dataset in the public Yambda layout")
     synth.add_argument("--users", type=int, required=True, help="number of users")
     synth.add_argument("--out", required=True, help="dataset root to write")
     synth.add_argument("--seed", type=int, required=True, help="random seed")
@@ -74,10 +139,13 @@ def _parser() -> argparse.ArgumentParser:
     synth.add_argument(
         "--items", type=int, default=None, help=f"catalogue size (default {SynthConfig.items})"
     )
-
-    down = sub.add_parser(
-        "download", help="fetch a Yambda size from the Hugging Face Hub (or a local mirror)"
+    synth.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the dataset files already in --out (refused without it)",
     )
+
+    down = add("download", help="fetch a Yambda size from the Hugging Face Hub (or a local mirror)")
     down.add_argument("--size", required=True, choices=SIZES, help="dataset size")
     down.add_argument("--dest", required=True, help="dataset root to write")
     down.add_argument(
@@ -86,11 +154,11 @@ def _parser() -> argparse.ArgumentParser:
     down.add_argument("--embeddings", action="store_true", help="also fetch embeddings.parquet")
     down.add_argument("--source", help="copy from this local directory instead of the Hub")
 
-    validate = sub.add_parser("validate", help="check a dataset against the public schema")
+    validate = add("validate", help="check a dataset against the public schema")
     validate.add_argument("--root", required=True, help="dataset root")
     validate.add_argument("--size", required=True, help="size label, e.g. 50m")
 
-    prep = sub.add_parser(
+    prep = add(
         "preprocess",
         help="split by time, sessionize and write the DLRMv4 preprocessing outputs",
     )
@@ -104,7 +172,7 @@ def _parser() -> argparse.ArgumentParser:
         help="uid-range partitions processed one at a time (default: one per 5M rows)",
     )
 
-    store = sub.add_parser(
+    store = add(
         "build-store",
         help="build (or reuse) the memory-mapped sample store of a preprocess output",
     )
@@ -129,7 +197,7 @@ def _parser() -> argparse.ArgumentParser:
         "--verify", action="store_true", help="recompute every array's sha256 after opening"
     )
 
-    inspect = sub.add_parser(
+    inspect = add(
         "inspect",
         help="summarize a preprocess output, a sample store or (with --size) a raw dataset",
     )
@@ -143,7 +211,7 @@ def _parser() -> argparse.ArgumentParser:
         "--format", choices=("text", "json"), default="text", help="output format (default text)"
     )
 
-    verify = sub.add_parser(
+    verify = add(
         "verify",
         help="check a sample store (every array's sha256) or a preprocess output (its counts)",
     )
@@ -163,15 +231,46 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+_SYNTH_FLAGS = {
+    "users": "--users",
+    "seed": "--seed",
+    "size": "--size",
+    "median_events_per_user": "--median-events",
+    "items": "--items",
+}
+
+
 def _synth(args: argparse.Namespace) -> None:
     overrides = {"users": args.users, "seed": args.seed, "size": args.size}
     if args.median_events is not None:
         overrides["median_events_per_user"] = args.median_events
     if args.items is not None:
         overrides["items"] = args.items
-    config = SynthConfig(**overrides)
+    try:
+        config = SynthConfig(**overrides)
+    except ValueError as exc:
+        field = str(exc).split(":", 1)[0].removeprefix("SynthConfig.")
+        flag = _SYNTH_FLAGS.get(field)
+        raise ValueError(f"{flag}: {exc}" if flag else str(exc)) from None
+    root = Path(args.out)
+    _check_creatable("--out", root)
+    targets = [
+        multi_event_path(root, config.size),
+        mapping_path(root, "artist"),
+        mapping_path(root, "album"),
+    ]
+    for target in targets:
+        if target.exists() and not target.is_file():
+            raise ValueError(f"--out {root}: {target} exists and is not a file")
+        _check_creatable("--out", target.parent)
+    present = [t for t in targets if t.exists()]
+    if present and not args.overwrite:
+        raise ValueError(
+            f"--out {root}: {present[0]} exists; refusing to replace a dataset (pass "
+            "--overwrite to replace its files)"
+        )
     start = time.perf_counter()
-    paths = synthesize(args.out, config)
+    paths = synthesize(root, config)
     elapsed = time.perf_counter() - start
     print(f"wrote {paths.multi_event}")
     print(f"wrote {paths.artist_item_mapping}")
@@ -180,25 +279,50 @@ def _synth(args: argparse.Namespace) -> None:
 
 
 def _download(args: argparse.Namespace) -> None:
+    dest = Path(args.dest)
+    _check_creatable("--dest", dest)
+    if args.source is not None:
+        _check_dir_arg("--source", Path(args.source))
+    if not args.revision.strip():
+        raise ValueError("--revision: must not be empty")
     paths = download(
-        args.size, args.dest, revision=args.revision, embeddings=args.embeddings, source=args.source
+        args.size, dest, revision=args.revision, embeddings=args.embeddings, source=args.source
     )
     for path in paths:
         print(f"{path}: {path.stat().st_size:,} bytes")
 
 
 def _validate(args: argparse.Namespace) -> None:
-    summary = validate_multi_event(multi_event_path(args.root, args.size))
-    counts = ", ".join(f"{k} {v:,}" for k, v in summary.event_counts.items())
-    print(f"{summary.source}: ok: {summary.num_events:,} events, {summary.num_users:,} users")
-    print(f"  timestamps {summary.t_min}..{summary.t_max}; {counts}")
-    for kind in ("artist", "album"):
-        path = mapping_path(args.root, kind)
-        rows = validate_mapping(path, kind)
-        print(f"{path}: ok: {rows:,} rows")
+    root = Path(args.root)
+    _check_dir_arg("--root", root)
+    files = [multi_event_path(root, args.size), mapping_path(root, "artist")]
+    files.append(mapping_path(root, "album"))
+    for path in files:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file")
+    try:
+        summary = validate_multi_event(files[0])
+        counts = ", ".join(f"{k} {v:,}" for k, v in summary.event_counts.items())
+        print(f"{summary.source}: ok: {summary.num_events:,} events, {summary.num_users:,} users")
+        print(f"  timestamps {summary.t_min}..{summary.t_max}; {counts}")
+        for kind in ("artist", "album"):
+            path = mapping_path(root, kind)
+            with reading(path):
+                rows = validate_mapping(path, kind)
+            print(f"{path}: ok: {rows:,} rows")
+    except (SchemaError, InputFileError) as exc:
+        raise _Failed(str(exc)) from exc
+
+
+def _check_int(flag: str, value: int | None, minimum: int) -> None:
+    if value is not None and value < minimum:
+        raise ValueError(f"{flag}: must be >= {minimum}, got {value}")
 
 
 def _preprocess(args: argparse.Namespace) -> None:
+    _check_dir_arg("--raw", Path(args.raw))
+    _check_int("--partitions", args.partitions, 1)
+    _check_creatable("--out", Path(args.out))
     start = time.perf_counter()
     meta = preprocess(args.raw, args.size, args.out, partitions=args.partitions)
     elapsed = time.perf_counter() - start
@@ -218,6 +342,11 @@ def _progress(message: str) -> None:
 
 
 def _build_store(args: argparse.Namespace) -> None:
+    _check_dir_arg("--preprocessed", Path(args.preprocessed))
+    _check_dir_arg("--raw", Path(args.raw))
+    _check_int("--min-history", args.min_history, 0)
+    _check_int("--window-seconds", args.window_seconds, 1)
+    _check_creatable("--out", Path(args.out))
     start = time.perf_counter()
     store = build_store(
         args.preprocessed,
@@ -342,24 +471,26 @@ def _report(
 def _parts(directory: Path) -> list[Path]:
     parts = sorted(directory.glob("part-*.parquet"))
     if not parts:
-        raise FileNotFoundError(f"{directory}: no part-*.parquet files")
+        raise ValueError(f"{directory}: no part-*.parquet files")
     return parts
 
 
 def _inspect_preprocessed(path: Path) -> dict[str, Any]:
     meta = SplitMeta.from_json(path / SPLIT_META_FILE)
-    train = pl.scan_parquet(_parts(path / TRAIN_SESSIONS_DIR))
-    row = (
-        train.select(
-            *_pool_exprs(train.collect_schema()),
-            pl.col("item_id").n_unique().cast(pl.Int64).alias("items"),
+    train_parts = _parts(path / TRAIN_SESSIONS_DIR)
+    with reading_any(train_parts, path / TRAIN_SESSIONS_DIR):
+        train = pl.scan_parquet(train_parts)
+        row = (
+            train.select(
+                *_pool_exprs(train.collect_schema()),
+                pl.col("item_id").n_unique().cast(pl.Int64).alias("items"),
+            )
+            .collect(engine="streaming")
+            .row(0, named=True)
         )
-        .collect(engine="streaming")
-        .row(0, named=True)
-    )
-    num_test = int(
-        pl.scan_parquet(_parts(path / TEST_EVENTS_DIR)).select(pl.len()).collect().item()
-    )
+    test_parts = _parts(path / TEST_EVENTS_DIR)
+    with reading_any(test_parts, path / TEST_EVENTS_DIR):
+        num_test = int(pl.scan_parquet(test_parts).select(pl.len()).collect().item())
     if row["events"] != meta.num_train_events or num_test != meta.num_test_events:
         _progress(
             f"warning: {path}: {row['events']:,} train / {num_test:,} test events in the "
@@ -431,6 +562,11 @@ def _inspect_raw(root: Path, size: str) -> dict[str, Any]:
     join for the test rows (the split of :mod:`yambda_data.split`, never materializing the
     table)."""
     source = multi_event_path(root, size)
+    with reading(source):
+        return _inspect_raw_file(root, size, source)
+
+
+def _inspect_raw_file(root: Path, size: str, source: Path) -> dict[str, Any]:
     scan = pl.scan_parquet(source)
     check_multi_event_columns(scan.collect_schema(), str(source))
     ts = pl.col("timestamp").cast(pl.Int64)
@@ -568,8 +704,6 @@ def _inspect(args: argparse.Namespace) -> None:
 def _verify_store(path: Path, preprocessed: str | None, raw: str | None) -> dict[str, Any]:
     """Open the store, recompute every array's sha256 and, given the inputs, check that the
     store was built from them (the fingerprint build_store records)."""
-    if (preprocessed is None) != (raw is None):
-        raise ValueError("--preprocessed and --raw go together")
     store = SampleStore.open(path)
     store.verify()
     m = store.manifest
@@ -607,15 +741,26 @@ def _verify_preprocessed(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: the part files differ between directories: {names}")
 
     def rows(directory: str) -> int:
-        return int(pl.scan_parquet(parts[directory]).select(pl.len()).collect().item())
+        total = 0
+        for part in parts[directory]:  # one at a time: an unreadable part is named
+            with reading(part):
+                total += int(pl.scan_parquet(part).select(pl.len()).collect().item())
+        return total
 
-    index_events = int(
-        pl.scan_parquet(parts[SESSION_INDEX_DIR])
-        .select(pl.col("num_events").cast(pl.Int64).sum())
-        .collect()
-        .item()
-    )
-    popularity = np.load(path / ITEM_POPULARITY_FILE, mmap_mode="r")
+    with reading_any(parts[SESSION_INDEX_DIR], path / SESSION_INDEX_DIR):
+        index_events = int(
+            pl.scan_parquet(parts[SESSION_INDEX_DIR])
+            .select(pl.col("num_events").cast(pl.Int64).sum())
+            .collect()
+            .item()
+        )
+    popularity_file = path / ITEM_POPULARITY_FILE
+    if not popularity_file.is_file():
+        raise ValueError(f"{popularity_file}: missing")
+    try:
+        popularity = np.load(popularity_file, mmap_mode="r")
+    except ValueError as exc:
+        raise InputFileError(popularity_file, f"cannot read it: {first_line(str(exc))}") from None
     if popularity.dtype != np.int64 or popularity.ndim != 1:
         raise ValueError(
             f"{path / ITEM_POPULARITY_FILE}: {popularity.dtype} of shape {popularity.shape}, "
@@ -649,19 +794,30 @@ def _verify_preprocessed(path: Path) -> dict[str, Any]:
 
 def _verify(args: argparse.Namespace) -> None:
     path = Path(args.path)
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no such directory")
-    if (path / MANIFEST_FILE).is_file() or (path / READY_FILE).is_file():
-        report = _verify_store(path, args.preprocessed, args.raw)
-    elif (path / SPLIT_META_FILE).is_file():
-        if args.preprocessed is not None or args.raw is not None:
-            raise ValueError("--preprocessed and --raw apply to a sample store only")
-        report = _verify_preprocessed(path)
-    else:
+    _check_dir_arg("PATH", path)
+    is_store = (path / MANIFEST_FILE).is_file() or (path / READY_FILE).is_file()
+    if not is_store and not (path / SPLIT_META_FILE).is_file():
         raise ValueError(
             f"{path}: not a sample store (no {MANIFEST_FILE} and {READY_FILE}) or a preprocess "
             f"output (no {SPLIT_META_FILE})"
         )
+    if is_store:
+        if (args.preprocessed is None) != (args.raw is None):
+            raise ValueError("--preprocessed and --raw go together")
+        if args.preprocessed is not None:
+            _check_dir_arg("--preprocessed", Path(args.preprocessed))
+            _check_dir_arg("--raw", Path(args.raw))
+            _source_files(Path(args.preprocessed), Path(args.raw))  # names a missing input
+    elif args.preprocessed is not None or args.raw is not None:
+        raise ValueError("--preprocessed and --raw apply to a sample store only")
+    # Everything it was given is usable: from here on, what is wrong is a verdict.
+    try:
+        if is_store:
+            report = _verify_store(path, args.preprocessed, args.raw)
+        else:
+            report = _verify_preprocessed(path)
+    except (StoreError, SchemaError, InputFileError, ValueError) as exc:
+        raise _Failed(str(exc)) from exc
     if args.format == "json":
         print(json.dumps(report, indent=2))
     elif report["kind"] == "store":
@@ -694,33 +850,51 @@ _COMMANDS = {
 }
 
 
+_EXPECTED = (
+    SchemaError,
+    DownloadError,
+    StoreError,
+    InputFileError,
+    ValueError,
+    OSError,
+)
+"""Errors whose message says what and where; anything else is reported with its type."""
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, pl.exceptions.PolarsError):
+        return f"{type(exc).__name__}: {first_line(str(exc))}"
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    if isinstance(exc, _EXPECTED):
+        return text or type(exc).__name__
+    return f"unexpected {type(exc).__name__}: {text}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (2 on any error, with a message on stderr)."""
+    """Entry point; returns the exit status: 0 done (or the data passed), 1 ``validate`` or
+    ``verify`` found the data wrong, 2 a usage, input or I/O error. Each error is one line on
+    stderr; ``--debug`` or ``DLRMV4_DEBUG=1`` adds its traceback."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # an argument error exits with status 2
+    debug = bool(getattr(args, "debug", False)) or debug_requested()
+    prefix = f"yambda-data {args.command}"
     try:
         _COMMANDS[args.command](args)
-    except (
-        SchemaError,
-        DownloadError,
-        StoreError,
-        FileNotFoundError,
-        ValueError,
-        OSError,
-    ) as exc:
-        print(f"yambda-data {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except pl.exceptions.PolarsError as exc:
-        # A file polars cannot read at all (truncated, not parquet): name what was read.
-        where = next(
-            (
-                value
-                for name in ("root", "path", "preprocessed", "raw", "out")
-                if (value := getattr(args, name, None))
-            ),
-            "",
+    except _Failed as exc:
+        if debug:
+            traceback.print_exception(exc.__cause__ or exc)
+        print(f"{prefix}: FAILED: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{prefix}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # every error is one line; its traceback on request
+        if debug:
+            traceback.print_exc()
+        hint = (
+            "" if debug or isinstance(exc, _EXPECTED) else f" (traceback: --debug or {DEBUG_ENV}=1)"
         )
-        print(f"yambda-data {args.command}: error: reading {where}: {exc}", file=sys.stderr)
+        print(f"{prefix}: error: {_one_line(exc)}{hint}", file=sys.stderr)
         return 2
     return 0
 

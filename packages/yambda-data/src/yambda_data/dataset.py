@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 
 from ._atomic import atomic_path, exclusive_lock
+from ._io import reading, writing
 from .samples import (
     ItemFeatures,
     SampleConfig,
@@ -19,9 +20,14 @@ from .samples import (
     build_samples,
     compute_vocab_sizes,
 )
-from .schema import multi_event_path, normalize_multi_event, validate_multi_event
+from .schema import (
+    check_multi_event_columns,
+    multi_event_path,
+    normalize_multi_event,
+    validate_multi_event,
+)
 from .split import SplitMeta, temporal_split
-from .store import SampleStore, build_store
+from .store import SampleStore, _BuildSettings, build_store
 
 
 @dataclass(frozen=True)
@@ -44,7 +50,8 @@ def load_dlrmv4_samples(root: str | Path, size: str, config: SampleConfig) -> DL
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     # Validate the file as stored (event_type may be Utf8 or Categorical), then normalize.
-    raw = pl.read_parquet(path)
+    with reading(path):
+        raw = pl.read_parquet(path)
     validate_multi_event(raw, source=str(path))
     events = normalize_multi_event(raw.lazy()).collect()
     split = temporal_split(events, size=size)
@@ -76,13 +83,24 @@ def prepare_store(
     and build the sample store ``<work_dir>/store`` from it; both steps are skipped when their
     output already comes from the same input (the raw file's size and modification time, and
     the store's own fingerprint). Safe to call from every rank at once: the store build is
-    locked, and each rank must call it with the same arguments."""
+    locked, and each rank must call it with the same arguments. The arguments and the raw
+    file's columns are checked before anything is created (the rows are checked by the
+    preprocessing, before it writes)."""
     from .preprocess import preprocess  # the submodule keeps its name (see __init__)
 
     path = multi_event_path(root, size)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
+    _BuildSettings(min_history=min_history, window_seconds=window_seconds)
+    if partitions is not None and (
+        not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1
+    ):
+        raise ValueError(f"partitions must be a positive integer, got {partitions!r}")
+    with reading(path):
+        check_multi_event_columns(pl.scan_parquet(path).collect_schema(), str(path))
     work = Path(work_dir)
+    if work.exists() and not work.is_dir():
+        raise NotADirectoryError(f"{work}: exists and is not a directory")
     pre = work / PREPROCESSED_DIR
     stat = path.stat()
     source = {"file": str(path.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
@@ -93,7 +111,7 @@ def prepare_store(
         if current != source or not (pre / "split_meta.json").is_file():
             say(f"preprocessing {path}")
             preprocess(root, size, pre, partitions=partitions)
-            with atomic_path(record) as tmp:
+            with writing(record), atomic_path(record) as tmp:
                 tmp.write_text(json.dumps(source) + "\n")
     return build_store(
         pre,

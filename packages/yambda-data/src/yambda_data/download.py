@@ -11,8 +11,12 @@ one the MLPerf reference uses), through ``huggingface_hub`` (resumable, with pro
 
 ``source=DIR`` copies the same files from a local directory in that layout instead (an offline
 mirror, and what the tests use). A file already present with the source's size is kept, so an
-interrupted copy resumes where it stopped; every copy is atomic. Downloads fail fast with a
-:class:`DownloadError` when the Hub cannot be reached.
+interrupted copy resumes where it stopped; every copy is atomic. The mirror is checked before
+anything is copied: every file must be there and the column names and dtypes of the parquet
+files must match the schema (their metadata), so a bad mirror changes nothing in ``dest``.
+Downloads fail fast with a :class:`DownloadError` when the Hub cannot be reached; a write that
+fails (no space left, say) is a :class:`~yambda_data.WriteError` naming the file and the free
+space there.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ._atomic import atomic_path
+from ._io import reading, writing
 from .schema import mapping_path, multi_event_path, read_mapping, read_multi_event
 
 __all__ = [
@@ -57,6 +62,20 @@ def dataset_files(size: str, *, embeddings: bool = False) -> list[str]:
     return [f.removeprefix("./") for f in files]
 
 
+def _check_source(source: Path, size: str, names: list[str]) -> None:
+    """Every file of ``names`` in ``source``, the parquet schemas right (metadata only)."""
+    if not source.is_dir():
+        raise DownloadError(f"{source}: no such directory (the local source)")
+    for name in names:
+        if not (source / name).is_file():
+            raise DownloadError(f"{source / name}: no such file in the local source {source}")
+    with reading(multi_event_path(source, size)):
+        read_multi_event(source, size)
+    for kind in ("artist", "album"):
+        with reading(mapping_path(source, kind)):
+            read_mapping(source, kind)  # type: ignore[arg-type]
+
+
 def _copy_from(source: Path) -> Callable[[str, Path], None]:
     def fetch(name: str, dest: Path) -> None:
         origin, target = source / name, dest / name
@@ -64,7 +83,7 @@ def _copy_from(source: Path) -> Callable[[str, Path], None]:
             raise DownloadError(f"{origin}: no such file in the local source {source}")
         if target.is_file() and target.stat().st_size == origin.stat().st_size:
             return
-        with atomic_path(target) as tmp:
+        with writing(target), atomic_path(target) as tmp:
             shutil.copyfile(origin, tmp)
 
     return fetch
@@ -116,11 +135,17 @@ def download(
     """
     names = dataset_files(size, embeddings=embeddings)
     dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise NotADirectoryError(f"{dest}: exists and is not a directory")
+    if source is not None:
+        _check_source(Path(source), size, names)
     fetch = _copy_from(Path(source)) if source is not None else _from_hub(revision, endpoint)
     for name in names:
         fetch(name, dest)
     # Column names and dtypes come from the files' metadata: cheap even for 5b.
-    read_multi_event(dest, size)
-    read_mapping(dest, "artist")
-    read_mapping(dest, "album")
+    with reading(multi_event_path(dest, size)):
+        read_multi_event(dest, size)
+    for kind in ("artist", "album"):
+        with reading(mapping_path(dest, kind)):
+            read_mapping(dest, kind)  # type: ignore[arg-type]
     return [dest / name for name in names]

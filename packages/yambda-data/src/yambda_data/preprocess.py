@@ -14,24 +14,29 @@ whole table, test ``[t_max - 86,400, t_max)``, 1,800 s gap, test rows only for u
 events; a new session where the gap to the uid's previous train event exceeds 1,800 s).
 
 How it stays bounded in memory: nothing reads the whole file at once. The column names and
-dtypes and the row count come from the parquet metadata, and one streaming min/max pass yields
-``t_min``/``t_max``, the uid and item_id bounds and the null count of ``uid``. Then the uid axis
+dtypes and the row count come from the parquet metadata; one streaming pass checks every row
+rule and yields ``t_min``/``t_max`` and the uid and item_id bounds, a second one checks the
+(uid, timestamp) order (:func:`~yambda_data.schema.check_multi_event_file`). Then the uid axis
 ``[uid_min, uid_max]`` is cut into ``partitions`` equal-width ranges and each range is read on
 its own with a lazy scan filtered on ``uid`` (polars pushes the filter down to the parquet row
-groups, which are sorted by uid), validated, split, sessionized and written before the next one
-is read. Peak memory is that of one partition (read once, then its train and test rows) plus
-the item-popularity array.
+groups, which are sorted by uid), split, sessionized and written before the next one is read.
+Peak memory is that of one partition (read once, then its train and test rows) plus the
+item-popularity array.
 
-Validation, per partition: the row checks of :func:`~yambda_data.schema.check_multi_event_rows`
-(nulls, listen-only nullability, the 5-second grid, known event types, (uid, timestamp) order)
-run on each partition's rows, which carry their row index in the file, so an error names the
-file, the column and the file row. Global order is proved from those indices: each partition's
-rows must be one contiguous block of file rows starting where the previous partition's block
-ended, and the blocks must add up to the file's row count; since the uid ranges increase, the
-file is then sorted by (uid, timestamp) as a whole. A uid split around another range's rows, or
-a range that starts late in the file, is rejected even when every partition is sorted on its
-own. A null uid (which falls in no range) is reported by the min/max pass. Errors raised part
-way leave no output (see Atomicity).
+Validation comes first: the arguments (``partitions``, ``out_dir``), then the whole file (the
+two streaming passes above: nulls, listen-only nullability, is_organic 0 or 1, the 5-second
+grid, known event types, (uid, timestamp) order, at least one train event), all before any
+file or directory is created. An error names the file, the column, the file row and, where
+the value is what is wrong, the value; a file that cannot be read (truncated, not parquet)
+is named too (:class:`~yambda_data.InputFileError`). Each partition's rows are checked again
+as they are read (:func:`~yambda_data.schema.check_multi_event_rows`, with their row index in
+the file) and must be one contiguous block of file rows starting where the previous
+partition's block ended, the blocks adding up to the file's row count: a file that changes
+while it is read is refused rather than half processed.
+
+Write errors (no space left, quota, I/O error) are reported as
+:class:`~yambda_data.WriteError`, naming ``out_dir``, the file being written and the free
+space left there.
 
 Determinism: rows keep the input order (the file is sorted by (uid, timestamp) and ties keep
 their file order; nothing is re-sorted), partitions are fixed uid ranges and every file is
@@ -60,9 +65,10 @@ import numpy as np
 import polars as pl
 
 from ._atomic import exclusive_lock, fsync_tree, replace_dir
+from ._io import reading, writing
 from .schema import (
     SchemaError,
-    check_multi_event_columns,
+    check_multi_event_file,
     check_multi_event_rows,
     multi_event_path,
     normalize_multi_event,
@@ -161,6 +167,8 @@ def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
 
 
 def _check_out_dir(out: Path) -> None:
+    """``out`` may be missing, an empty directory or a previous preprocess output; its
+    nearest existing ancestor must be a directory (so the output can be created there)."""
     if out.exists():
         if not out.is_dir():
             raise ValueError(f"{out}: exists and is not a directory")
@@ -169,16 +177,23 @@ def _check_out_dir(out: Path) -> None:
                 f"{out}: not empty and not a preprocess output (no {SPLIT_META_FILE}); "
                 "refusing to replace it"
             )
+        return
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{out}: cannot be created, {parent} is not a directory")
+            return
 
 
 _ROW = "__file_row"
 """Name of the file-row-index column added to each partition while it is checked."""
 
 
-def _bounds(scan: pl.LazyFrame, src: str) -> _Bounds:
-    """Row count (metadata), then one streaming min/max pass; nulls in uid are reported here
-    because a null uid falls in no uid range (the other columns are checked per partition)."""
-    num_rows = int(scan.select(pl.len()).collect().item())
+def _bounds(path: Path, src: str) -> _Bounds:
+    """Row count (metadata), then the streaming validation passes of the whole file, which
+    also yield the time, uid and item_id bounds."""
+    with reading(path):
+        num_rows = int(pl.scan_parquet(path).select(pl.len()).collect().item())
     if num_rows == 0:
         raise SchemaError(src, None, "no events")
     if num_rows > 2**32 - 1 and pl.get_index_type() != pl.UInt64:
@@ -186,28 +201,24 @@ def _bounds(scan: pl.LazyFrame, src: str) -> _Bounds:
             f"{src}: {num_rows} rows do not fit polars' 32-bit row index; install the 64-bit "
             "index build of polars (polars[rt64]) to preprocess this file"
         )
-    row = scan.select(
-        pl.col("uid").null_count().alias("uid_nulls"),
-        pl.col("timestamp").min().cast(pl.Int64).alias("t_min"),
-        pl.col("timestamp").max().cast(pl.Int64).alias("t_max"),
-        pl.col("uid").min().cast(pl.Int64).alias("uid_min"),
-        pl.col("uid").max().cast(pl.Int64).alias("uid_max"),
-        pl.col("item_id").max().cast(pl.Int64).alias("item_max"),
-    ).collect(engine="streaming")
-    uid_nulls, t_min, t_max, uid_min, uid_max, item_max = row.row(0)
-    if uid_nulls:
-        first = (
-            scan.with_row_index(_ROW)
-            .filter(pl.col("uid").is_null())
-            .select(pl.col(_ROW).first())
-            .collect(engine="streaming")
-            .item()
+    row = check_multi_event_file(
+        path,
+        source=src,
+        aggs=[
+            pl.col("timestamp").min().cast(pl.Int64).alias("t_min"),
+            pl.col("timestamp").max().cast(pl.Int64).alias("t_max"),
+            pl.col("uid").min().cast(pl.Int64).alias("uid_min"),
+            pl.col("uid").max().cast(pl.Int64).alias("uid_max"),
+            pl.col("item_id").max().cast(pl.Int64).alias("item_max"),
+        ],
+    )
+    bounds = _Bounds(num_rows, **row)
+    train_end = bounds.t_max - TEST_SECONDS - GAP_SECONDS
+    if bounds.t_min >= train_end:
+        raise ValueError(
+            f"{src}: no event before train_end={train_end} (t_max={bounds.t_max}); nothing to train"
         )
-        raise SchemaError(src, "uid", f"null value (first at row {first})")
-    if t_min is None or t_max is None or item_max is None:
-        # every timestamp (or item_id) is null: let the row checks name the first such row
-        t_min = t_max = item_max = 0
-    return _Bounds(num_rows, t_min, t_max, uid_min, uid_max, item_max)
+    return bounds
 
 
 def _check_block(rows: pl.Series, next_row: int, lo: int, hi: int, src: str) -> None:
@@ -244,29 +255,33 @@ def preprocess(
     """Validate, split, sessionize and write the reference outputs (see the module docstring).
 
     ``partitions`` (default :func:`default_partitions` of the file's row count) is the number of
-    uid ranges processed one at a time. Raises FileNotFoundError for a missing raw file,
-    :class:`SchemaError` (naming the file and column) for an invalid one, and ValueError for an
-    unusable ``partitions``, an input with no train event, or an ``out_dir`` that is neither
-    empty nor a previous output.
+    uid ranges processed one at a time. Everything is validated before any file or directory
+    is created. Raises FileNotFoundError for a missing raw file, :class:`SchemaError` (naming
+    the file, column, row and value) for an invalid one, :class:`~yambda_data.InputFileError`
+    for one that cannot be read, ValueError for an unusable ``partitions``, an input with no
+    train event, or an ``out_dir`` that is neither empty nor a previous output, and
+    :class:`~yambda_data.WriteError` (naming the path and the free space) when writing fails.
     """
     path = multi_event_path(raw_root, size)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    if partitions is not None and (isinstance(partitions, bool) or partitions < 1):
+    if partitions is not None and (
+        not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1
+    ):
         raise ValueError(f"partitions must be a positive integer, got {partitions!r}")
     out = Path(out_dir)
     _check_out_dir(out)
 
     src = str(path)
-    # The schema comes from its own scan: with polars 2.1, collecting the schema of the scan
-    # that is later filtered per partition stops the uid filter from reaching the parquet
-    # reader, and every partition then reads the whole file.
-    check_multi_event_columns(pl.scan_parquet(path).collect_schema(), src)
+    # The checks scan the file on their own: with polars 2.1, collecting the schema of the
+    # scan that is later filtered per partition stops the uid filter from reaching the
+    # parquet reader, and every partition then reads the whole file.
+    bounds = _bounds(path, src)
     scan = pl.scan_parquet(path)
-    bounds = _bounds(scan, src)
     n_parts = partitions if partitions is not None else default_partitions(bounds.num_rows)
     edges = _uid_edges(bounds.uid_min, bounds.uid_max, n_parts)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    with writing(out.parent, output=out):
+        out.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(out):
         # Under the lock no other run writes here: leftovers are from one that was killed.
         for stale in out.parent.glob(f".{out.name}.tmp-*"):
@@ -287,13 +302,15 @@ def _preprocess_locked(
     t_max = bounds.t_max
     test_start = t_max - TEST_SECONDS
     train_end = test_start - GAP_SECONDS
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    with writing(out.parent, output=out):
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         umask = os.umask(0)
         os.umask(umask)
-        tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; give it a plain directory's mode
-        for sub in (TRAIN_SESSIONS_DIR, TEST_EVENTS_DIR, SESSION_INDEX_DIR):
-            (tmp / sub).mkdir()
+        with writing(tmp, output=out):
+            tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; give it a plain directory's mode
+            for sub in (TRAIN_SESSIONS_DIR, TEST_EVENTS_DIR, SESSION_INDEX_DIR):
+                (tmp / sub).mkdir()
         popularity = np.zeros(bounds.item_max + 1, dtype=np.int64)
         num_train = num_test = num_sessions = num_users = 0
         train_start: int | None = None
@@ -301,7 +318,8 @@ def _preprocess_locked(
         for k in range(n_parts):
             lo, hi = edges[k], edges[k + 1]
             uid = pl.col("uid").cast(pl.Int64)
-            part = scan.with_row_index(_ROW).filter((uid >= lo) & (uid < hi)).collect()
+            with reading(path):
+                part = scan.with_row_index(_ROW).filter((uid >= lo) & (uid < hi)).collect()
             check_multi_event_rows(part, src, row_index=_ROW)
             if part.height:
                 _check_block(part[_ROW], next_row, lo, hi, src)
@@ -310,9 +328,11 @@ def _preprocess_locked(
             del part
             train = train.with_columns(session_ids())
             index = _session_index(train)
-            _write_parquet(train, tmp / TRAIN_SESSIONS_DIR / part_name(k))
-            _write_parquet(test, tmp / TEST_EVENTS_DIR / part_name(k))
-            _write_parquet(index, tmp / SESSION_INDEX_DIR / part_name(k))
+            for frame, sub in ((train, TRAIN_SESSIONS_DIR), (test, TEST_EVENTS_DIR)):
+                with writing(tmp / sub / part_name(k), output=out):
+                    _write_parquet(frame, tmp / sub / part_name(k))
+            with writing(tmp / SESSION_INDEX_DIR / part_name(k), output=out):
+                _write_parquet(index, tmp / SESSION_INDEX_DIR / part_name(k))
             counts = train.group_by("item_id").len()
             # group_by gives each item once, so plain fancy-index addition is exact.
             popularity[counts["item_id"].to_numpy().astype(np.int64)] += counts["len"].to_numpy()
@@ -330,7 +350,8 @@ def _preprocess_locked(
             raise ValueError(
                 f"{path}: no event before train_end={train_end} (t_max={t_max}); nothing to train"
             )
-        with open(tmp / ITEM_POPULARITY_FILE, "wb") as f:
+        popularity_file = tmp / ITEM_POPULARITY_FILE
+        with writing(popularity_file, output=out), open(popularity_file, "wb") as f:
             np.save(f, popularity, allow_pickle=False)
         meta = SplitMeta(
             size=size,
@@ -349,9 +370,11 @@ def _preprocess_locked(
             num_sessions=num_sessions,
             num_users=num_users,
         )
-        meta.to_json(tmp / SPLIT_META_FILE)
-        fsync_tree(tmp)
-        replace_dir(tmp, out)
+        with writing(tmp / SPLIT_META_FILE, output=out):
+            meta.to_json(tmp / SPLIT_META_FILE)
+        with writing(tmp, output=out):
+            fsync_tree(tmp)
+            replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

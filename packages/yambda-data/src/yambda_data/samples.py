@@ -35,7 +35,8 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from .schema import EVENT_TYPE_CODES, EVENT_TYPE_DTYPE, read_mapping
+from ._io import reading
+from .schema import EVENT_TYPE_CODES, EVENT_TYPE_DTYPE, mapping_path, read_mapping
 
 __all__ = [
     "ACTION_LIKE",
@@ -142,8 +143,16 @@ class ItemFeatures:
 
     @classmethod
     def from_mappings(cls, artist_mapping: FrameIn, album_mapping: FrameIn) -> ItemFeatures:
-        artist_of, artist_rows, max_a = _feature_table(artist_mapping.lazy(), "artist_id")
-        album_of, album_rows, max_b = _feature_table(album_mapping.lazy(), "album_id")
+        return cls._from_tables(
+            _feature_table(artist_mapping.lazy(), "artist_id"),
+            _feature_table(album_mapping.lazy(), "album_id"),
+        )
+
+    @classmethod
+    def _from_tables(
+        cls, artist: tuple[np.ndarray, int, int], album: tuple[np.ndarray, int, int]
+    ) -> ItemFeatures:
+        (artist_of, artist_rows, max_a), (album_of, album_rows, max_b) = artist, album
         size = max(artist_of.size, album_of.size)
         return cls(
             artist_of=_pad(artist_of, size),
@@ -155,8 +164,14 @@ class ItemFeatures:
 
     @classmethod
     def from_root(cls, root: str | Path) -> ItemFeatures:
-        """Read ``artist_item_mapping.parquet`` and ``album_item_mapping.parquet`` at root."""
-        return cls.from_mappings(read_mapping(root, "artist"), read_mapping(root, "album"))
+        """Read ``artist_item_mapping.parquet`` and ``album_item_mapping.parquet`` at root (a
+        file that cannot be read raises :class:`~yambda_data.InputFileError` naming it)."""
+        tables = []
+        for kind in ("artist", "album"):
+            with reading(mapping_path(root, kind)):
+                mapping = read_mapping(root, kind)  # type: ignore[arg-type]
+                tables.append(_feature_table(mapping, f"{kind}_id"))
+        return cls._from_tables(*tables)
 
     def lookup(self, item_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(artist feature, album feature) of every item id, uint32."""

@@ -24,9 +24,10 @@ Readers accept ``event_type`` stored as Utf8, Categorical or Enum and always han
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import polars as pl
 
@@ -46,6 +47,7 @@ __all__ = [
     "MultiEventSummary",
     "SchemaError",
     "check_multi_event_columns",
+    "check_multi_event_file",
     "check_multi_event_rows",
     "mapping_path",
     "multi_event_path",
@@ -196,10 +198,22 @@ def validate_multi_event(frame: FrameLike, *, source: str | None = None) -> Mult
     (default: the path, or ``<DataFrame>``). Checks, in order: every column present, no extra
     columns, dtypes (event_type may be Utf8, Categorical or Enum), then the row checks of
     :func:`check_multi_event_rows`. Raises :class:`SchemaError` naming the source and the
-    column, and the first offending row where there is one. The data checks run as one lazy
-    query over the whole table (memory grows with it; ``preprocess`` checks a file one
-    partition at a time instead).
+    column, and the first offending row (and value, where one is wrong) where there is one,
+    and, for a file that cannot be read (truncated, not parquet), an
+    :class:`~yambda_data.InputFileError` naming it. A file is checked in streaming passes
+    (:func:`check_multi_event_file`, bounded memory); the checks of a frame run as one lazy
+    query over the whole frame.
     """
+    if not isinstance(frame, pl.DataFrame | pl.LazyFrame):
+        path = Path(frame)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file")
+        src = source or str(path)
+        from ._io import reading
+
+        with reading(path):
+            etype = _event_type(pl.scan_parquet(path).collect_schema())
+        return _summary(src, check_multi_event_file(path, source=src, aggs=_summary_aggs(etype)))
     lazy, src = _to_lazy(frame, source)
     check_multi_event_columns(lazy.collect_schema(), src)
     return check_multi_event_rows(lazy, src)
@@ -210,71 +224,215 @@ def check_multi_event_columns(schema: pl.Schema, source: str) -> None:
     _check_columns(schema, MULTI_EVENT_SCHEMA, source)
 
 
+@dataclass(frozen=True)
+class _RowCheck:
+    """One row-level rule: the column it is about, what is wrong, the expression that is true
+    on an offending row, and (where the value itself is wrong) the value to report."""
+
+    column: str
+    problem: str
+    bad: pl.Expr
+    value: pl.Expr | None = None
+
+    def message(self, row: int, value: object = None) -> str:
+        if self.value is None:
+            return f"{self.problem} (first at row {row})"
+        return self.problem.format(value=value) + f" (first at row {row})"
+
+
+def _event_type(schema: pl.Schema) -> pl.Expr:
+    """event_type as the checks compare it: as stored when it is the public Enum (no per-row
+    cast), else as a string."""
+    if schema.get("event_type") == EVENT_TYPE_DTYPE:
+        return pl.col("event_type")
+    return pl.col("event_type").cast(pl.String)
+
+
+def _row_checks(etype: pl.Expr) -> list[_RowCheck]:
+    """The checks of single rows, in the order their errors are reported."""
+    is_listen = etype == "listen"
+    checks = [
+        _RowCheck(
+            "event_type",
+            "unknown event_type value {value!r}",
+            etype.is_not_null() & ~etype.cast(pl.String).is_in(list(EVENT_TYPES)),
+            etype.cast(pl.String),
+        ),
+    ]
+    for name in ("uid", "timestamp", "item_id", "is_organic", "event_type"):
+        checks.append(_RowCheck(name, "null value", pl.col(name).is_null()))
+    checks.append(
+        _RowCheck(
+            "is_organic",
+            "value {value} is not 0 or 1",
+            pl.col("is_organic") > 1,
+            pl.col("is_organic"),
+        )
+    )
+    for name in NULLABLE_LISTEN_COLUMNS:
+        checks.append(_RowCheck(name, "null in a listen event", is_listen & pl.col(name).is_null()))
+        checks.append(
+            _RowCheck(
+                name, "non-null in a non-listen event", ~is_listen & pl.col(name).is_not_null()
+            )
+        )
+    checks.append(
+        _RowCheck(
+            "timestamp",
+            f"value {{value}} is not a multiple of {TIMESTAMP_QUANTUM}",
+            pl.col("timestamp") % TIMESTAMP_QUANTUM != 0,
+            pl.col("timestamp"),
+        )
+    )
+    return checks
+
+
+_ORDER_COLUMNS = ("__uid", "__prev_uid", "__ts", "__prev_ts")
+
+
+def _order_exprs() -> tuple[pl.Expr, list[pl.Expr]]:
+    """The expression true on a row that comes before its predecessor in (uid, timestamp)
+    order, and the values that describe it (uid, previous uid, timestamp, previous one)."""
+    uid, ts = pl.col("uid"), pl.col("timestamp")
+    prev_uid, prev_ts = uid.shift(1), ts.shift(1)
+    unsorted = ((uid < prev_uid) | ((uid == prev_uid) & (ts < prev_ts))).fill_null(False)
+    values = [uid, prev_uid, ts, prev_ts]
+    return unsorted, [
+        v.cast(pl.Int64).alias(n) for v, n in zip(values, _ORDER_COLUMNS, strict=True)
+    ]
+
+
+def _order_error(source: str, row: int, uid: int, prev_uid: int, ts: int, prev_ts: int):
+    if uid < prev_uid:
+        detail = f"uid {uid} after uid {prev_uid}"
+        return SchemaError(
+            source, "uid", f"rows not sorted by (uid, timestamp): {detail} (first at row {row})"
+        )
+    detail = f"timestamp {ts} after {prev_ts} of uid {uid}"
+    return SchemaError(
+        source, "timestamp", f"rows not sorted by (uid, timestamp): {detail} (first at row {row})"
+    )
+
+
+def _summary_aggs(etype: pl.Expr) -> list[pl.Expr]:
+    return [
+        pl.len().cast(pl.Int64).alias("__n"),
+        pl.col("uid").n_unique().cast(pl.Int64).alias("__users"),
+        pl.col("timestamp").min().cast(pl.Int64).alias("__t_min"),
+        pl.col("timestamp").max().cast(pl.Int64).alias("__t_max"),
+        *[(etype == name).sum().cast(pl.Int64).alias(f"__e_{name}") for name in EVENT_TYPES],
+    ]
+
+
+def _summary(source: str, row: dict) -> MultiEventSummary:
+    return MultiEventSummary(
+        source=source,
+        num_events=int(row["__n"]),
+        num_users=int(row["__users"]),
+        t_min=row["__t_min"],
+        t_max=row["__t_max"],
+        event_counts={name: int(row[f"__e_{name}"]) for name in EVENT_TYPES},
+    )
+
+
 def check_multi_event_rows(
     frame: pl.DataFrame | pl.LazyFrame, source: str, *, row_index: str | None = None
 ) -> MultiEventSummary:
     """The row checks of a multi_event frame whose columns and dtypes are already valid.
 
     Checks, in order: event_type values known; no nulls in uid/timestamp/item_id/is_organic/
-    event_type; played_ratio_pct and track_length_seconds null exactly for non-listens;
-    timestamps multiples of 5; rows sorted by (uid, timestamp). Raises :class:`SchemaError`
-    naming ``source``, the column and the first offending row. Rows are numbered by their
-    position in ``frame``, or, with ``row_index``, by that column's value (e.g. the row's index
-    in the file when ``frame`` is one partition of it); that column is otherwise ignored. The
-    checks and the summary run as one lazy query.
+    event_type; is_organic 0 or 1; played_ratio_pct and track_length_seconds null exactly for
+    non-listens; timestamps multiples of 5; rows sorted by (uid, timestamp). Raises
+    :class:`SchemaError` naming ``source``, the column, the first offending row and, where the
+    value is what is wrong, that value. Rows are numbered by their position in ``frame``, or,
+    with ``row_index``, by that column's value (e.g. the row's index in the file when
+    ``frame`` is one partition of it); that column is otherwise ignored. The checks and the
+    summary run as one lazy query.
     """
     lazy = frame.lazy()
-    etype = pl.col("event_type").cast(pl.String)
-    known = etype.is_in(list(EVENT_TYPES))
-    is_listen = etype == "listen"
-    uid, ts = pl.col("uid"), pl.col("timestamp")
-    prev_uid, prev_ts = uid.shift(1), ts.shift(1)
-    unsorted = (uid < prev_uid) | ((uid == prev_uid) & (ts < prev_ts))
-
-    checks: list[tuple[str, str, pl.Expr]] = [
-        ("event_type", "unknown event_type value", etype.is_not_null() & ~known),
-    ]
-    for name in ("uid", "timestamp", "item_id", "is_organic", "event_type"):
-        checks.append((name, "null value", pl.col(name).is_null()))
-    for name in NULLABLE_LISTEN_COLUMNS:
-        checks.append((name, "null in a listen event", is_listen & pl.col(name).is_null()))
-        checks.append(
-            (name, "non-null in a non-listen event", ~is_listen & pl.col(name).is_not_null())
-        )
-    checks.append(
-        ("timestamp", f"not a multiple of {TIMESTAMP_QUANTUM}", ts % TIMESTAMP_QUANTUM != 0)
-    )
-    checks.append(("timestamp", "rows not sorted by (uid, timestamp)", unsorted.fill_null(False)))
+    etype = _event_type(lazy.collect_schema())
+    checks = _row_checks(etype)
+    unsorted, order_values = _order_exprs()
 
     if row_index is None:
         index = pl.int_range(pl.len(), dtype=pl.Int64)
     else:
         index = pl.col(row_index).cast(pl.Int64)
-    aggs = [
-        index.filter(expr.fill_null(False)).first().alias(f"c{i}")
-        for i, (_, _, expr) in enumerate(checks)
-    ]
-    aggs += [
-        pl.len().alias("n"),
-        uid.n_unique().alias("users"),
-        ts.min().cast(pl.Int64).alias("t_min"),
-        ts.max().cast(pl.Int64).alias("t_max"),
-    ]
-    aggs += [(etype == name).sum().alias(f"e_{name}") for name in EVENT_TYPES]
+    aggs: list[pl.Expr] = []
+    for i, check in enumerate(checks):
+        bad = check.bad.fill_null(False)
+        aggs.append(index.filter(bad).first().alias(f"__c{i}"))
+        if check.value is not None:
+            aggs.append(check.value.filter(bad).first().alias(f"__v{i}"))
+    aggs.append(index.filter(unsorted).first().alias("__unsorted"))
+    aggs += [value.filter(unsorted).first() for value in order_values]
+    aggs += _summary_aggs(etype)
     row = lazy.select(aggs).collect().row(0, named=True)
 
-    for i, (column, problem, _) in enumerate(checks):
-        bad = row[f"c{i}"]
+    for i, check in enumerate(checks):
+        bad = row[f"__c{i}"]
         if bad is not None:
-            raise SchemaError(source, column, f"{problem} (first at row {bad})")
-    return MultiEventSummary(
-        source=source,
-        num_events=int(row["n"]),
-        num_users=int(row["users"]),
-        t_min=row["t_min"],
-        t_max=row["t_max"],
-        event_counts={name: int(row[f"e_{name}"]) for name in EVENT_TYPES},
-    )
+            raise SchemaError(source, check.column, check.message(bad, row.get(f"__v{i}")))
+    if row["__unsorted"] is not None:
+        raise _order_error(source, row["__unsorted"], *(row[n] for n in _ORDER_COLUMNS))
+    return _summary(source, row)
+
+
+_ROW = "__file_row"
+
+
+def check_multi_event_file(
+    path: str | Path, *, source: str | None = None, aggs: Sequence[pl.Expr] = ()
+) -> dict[str, Any]:
+    """Check the multi_event parquet file at ``path`` in streaming passes of bounded memory,
+    before anything is done with it: its columns and dtypes (metadata), then every row check
+    of :func:`check_multi_event_rows` in one pass (which also computes ``aggs``, aliased
+    expressions over the whole file), then the (uid, timestamp) order in a second pass.
+
+    Returns the values of ``aggs`` by name. Raises :class:`SchemaError` as
+    :func:`check_multi_event_rows` does (the first offending row of the first failing check,
+    counted from 0 in the file), and :class:`~yambda_data.InputFileError` naming the file
+    when it cannot be read (truncated, not parquet).
+    """
+    from ._io import reading
+
+    path = Path(path)
+    src = source or str(path)
+    with reading(path):
+        # A scan of its own: the caller's scans keep their predicate pushdown (see preprocess).
+        scan = pl.scan_parquet(path)
+        schema = scan.collect_schema()
+        check_multi_event_columns(schema, src)
+        checks = _row_checks(_event_type(schema))
+        flags = [c.bad.fill_null(False).any().alias(f"__c{i}") for i, c in enumerate(checks)]
+        row = scan.select(*aggs, *flags).collect(engine="streaming").row(0, named=True)
+        for i, check in enumerate(checks):
+            if row[f"__c{i}"]:
+                bad = check.bad.fill_null(False)
+                value = pl.lit(None) if check.value is None else check.value
+                found = (
+                    scan.with_row_index(_ROW)
+                    .filter(bad)
+                    .select(pl.col(_ROW).first(), value.first().alias("__value"))
+                    .collect(engine="streaming")
+                    .row(0)
+                )
+                raise SchemaError(src, check.column, check.message(int(found[0]), found[1]))
+        # The order on its own: polars streams a shift in bounded memory only when it is
+        # the query's sole expression.
+        unsorted, order_values = _order_exprs()
+        if scan.select(unsorted.any()).collect(engine="streaming").item():
+            found = (
+                scan.with_row_index(_ROW)
+                .select(pl.col(_ROW), unsorted.alias("__unsorted"), *order_values)
+                .filter(pl.col("__unsorted"))
+                .select(pl.col(_ROW), *_ORDER_COLUMNS)
+                .head(1)
+                .collect(engine="streaming")
+                .row(0)
+            )
+            raise _order_error(src, int(found[0]), *found[1:])
+    return {name: row[name] for name in (expr.meta.output_name() for expr in aggs)}
 
 
 def validate_mapping(frame: FrameLike, kind: MappingKind, *, source: str | None = None) -> int:

@@ -84,16 +84,27 @@ class SplitMeta:
 
     @classmethod
     def from_json(cls, path: str | Path) -> SplitMeta:
-        """Read a split_meta.json; a malformed file raises ValueError naming it and the field."""
+        """Read a split_meta.json; a malformed file raises ValueError naming it and the field
+        (a missing or unknown one, or one of the wrong type)."""
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"{path}: not valid JSON: {exc}") from None
         expected = {f.name for f in fields(cls)}
         if not isinstance(data, dict) or set(data) != expected:
             got = set(data) if isinstance(data, dict) else set()
             missing, unknown = sorted(expected - got), sorted(got - expected)
             raise ValueError(f"{path}: missing field(s) {missing}, unknown field(s) {unknown}")
+        for f in fields(cls):
+            value = data[f.name]
+            if f.type == "str | None":
+                ok = value is None or isinstance(value, str)
+            elif f.type == "int":
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            else:  # float
+                ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if not ok:
+                raise ValueError(f"{path}: field {f.name!r}: expected {f.type}, got {value!r}")
         return cls(**data)
 
 

@@ -71,6 +71,7 @@ import numpy as np
 import polars as pl
 
 from ._atomic import exclusive_lock, fsync_tree, replace_dir
+from ._io import InputFileError, first_line, reading, writing
 from .preprocess import (
     ITEM_POPULARITY_FILE,
     SPLIT_META_FILE,
@@ -89,7 +90,7 @@ from .samples import (
     VocabSizes,
     event_arrays,
 )
-from .schema import EVENT_TYPE_CODES
+from .schema import EVENT_TYPE_CODES, read_mapping
 from .split import SplitMeta
 
 __all__ = [
@@ -130,22 +131,26 @@ def _sha256_file(path: Path) -> str:
 class _Appender:
     """A flat binary array written in pieces, hashed as it goes."""
 
-    def __init__(self, path: Path, dtype: np.dtype | type) -> None:
+    def __init__(self, path: Path, dtype: np.dtype | type, output: Path | None = None) -> None:
         self.path = path
+        self.output = output
         self.dtype = np.dtype(dtype).newbyteorder("<")
         self.length = 0
         self._digest = hashlib.sha256()
-        self._file = open(path, "wb")  # noqa: SIM115 (closed by close())
+        with writing(path, output):
+            self._file = open(path, "wb")  # noqa: SIM115 (closed by close())
 
     def append(self, values: np.ndarray) -> None:
         data = np.ascontiguousarray(values, dtype=self.dtype)
         buffer = memoryview(data).cast("B")
-        self._file.write(buffer)
+        with writing(self.path, self.output):
+            self._file.write(buffer)
         self._digest.update(buffer)
         self.length += data.size
 
     def close(self) -> dict[str, Any]:
-        self._file.close()
+        with writing(self.path, self.output):
+            self._file.close()
         return _file_entry(self.dtype, self.length, self._digest.hexdigest())
 
 
@@ -183,6 +188,46 @@ def _source_files(preprocessed: Path, raw_root: Path) -> list[Path]:
     return files
 
 
+def _check_inputs(preprocessed: Path, raw_root: Path) -> None:
+    """What :func:`_build` reads, checked before anything is created: the split metadata
+    parses, the train parts are part-00000.. with a test part each, the mappings have their
+    schema (metadata only)."""
+    SplitMeta.from_json(preprocessed / SPLIT_META_FILE)
+    popularity = preprocessed / ITEM_POPULARITY_FILE
+    try:
+        np.load(popularity, mmap_mode="r")
+    except ValueError as exc:
+        raise InputFileError(popularity, f"cannot read it: {first_line(str(exc))}") from None
+    parts = sorted(p.name for p in (preprocessed / TRAIN_SESSIONS_DIR).glob("part-*.parquet"))
+    if not parts or parts != [part_name(k) for k in range(len(parts))]:
+        raise StoreError(f"{preprocessed / TRAIN_SESSIONS_DIR}: parts are not part-00000..")
+    for name in parts:
+        test_path = preprocessed / TEST_EVENTS_DIR / name
+        if not test_path.is_file():
+            raise FileNotFoundError(f"{test_path}: no such file")
+    for kind in ("artist", "album"):
+        path = raw_root / f"{kind}_item_mapping.parquet"
+        with reading(path):
+            read_mapping(raw_root, kind)  # type: ignore[arg-type]
+
+
+def _check_out(out: Path) -> None:
+    """``out`` may be missing, empty or a store (one with its manifest) to replace; the
+    directory it goes in must be creatable."""
+    if out.exists():
+        if not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST_FILE).is_file()):
+            raise ValueError(
+                f"{out}: exists and is not a sample store (no {MANIFEST_FILE}); "
+                "refusing to replace it"
+            )
+        return
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{out}: cannot be created, {parent} is not a directory")
+            return
+
+
 def _fingerprint(preprocessed: Path, raw_root: Path, settings: _BuildSettings) -> str:
     """What a store was built from: the settings, the split metadata and the name and size
     of every input file (parquet files are immutable outputs; a rewrite changes the size or
@@ -207,14 +252,21 @@ def build_store(
 ) -> SampleStore:
     """Build (or reuse) the store of a preprocess output; see the module docstring.
 
-    ``raw_root`` holds the two item mapping files. Returns the opened store. Raises
-    FileNotFoundError for a missing input, ValueError for bad settings or an ``out_dir`` that
-    is neither empty nor a store, and StoreError when there is no train anchor.
+    ``raw_root`` holds the two item mapping files. Returns the opened store. Everything given
+    is checked before any file or directory is created. Raises FileNotFoundError for a missing
+    input, ValueError for bad settings, an unreadable input or an ``out_dir`` that is neither
+    empty nor a store, StoreError when there is no train anchor, and
+    :class:`~yambda_data.WriteError` (naming the path and the free space) when writing fails.
     """
     settings = _BuildSettings(min_history=min_history, window_seconds=window_seconds)
     preprocessed, raw_root, out = Path(preprocessed), Path(raw_root), Path(out_dir)
     fingerprint = _fingerprint(preprocessed, raw_root, settings)
+    _check_inputs(preprocessed, raw_root)
+    if not (out / READY_FILE).is_file():  # (a complete store is checked under the lock)
+        _check_out(out)
     say = progress or (lambda _message: None)
+    with writing(out.parent, out):
+        out.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(out):
         if (out / READY_FILE).is_file():
             with contextlib.suppress(StoreError):
@@ -222,24 +274,21 @@ def build_store(
                 if store.manifest.get("fingerprint") == fingerprint:
                     say(f"{out}: up to date")
                     return store
-        if out.exists() and (
-            not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST_FILE).is_file())
-        ):
-            raise ValueError(
-                f"{out}: exists and is not a sample store (no {MANIFEST_FILE}); "
-                "refusing to replace it"
-            )
+        _check_out(out)
         # Under the lock no other builder runs: leftovers are from one that died.
         for stale in out.parent.glob(f".{out.name}.tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        with writing(out.parent, out):
+            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
         try:
             umask = os.umask(0)
             os.umask(umask)
-            tmp.chmod(0o777 & ~umask)
-            _build(preprocessed, raw_root, tmp, settings, fingerprint, say)
-            fsync_tree(tmp)
-            replace_dir(tmp, out)
+            with writing(tmp, out):
+                tmp.chmod(0o777 & ~umask)
+            _build(preprocessed, raw_root, tmp, settings, fingerprint, say, out)
+            with writing(tmp, out):
+                fsync_tree(tmp)
+                replace_dir(tmp, out)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -263,6 +312,7 @@ def _build(
     settings: _BuildSettings,
     fingerprint: str,
     say: Callable[[str], None],
+    target: Path | None = None,
 ) -> None:
     split = SplitMeta.from_json(preprocessed / SPLIT_META_FILE)
     parts = sorted(p.name for p in (preprocessed / TRAIN_SESSIONS_DIR).glob("part-*.parquet"))
@@ -271,36 +321,42 @@ def _build(
     items = ItemFeatures.from_root(raw_root)
     popularity = np.load(preprocessed / ITEM_POPULARITY_FILE, mmap_mode="r")
 
+    def appender(name: str, dtype: np.dtype | type) -> _Appender:
+        return _Appender(tmp / name, dtype, target)
+
     out: dict[str, _Appender] = {
-        "user_uid": _Appender(tmp / "user_uid", np.uint32),
-        "user_offset": _Appender(tmp / "user_offset", np.int64),
-        "event_timestamp": _Appender(tmp / "event_timestamp", np.uint32),
-        "event_item_id": _Appender(tmp / "event_item_id", np.uint32),
-        "event_action": _Appender(tmp / "event_action", np.uint8),
-        "event_is_organic": _Appender(tmp / "event_is_organic", np.uint8),
-        "test_anchor": _Appender(tmp / "test_anchor", np.int64),
+        "user_uid": appender("user_uid", np.uint32),
+        "user_offset": appender("user_offset", np.int64),
+        "event_timestamp": appender("event_timestamp", np.uint32),
+        "event_item_id": appender("event_item_id", np.uint32),
+        "event_action": appender("event_action", np.uint8),
+        "event_is_organic": appender("event_is_organic", np.uint8),
+        "test_anchor": appender("test_anchor", np.int64),
     }
     for pool, _bit in POOLS:
-        out[f"pool_{pool}_position"] = _Appender(tmp / f"pool_{pool}_position", np.uint32)
-        out[f"pool_{pool}_offset"] = _Appender(tmp / f"pool_{pool}_offset", np.int64)
+        out[f"pool_{pool}_position"] = appender(f"pool_{pool}_position", np.uint32)
+        out[f"pool_{pool}_offset"] = appender(f"pool_{pool}_offset", np.int64)
     out["user_offset"].append(np.zeros(1, dtype=np.int64))
     pool_totals = {pool: 0 for pool, _ in POOLS}
     for pool, _ in POOLS:
         out[f"pool_{pool}_offset"].append(np.zeros(1, dtype=np.int64))
 
     staged = tmp / "_train_anchor_parts"
-    staged.mkdir()
+    with writing(staged, target):
+        staged.mkdir()
     events_done = 0
     first_anchor_ts: int | None = None
     last_anchor_ts = 0
     max_uid = -1
     for k, name in enumerate(parts):
         train_path = preprocessed / TRAIN_SESSIONS_DIR / name
-        train = event_arrays(pl.scan_parquet(train_path), str(train_path))
+        with reading(train_path):
+            train = event_arrays(pl.scan_parquet(train_path), str(train_path))
         test_path = preprocessed / TEST_EVENTS_DIR / name
         if not test_path.is_file():
             raise FileNotFoundError(f"{test_path}: no such file")
-        test = event_arrays(pl.scan_parquet(test_path), str(test_path))
+        with reading(test_path):
+            test = event_arrays(pl.scan_parquet(test_path), str(test_path))
         n_train = train["uid"].size
         merged = {c: np.concatenate([train[c], test[c]]) for c in train}
         is_test = np.zeros(merged["uid"].size, dtype=bool)
@@ -343,8 +399,10 @@ def _build(
         train_anchor = np.flatnonzero(anchor & ~is_test)
         out["test_anchor"].append(events_done + test_anchor)
         ts = ev["timestamp"][train_anchor]
-        np.save(staged / f"{k}-event.npy", events_done + train_anchor)
-        np.save(staged / f"{k}-time.npy", ts)
+        with writing(staged / f"{k}-event.npy", target):
+            np.save(staged / f"{k}-event.npy", events_done + train_anchor)
+        with writing(staged / f"{k}-time.npy", target):
+            np.save(staged / f"{k}-time.npy", ts)
         if ts.size:
             low, high = int(ts.min()), int(ts.max())
             first_anchor_ts = low if first_anchor_ts is None else min(first_anchor_ts, low)
@@ -362,13 +420,15 @@ def _build(
         )
     files = {name: appender.close() for name, appender in out.items()}
     num_windows = (last_anchor_ts - first_anchor_ts) // settings.window_seconds + 1
-    files.update(_group_by_window(staged, len(parts), tmp, first_anchor_ts, num_windows, settings))
+    files.update(
+        _group_by_window(staged, len(parts), tmp, first_anchor_ts, num_windows, settings, target)
+    )
     shutil.rmtree(staged)
 
     for name, table in (("item_artist_id", items.artist_of), ("item_album_id", items.album_of)):
-        appender = _Appender(tmp / name, np.uint32)
-        appender.append(table)
-        files[name] = appender.close()
+        feature = appender(name, np.uint32)
+        feature.append(table)
+        files[name] = feature.close()
 
     vocab = VocabSizes(
         uid=max_uid + 1,
@@ -393,8 +453,10 @@ def _build(
         "files": files,
     }
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    (tmp / MANIFEST_FILE).write_text(text)
-    (tmp / READY_FILE).write_text(hashlib.sha256(text.encode()).hexdigest() + "\n")
+    with writing(tmp / MANIFEST_FILE, target):
+        (tmp / MANIFEST_FILE).write_text(text)
+    with writing(tmp / READY_FILE, target):
+        (tmp / READY_FILE).write_text(hashlib.sha256(text.encode()).hexdigest() + "\n")
 
 
 def _group_by_window(
@@ -404,6 +466,7 @@ def _group_by_window(
     first_anchor_ts: int,
     num_windows: int,
     settings: _BuildSettings,
+    target: Path | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Write ``train_anchor`` grouped by window from the per-partition anchors, one partition
     in memory at a time: a counting pass, then each partition scattered into its slots."""
@@ -423,21 +486,23 @@ def _group_by_window(
     cursor = offsets[:-1] + np.cumsum(counts, axis=0) - counts
     path = tmp / "train_anchor"
     if total:
-        anchors = np.memmap(path, dtype="<i8", mode="w+", shape=(total,))
-        for k in range(num_parts):
-            w = windows(k)
-            event = np.load(staged / f"{k}-event.npy")
-            order = np.argsort(w, kind="stable")
-            w_sorted = w[order]
-            first_of_window = np.searchsorted(w_sorted, w_sorted, side="left")
-            rank = np.arange(w_sorted.size) - first_of_window
-            anchors[cursor[k][w_sorted] + rank] = event[order]
-        anchors.flush()
-        del anchors
+        with writing(path, target):
+            anchors = np.memmap(path, dtype="<i8", mode="w+", shape=(total,))
+            for k in range(num_parts):
+                w = windows(k)
+                event = np.load(staged / f"{k}-event.npy")
+                order = np.argsort(w, kind="stable")
+                w_sorted = w[order]
+                first_of_window = np.searchsorted(w_sorted, w_sorted, side="left")
+                rank = np.arange(w_sorted.size) - first_of_window
+                anchors[cursor[k][w_sorted] + rank] = event[order]
+            anchors.flush()
+            del anchors
     else:
-        path.write_bytes(b"")
+        with writing(path, target):
+            path.write_bytes(b"")
     anchor_entry = _file_entry(np.dtype("<i8"), total, _sha256_file(path))
-    offset_writer = _Appender(tmp / "train_window_offset", np.int64)
+    offset_writer = _Appender(tmp / "train_window_offset", np.int64, target)
     offset_writer.append(offsets)
     return {"train_anchor": anchor_entry, "train_window_offset": offset_writer.close()}
 
@@ -481,16 +546,27 @@ class SampleStore:
         ready, manifest_file = path / READY_FILE, path / MANIFEST_FILE
         if not ready.is_file():
             raise StoreError(f"{ready}: missing; {path} is not a complete sample store")
-        text = manifest_file.read_text()
-        if ready.read_text().strip() != hashlib.sha256(text.encode()).hexdigest():
+        if not manifest_file.is_file():
+            raise StoreError(f"{manifest_file}: missing; {path} is not a complete sample store")
+        text = manifest_file.read_text(encoding="utf-8", errors="replace")
+        if ready.read_text(errors="replace").strip() != hashlib.sha256(text.encode()).hexdigest():
             raise StoreError(f"{manifest_file}: does not match {ready}")
-        manifest = json.loads(text)
-        if manifest.get("format") != STORE_FORMAT:
+        try:
+            manifest = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"{manifest_file}: not valid JSON: {exc}") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != STORE_FORMAT:
+            found = manifest.get("format") if isinstance(manifest, dict) else None
             raise StoreError(
-                f"{manifest_file}: store format {manifest.get('format')!r}, this code reads "
+                f"{manifest_file}: store format {found!r}, this code reads "
                 f"{STORE_FORMAT}; rebuild the store"
             )
-        return cls(path, manifest)
+        try:
+            return cls(path, manifest)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreError(
+                f"{manifest_file}: malformed ({type(exc).__name__}: {exc}); rebuild the store"
+            ) from None
 
     def verify(self) -> None:
         """Recompute the sha256 of every array; StoreError naming the first mismatch."""

@@ -50,7 +50,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from ._atomic import atomic_path
+from ._atomic import atomic_path, atomic_paths
+from ._io import writing
 from .schema import (
     ALBUM_ITEM_MAPPING_SCHEMA,
     ARTIST_ITEM_MAPPING_SCHEMA,
@@ -674,13 +675,17 @@ def generate(config: SynthConfig | None = None) -> SynthData:
 
 
 def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> None:
-    """Write ``frame`` as zstd parquet to ``path``, atomically."""
-    with atomic_path(path) as tmp:
+    """Write ``frame`` as zstd parquet to ``path``, atomically (a write error names ``path``
+    and the free space there: :class:`~yambda_data.WriteError`)."""
+    with writing(path), atomic_path(path) as tmp:
         frame.write_parquet(tmp, compression="zstd", statistics=True)
 
 
 def synthesize(out_dir: str | Path, config: SynthConfig | None = None) -> SynthPaths:
-    """Generate and write the dataset under ``out_dir`` (each file written atomically)."""
+    """Generate and write the dataset under ``out_dir``. The three files are written to
+    temporary siblings and renamed into place only once all of them are complete, so a
+    failure (a :class:`~yambda_data.WriteError` naming the path and the free space) leaves
+    the files that were there before unchanged."""
     cfg = config or SynthConfig()
     root = Path(out_dir)
     data = generate(cfg)
@@ -690,7 +695,13 @@ def synthesize(out_dir: str | Path, config: SynthConfig | None = None) -> SynthP
         artist_item_mapping=mapping_path(root, "artist"),
         album_item_mapping=mapping_path(root, "album"),
     )
-    write_parquet_atomic(data.artist_item_mapping, paths.artist_item_mapping)
-    write_parquet_atomic(data.album_item_mapping, paths.album_item_mapping)
-    write_parquet_atomic(data.events, paths.multi_event)
+    frames = [
+        (data.artist_item_mapping, paths.artist_item_mapping),
+        (data.album_item_mapping, paths.album_item_mapping),
+        (data.events, paths.multi_event),
+    ]
+    with writing(root), atomic_paths([path for _, path in frames]) as temps:
+        for (frame, path), tmp in zip(frames, temps, strict=True):
+            with writing(path):
+                frame.write_parquet(tmp, compression="zstd", statistics=True)
     return paths
