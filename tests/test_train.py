@@ -685,6 +685,97 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for status in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = status.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(status.parent.name))
+    return found
+
+
+def _rank_pid(launcher: int, rank: int) -> int | None:
+    for pid in _children(launcher):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ:
+            return pid
+    return None
+
+
+def _descendants(pid: int) -> list[int]:
+    todo, found = [pid], []
+    while todo:
+        for child in _children(todo.pop()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attempt", range(5))
+@pytest.mark.parametrize("when", ["training", "evaluating"])
+def test_torchrun_rank_loss_ends_the_log_once_and_leaves_no_process(when, attempt, tmp_path):
+    """torchrun, 2 gloo ranks with a loader worker each; SIGKILL rank 1 while training (after
+    the first checkpoint) or while rank 0 evaluates. torchrun then sends SIGTERM to rank 0,
+    maybe while it writes its abort: every time, rank 0's log ends with exactly one run_stop
+    (aborted), every process is gone, and rank 0 says why in one line."""
+    out, checkpoints = tmp_path / "run", tmp_path / "checkpoints"
+    argv = [*SHORT, "--steps", "400", "--evals", "200", "--workers", "1", "--out", str(out)]
+    argv += ["--checkpoint-dir", str(checkpoints), "--checkpoint-every", "2"]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", "2", str(ROOT / "tools" / "train.py"), *argv]
+    stderr = tmp_path / "torchrun.stderr"
+    with open(stderr, "wb") as err:
+        launcher = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    every = []
+    try:
+        deadline = time.monotonic() + 400
+        while True:
+            log = out / "mlperf.log"
+            text = log.read_text() if log.is_file() else ""
+            ready = (found := ck.latest(checkpoints)) is not None and found.step >= 2
+            if when == "evaluating":
+                # block_stop is logged before an evaluation, eval_stop after it.
+                ready = text.count('"block_stop"') > text.count('"eval_stop"')
+            if ready or launcher.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        assert launcher.poll() is None, stderr.read_text()[-3000:]
+        every = _descendants(launcher.pid)
+        victim = _rank_pid(launcher.pid, 1)
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        launcher.wait(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    # The killed rank's loader worker notices its parent is gone within its 5 s status check.
+    deadline = time.monotonic() + 20
+    while (left := [pid for pid in every if Path(f"/proc/{pid}").exists()]) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.2)
+    assert not left, f"processes left: {left}"
+    assert launcher.returncode != 0
+    keys = [r["key"] for r in read_log(out / "mlperf.log")]
+    assert keys.count("run_stop") == 1 and keys[-1] == "run_stop", keys[-5:]
+    assert read_log(out / "mlperf.log")[-1]["metadata"]["status"] == "aborted"
+    # Rank 0 says why it stopped, in one line: it saw rank 1 go, or the launcher's SIGTERM came
+    # first (torchrun sends it as soon as it sees a rank die).
+    said = stderr.read_text()
+    assert (
+        "train.py: rank 0 of 2: another rank stopped answering" in said
+        or "train.py: rank 0 of 2: run interrupted by SIGTERM" in said
+    ), said[-3000:]
+
+
 @pytest.mark.slow
 def test_two_process_torchrun_run(tmp_path):
     """torchrun with 2 gloo ranks: one summary line (rank 0), a compliant log with the global

@@ -17,6 +17,7 @@ given.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -58,6 +59,27 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 def last_record(log: Path) -> dict:
     lines = [line for line in log.read_text().splitlines() if line.startswith(":::MLLOG")]
     return json.loads(lines[-1].removeprefix(":::MLLOG "))
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for status in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = status.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(status.parent.name))
+    return found
+
+
+def _descendants(pid: int) -> list[int]:
+    todo, found = [pid], []
+    while todo:
+        for child in _children(todo.pop()):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 class Scenarios:
@@ -230,6 +252,64 @@ class Scenarios:
             "--resume auto over another run's checkpoints with another --seed",
             "exit 2, one line naming the difference, no traceback",
             f"status {result.returncode}, {len(lines)} line(s): {lines[-1][:80] if lines else ''}",
+            ok,
+        )
+
+    def rank_loss_under_torchrun(self) -> tuple[str, str, str, bool]:
+        out, checkpoints = self.work / "ranks", self.work / "ranks" / "c"
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(ROOT / "tools" / "train.py"),
+            *RUN,
+            "--steps",
+            "400",
+            "--workers",
+            "1",
+            "--checkpoint-every",
+            "2",
+            "--out",
+            str(out),
+            "--checkpoint-dir",
+            str(checkpoints),
+        ]
+        err = self.work / "ranks.stderr"
+        with open(err, "wb") as stream:
+            launcher = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stream)
+        deadline = time.monotonic() + 600
+        while not (checkpoints / "step-2" / "COMPLETE").is_file():
+            if launcher.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"no checkpoint: {err.read_text()[-300:]}")
+            time.sleep(0.05)
+        every = _descendants(launcher.pid)
+        ranks = {}
+        for pid in _children(launcher.pid):
+            with contextlib.suppress(OSError):
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                ranks.update({r: pid for r in (0, 1) if f"RANK={r}".encode() in environ})
+        os.kill(ranks[1], signal.SIGKILL)
+        launcher.wait(timeout=300)
+        deadline = time.monotonic() + 20
+        while (left := [p for p in every if Path(f"/proc/{p}").exists()]) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.2)
+        text = (out / "mlperf.log").read_text()
+        stops = text.count('"run_stop"')
+        aborted = last_record(out / "mlperf.log")["metadata"].get("status") == "aborted"
+        said_text = err.read_text()
+        said = "rank 0 of 2: another rank stopped answering" in said_text
+        said = said or "rank 0 of 2: run interrupted by SIGTERM" in said_text
+        ok = stops == 1 and aborted and said and not left
+        return (
+            "torchrun, 2 gloo ranks with a loader worker each, SIGKILL of rank 1 while training",
+            "rank 0 logs one run_stop aborted and says another rank stopped answering; no process left",
+            f"{stops} run_stop ({'aborted' if aborted else 'NOT ABORTED'}), "
+            f"{'said' if said else 'NOT SAID'}, {len(left)} process(es) left",
             ok,
         )
 

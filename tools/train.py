@@ -28,6 +28,7 @@ import argparse
 import dataclasses
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from hstu_model.checkpoint import CheckpointError
 from hstu_model.config import PRESETS
 from hstu_model.training.distributed import RankLostError
 from hstu_model.training.run import REFERENCE_MIN_HISTORY, RunConfig, RunRefused, train
+from mlperf_compliance import RunInterrupted
 from yambda_data import HISTORY_STRATEGIES
 
 DEFAULTS = RunConfig()
@@ -186,17 +188,33 @@ def main(argv: list[str] | None = None) -> dict:
     return summary
 
 
+def quiet_exit() -> None:
+    """A failure is being reported: a launcher's SIGTERM must not cut the message short."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
+
+
 if __name__ == "__main__":
     try:
         main()
     except (ConfigError, RunRefused, FileNotFoundError, FileExistsError) as error:
         # A bad input, refused before the run created or changed anything.
+        quiet_exit()
         if debugging(sys.argv[1:]):
             raise
         print(f"train.py: error: {flag_message(error)}", file=sys.stderr)
         sys.exit(2)
+    except RunInterrupted as interrupted:
+        # A signal ended the run (under torchrun: often the launcher, after another rank died
+        # before this one noticed); its log ends with run_stop "aborted".
+        quiet_exit()
+        rank, ranks = os.environ.get("RANK"), os.environ.get("WORLD_SIZE", "1")
+        where = f"rank {rank} of {ranks}: " if ranks != "1" and rank is not None else ""
+        print(f"train.py: {where}{interrupted}", file=sys.stderr)
+        sys.exit(interrupted.code)
     except (FloatingPointError, RankLostError, CheckpointError, OSError, ValueError) as error:
         # The run started and failed; its log ends with run_stop "aborted".
+        quiet_exit()
         if debugging(sys.argv[1:]):
             raise
         print(f"train.py: {error}", file=sys.stderr)

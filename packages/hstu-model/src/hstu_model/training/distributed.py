@@ -76,6 +76,20 @@ class Distributed:
         return np.concatenate(gathered)
 
 
+def lost_peer(error: BaseException) -> BaseException | None:
+    """The failed collective that says another rank died or hung: `error` itself or one of the
+    exceptions it arose from (its __cause__ / __context__ chain), or None."""
+    seen = 0
+    while error is not None and seen < 20:
+        if isinstance(error, RuntimeError) and not isinstance(error, RankLostError):
+            text = str(error).lower()
+            backend = isinstance(error, getattr(dist, "DistBackendError", ()))
+            if backend or any(marker in text for marker in _LOST_PEER):
+                return error
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
+
+
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None:
@@ -112,14 +126,14 @@ def init_distributed(timeout_seconds: float = 300.0) -> Iterator[Distributed]:
     )
     try:
         yield Distributed(rank, world_size, local_rank, device)
-    except RuntimeError as error:
-        text = str(error)
-        lost = isinstance(error, getattr(dist, "DistBackendError", ())) or any(
-            marker in text.lower() for marker in _LOST_PEER
-        )
-        if not lost or isinstance(error, RankLostError):
+    except BaseException as error:
+        # The lost peer may be under what propagates: a launcher's SIGTERM or a loader whose
+        # workers it killed can raise while the collective's error unwinds.
+        lost = lost_peer(error)
+        if lost is None or isinstance(error, RankLostError):
             raise
-        first_line = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+        text = str(lost)
+        first_line = text.strip().splitlines()[0] if text.strip() else type(lost).__name__
         raise RankLostError(
             f"rank {rank} of {world_size}: another rank stopped answering ({first_line}); "
             "the run is aborted, see the other ranks' logs for the cause"

@@ -14,12 +14,15 @@ mlperf.log.discarded), so the run ends bit-identical to one that was never inter
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -47,6 +50,7 @@ from hstu_model.training.trainer import Trainer, seed_everything
 from mlperf_compliance import (
     DLRMv4RunConfig,
     MLPerfLogger,
+    RunInterrupted,
     RunTracker,
     dlrmv4_run_start_keys,
     eval_schedule,
@@ -501,7 +505,52 @@ def _agree(ctx: Distributed, decide: Callable[[], object]) -> object:
     return value
 
 
+_FAILING = False
+"""Set once a run has started to fail: from then on SIGTERM and SIGINT are ignored."""
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    if not _FAILING:
+        raise RunInterrupted(signum)
+
+
+def _failing() -> None:
+    """The run is failing: SIGTERM and SIGINT are ignored until `train` returns (a launcher
+    such as torchrun sends SIGTERM to every rank as soon as one dies; the abort record and the
+    failure's message must still be written whole), and exiting children no longer raise (the
+    DataLoader's SIGCHLD handler raises when its workers die of that SIGTERM)."""
+    global _FAILING
+    _FAILING = True
+    if threading.current_thread() is threading.main_thread():
+        for signum in _SIGNALS:
+            signal.signal(signum, _on_signal)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
 def train(config: RunConfig, log: Callable[[str], None] = _stderr) -> dict:
+    """See `_train_run`. SIGTERM and SIGINT end the run (RunInterrupted, a SystemExit with
+    status 128 + the signal) with `run_stop` aborted in its log, unless the run is already failing: then they
+    are ignored until the failure leaves this function. The signal handlers it found are
+    restored when it returns or raises."""
+    global _FAILING
+    _FAILING = False
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {s: signal.getsignal(s) for s in (*_SIGNALS, signal.SIGCHLD)}
+        for signum in _SIGNALS:
+            signal.signal(signum, _on_signal)
+    try:
+        return _train_run(config, log)
+    except BaseException:
+        _failing()
+        raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _train_run(config: RunConfig, log: Callable[[str], None] = _stderr) -> dict:
     """Runs `config` to its end (or its quality target); returns the summary.
 
     Everything it was given is checked before it creates or changes a file (RunConfig checks
@@ -800,6 +849,13 @@ class _StreamingRun:
                 trainer, schedule, loop, recorder, eval_batches, save_checkpoint, checkpoints
             )
         except BaseException:
+            _failing()  # from here on a launcher's SIGTERM does not cut the record short
+            stream = getattr(self, "_stream", None)
+            if stream is not None:
+                # The loader's workers stop before the log is written (a launcher's SIGTERM
+                # may have killed them already: what that raises is not the failure).
+                with contextlib.suppress(Exception):
+                    stream.close()
             # The aborted run_stop counts the samples trained, not the last block's start.
             if tracker.state not in ("new", "stopped") and not mllog.run_stopped:
                 tracker.run_stop("aborted", max(trainer.step * batch_size, tracker.samples_count))
@@ -836,6 +892,7 @@ class _StreamingRun:
         config, ctx, tracker = self.config, self.ctx, self.tracker
         position, batch_size = self.position, self.global_batch_size
         stream = self.train_stream(position.epoch, position.source, position.consumed)
+        self._stream = stream
         for eval_at in schedule[tracker.num_evals :]:  # a resumed run skips logged evals
             if not tracker.in_block:
                 tracker.block_start(trainer.step * batch_size, first_epoch_num=loop["epoch"])
