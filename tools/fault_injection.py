@@ -119,7 +119,7 @@ class Scenarios:
         got = f"statuses {[c for c, _ in outcomes]}, stderr lines {[n for _, n in outcomes]}, "
         got += "run kept byte for byte" if kept else "RUN CHANGED"
         return (
-            f"7 bad invocations (bad --set, --config, --target-auc, a rerun) over {out}",
+            "7 bad invocations (bad --set, --config, --target-auc, a rerun) over a finished run",
             "exit 2, one line each, the finished run unchanged",
             got,
             ok,
@@ -307,7 +307,8 @@ class Scenarios:
         ok = stops == 1 and aborted and said and not left
         return (
             "torchrun, 2 gloo ranks with a loader worker each, SIGKILL of rank 1 while training",
-            "rank 0 logs one run_stop aborted and says another rank stopped answering; no process left",
+            "rank 0 logs one run_stop aborted and says in one line why it stopped (another rank "
+            "stopped answering, or the launcher's SIGTERM); no process left",
             f"{stops} run_stop ({'aborted' if aborted else 'NOT ABORTED'}), "
             f"{'said' if said else 'NOT SAID'}, {len(left)} process(es) left",
             ok,
@@ -333,11 +334,11 @@ def main(argv: list[str] | None = None) -> int:
                 did, expected, got, ok = "(setup)", "(the scenario runs)", repr(error), False
             failed += not ok
             seconds = time.monotonic() - started
-            print(
+            line = (
                 f"{name}: did {did}; expected {expected}; got {got} -> "
-                f"{'ok' if ok else 'FAIL'} ({seconds:.0f} s)",
-                flush=True,
+                f"{'ok' if ok else 'FAIL'} ({seconds:.0f} s)"
             )
+            print(line.replace(str(work), "<work>"), flush=True)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
