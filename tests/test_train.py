@@ -21,14 +21,16 @@ from mlperf_compliance import check_log, read_log
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_train():
-    spec = importlib.util.spec_from_file_location("train_tool", ROOT / "tools" / "train.py")
+def load_tool(name: str):
+    spec = importlib.util.spec_from_file_location(f"{name}_tool", ROOT / "tools" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-train = load_train()
+train = load_tool("train")
+faults = load_tool("fault_injection")
+"""Its process-tree helpers (`children`, `descendants`) find a torchrun run's processes."""
 
 
 def test_command_line_surface_is_frozen():
@@ -685,20 +687,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for status in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = status.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(status.parent.name))
-    return found
-
-
 def _rank_pid(launcher: int, rank: int) -> int | None:
-    for pid in _children(launcher):
+    for pid in faults.children(launcher):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
@@ -706,15 +696,6 @@ def _rank_pid(launcher: int, rank: int) -> int | None:
         if f"RANK={rank}".encode() in environ:
             return pid
     return None
-
-
-def _descendants(pid: int) -> list[int]:
-    todo, found = [pid], []
-    while todo:
-        for child in _children(todo.pop()):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 @pytest.mark.slow
@@ -747,7 +728,7 @@ def test_torchrun_rank_loss_ends_the_log_once_and_leaves_no_process(when, attemp
                 break
             time.sleep(0.01)
         assert launcher.poll() is None, stderr.read_text()[-3000:]
-        every = _descendants(launcher.pid)
+        every = faults.descendants(launcher.pid)
         victim = _rank_pid(launcher.pid, 1)
         assert victim is not None
         os.kill(victim, signal.SIGKILL)

@@ -61,7 +61,7 @@ def last_record(log: Path) -> dict:
     return json.loads(lines[-1].removeprefix(":::MLLOG "))
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
     found = []
     for status in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -73,10 +73,10 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     todo, found = [pid], []
     while todo:
-        for child in _children(todo.pop()):
+        for child in children(todo.pop()):
             found.append(child)
             todo.append(child)
     return found
@@ -285,9 +285,9 @@ class Scenarios:
             if launcher.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"no checkpoint: {err.read_text()[-300:]}")
             time.sleep(0.05)
-        every = _descendants(launcher.pid)
+        every = descendants(launcher.pid)
         ranks = {}
-        for pid in _children(launcher.pid):
+        for pid in children(launcher.pid):
             with contextlib.suppress(OSError):
                 environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
                 ranks.update({r: pid for r in (0, 1) if f"RANK={r}".encode() in environ})
