@@ -383,6 +383,11 @@ def test_resume_without_out_takes_the_newest_unfinished_run(tmp_path, monkeypatc
         train.main(argv)
     monkeypatch.setattr(hstu_model.Trainer, "train_step", real_step)
     (folder,) = (tmp_path / "runs").glob("train-*")
+    # A newer unfinished run that checkpointed elsewhere is not the one to continue.
+    decoy = tmp_path / "runs" / "train-99999999-999999"
+    decoy.mkdir()
+    (decoy / "mlperf.log").write_text("")
+    (decoy / "config.json").write_text(json.dumps({"run": {"checkpoint_dir": "elsewhere"}}))
     capsys.readouterr()
     resumed = train.main([*argv, "--resume", "auto"])
     assert f"resuming the newest unfinished run, runs/{folder.name}" in capsys.readouterr().err

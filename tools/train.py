@@ -84,7 +84,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=Path,
         default=DEFAULTS.out,
         help="run folder (default: a fresh runs/train-<UTC date-time>; with --resume auto the "
-        "newest unfinished run under runs/); one that holds another run is refused",
+        "newest unfinished run under runs/ that checkpointed into --checkpoint-dir); one that "
+        "holds another run is refused",
     )
     add("--overwrite", action="store_true", help="replace the run that --out holds")
     add("--checkpoint-dir", type=Path, help="save checkpoints here (default: none)")

@@ -145,7 +145,8 @@ class RunConfig:
     """Run folder: mlperf.log, metrics, config.json, result.json (written when the run ends),
     the prepared store (and the synthetic data). None: a fresh folder `runs/train-<UTC date and
     time>` (the synthetic data then cached in `runs/cache/` for the runs that share it), or with
-    `resume` auto the newest unfinished run under `runs/`. A folder that holds another run is
+    `resume` auto the newest unfinished run under `runs/` that checkpointed into
+    `checkpoint_dir`. A folder that holds another run is
     refused unless `resume` auto continues it or `overwrite` replaces it."""
     overwrite: bool = False
     """Replace the run that `out` holds (its log, metrics, config and summary; the prepared
@@ -402,9 +403,23 @@ def run_state(out: Path) -> str:
     return "empty"
 
 
-def newest_unfinished_run(base: Path = RUNS_DIR) -> Path | None:
-    """The most recently changed `train-*` folder under `base` that holds an unfinished run."""
-    runs = [p for p in base.glob("train-*") if p.is_dir() and run_state(p) == "unfinished"]
+def newest_unfinished_run(checkpoint_dir: Path | None, base: Path = RUNS_DIR) -> Path | None:
+    """The most recently changed `train-*` folder under `base` that holds an unfinished run
+    which saved its checkpoints into `checkpoint_dir` (its config.json says so)."""
+
+    def saved_into(folder: Path) -> str | None:
+        try:
+            return json.loads((folder / "config.json").read_text())["run"]["checkpoint_dir"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    runs = [
+        p
+        for p in base.glob("train-*")
+        if p.is_dir()
+        and run_state(p) == "unfinished"
+        and saved_into(p) == (None if checkpoint_dir is None else str(checkpoint_dir))
+    ]
     return max(runs, key=lambda p: p.stat().st_mtime_ns, default=None)
 
 
@@ -430,7 +445,7 @@ def choose_run_dir(
     to resume from was found."""
     if config.out is None:
         if config.resume == "auto":
-            unfinished = newest_unfinished_run()
+            unfinished = newest_unfinished_run(config.checkpoint_dir)
             if unfinished is not None:
                 log(f"resuming the newest unfinished run, {unfinished}")
                 return unfinished, False
