@@ -5,7 +5,12 @@
     storage-workloads size MODEL --accelerators N --host-memory-gb M [--hosts H] [--accelerator A]
     storage-workloads check RUN_DIR_OR_PARAMS [--format text|json]
     storage-workloads datagen MODEL --data-dir DIR --run-dir DIR [--processes N] ...
-    storage-workloads run MODEL --accelerator A --data-dir DIR --run-dir DIR [--processes N] ...
+    storage-workloads run MODEL --accelerator A --data-dir DIR --run-dir DIR [--processes N]
+        [--loops N] ...
+    storage-workloads checkpoint MODEL --run-dir DIR --checkpoint-folder DIR [--processes N]
+        [--scale S] ...
+    (datagen, run and checkpoint take --what-if: validate, print the command and the config,
+    write nothing)
     storage-workloads report RUN_DIR... [--format text|json] [--out DIR]
     storage-workloads object list
     storage-workloads object prepare|get|run WORKLOAD --bucket B --out DIR [--endpoint URL]
@@ -26,18 +31,25 @@ import dataclasses
 import json
 import math
 import os
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from storage_workloads.checker import check_path
-from storage_workloads.checkpoint import CHECKPOINT_WORKLOADS, to_checkpoint_config
+from storage_workloads.checkpoint import (
+    CHECKPOINT_WORKLOADS,
+    NUM_CHECKPOINTS,
+    checkpoint_workload,
+    to_checkpoint_config,
+)
 from storage_workloads.dlio import ENGINES, dump_yaml, to_datagen_config, to_dlio_config
 from storage_workloads.dliorun import (
     DLIO_VENV_ENV,
     DlioError,
     aggregate_results,
     parse_param,
+    run_checkpointing,
     run_datagen,
     run_training,
     write_report,
@@ -95,6 +107,49 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _flag_int(flag: str, text: str, minimum: int) -> int:
+    """``text`` as an integer >= ``minimum``; a ``ValueError`` naming ``flag`` otherwise (one
+    line on stderr, exit status 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{flag} must be an integer >= {minimum}, got {text!r}") from None
+    if value < minimum:
+        raise ValueError(f"{flag} must be an integer >= {minimum}, got {text!r}")
+    return value
+
+
+def _what_if_option(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--what-if",
+        action="store_true",
+        help="validate as a real run would, print the command and the config it would write, "
+        "and stop: no file or folder is created",
+    )
+
+
+def _run_options(sub: argparse.ArgumentParser) -> None:
+    """The options of every DLIO launch: DLIO's environment, MPI, timeout, quiet, what-if."""
+    sub.add_argument(
+        "--dlio-venv",
+        metavar="DIR",
+        help=f"DLIO's virtual environment (default: ${DLIO_VENV_ENV}, else PATH)",
+    )
+    sub.add_argument("--no-mpi", action="store_true", help="run one DLIO process without mpirun")
+    sub.add_argument(
+        "--mpi-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra mpirun argument (--mpi-arg=--host --mpi-arg=a,b); repeatable",
+    )
+    sub.add_argument(
+        "--timeout", type=_seconds, metavar="S", help="stop DLIO after S seconds (default: none)"
+    )
+    sub.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    _what_if_option(sub)
+
+
 def _dlio_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("model", help="workload name (storage-workloads list)")
     sub.add_argument("--data-dir", required=True, metavar="DIR", help="dataset folder")
@@ -131,23 +186,7 @@ def _dlio_options(sub: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="set a dotted DLIO parameter (value read as YAML); repeatable",
     )
-    sub.add_argument(
-        "--dlio-venv",
-        metavar="DIR",
-        help=f"DLIO's virtual environment (default: ${DLIO_VENV_ENV}, else PATH)",
-    )
-    sub.add_argument("--no-mpi", action="store_true", help="run one DLIO process without mpirun")
-    sub.add_argument(
-        "--mpi-arg",
-        action="append",
-        default=[],
-        metavar="ARG",
-        help="extra mpirun argument (--mpi-arg=--host --mpi-arg=a,b); repeatable",
-    )
-    sub.add_argument(
-        "--timeout", type=_seconds, metavar="S", help="stop DLIO after S seconds (default: none)"
-    )
-    sub.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    _run_options(sub)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -159,7 +198,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         dest="area",
         required=True,
-        metavar="{list,show,size,check,datagen,run,report,object}",
+        metavar="{list,show,size,check,datagen,run,checkpoint,report,object}",
     )
     listing = commands.add_parser("list", help="the training and checkpointing workloads")
     listing.add_argument("--format", choices=("text", "json"), default="text")
@@ -244,6 +283,54 @@ def _parser() -> argparse.ArgumentParser:
         metavar="M",
         help="memory of one host in GiB, for the sizing rule (default: what DLIO measures)",
     )
+    run.add_argument(
+        "--loops",
+        metavar="N",
+        help="run N times, into RUN_DIR/loop-1 .. loop-N (default: once, into RUN_DIR)",
+    )
+
+    ckpt = commands.add_parser(
+        "checkpoint",
+        help="run a checkpointing workload (llama3 8b/70b/405b/1t) with DLIO",
+        description="Write then read checkpoints of a llama3 model with dlio-benchmark 2.0.0 "
+        "and the checkpoint mechanism of the DLIO extensions; checkpoint-results.json holds "
+        "the seconds and GB/s of each.",
+    )
+    ckpt.add_argument("model", help="checkpointing workload (llama3_8b, llama3_70b, ...)")
+    ckpt.add_argument("--run-dir", required=True, metavar="DIR", help="where the run's files go")
+    ckpt.add_argument(
+        "--checkpoint-folder",
+        required=True,
+        metavar="DIR",
+        help="where the checkpoints go: empty or missing (nothing is overwritten)",
+    )
+    ckpt.add_argument(
+        "--processes",
+        type=_int_at_least(1),
+        default=1,
+        metavar="N",
+        help="MPI processes (fewer than the closed count selects subset mode; default 1)",
+    )
+    ckpt.add_argument(
+        "--scale",
+        default="1",
+        metavar="S",
+        help="fraction in (0, 1] of the bytes each rank writes (default 1; below 1 is no "
+        "submission)",
+    )
+    ckpt.add_argument(
+        "--checkpoints-write",
+        default=str(NUM_CHECKPOINTS),
+        metavar="N",
+        help=f"checkpoints written (default {NUM_CHECKPOINTS})",
+    )
+    ckpt.add_argument(
+        "--checkpoints-read",
+        metavar="N",
+        help=f"checkpoints read back, at most --checkpoints-write (default {NUM_CHECKPOINTS}, or "
+        "--checkpoints-write when fewer)",
+    )
+    _run_options(ckpt)
 
     report = commands.add_parser(
         "report",
@@ -642,12 +729,33 @@ def _dlio_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "mpi_args": args.mpi_arg,
         "timeout_s": args.timeout,
         "log": _logger(args),
+        "what_if": args.what_if,
     }
+
+
+def _print_plan(plan: Mapping[str, Any], heading: str = "") -> None:
+    """Print a ``what_if`` plan: the command line (shell-quoted, one line), then the workload
+    YAML it would write, under ``#`` comment lines (so all after the command reads as YAML)."""
+    if heading:
+        print(f"# {heading}")
+    print(shlex.join(plan["command"]))
+    for key, value in plan.get("env", {}).items():
+        print(f"# environment: {key}={value}")
+    print(f"# config it would write, {plan['config_file']}:")
+    print(dump_yaml(plan["config"]), end="")
+
+
+def _what_if_done() -> None:
+    print(f"{PROG}: what-if: nothing was run, created or changed", file=sys.stderr)
 
 
 def _cmd_datagen(args: argparse.Namespace) -> int:
     w = workload(args.model, _default_accelerator(args.model, args.accelerator))
     result = run_datagen(w, **_dlio_kwargs(args))
+    if args.what_if:
+        _print_plan(result)
+        _what_if_done()
+        return 0
     v = result["verification"]
     print(
         f"{v['files_found']:,} of {v['files_expected']:,} .{v['format']} files, mean "
@@ -661,16 +769,101 @@ def _cmd_datagen(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    """One run into ``--run-dir``, or with ``--loops N`` N runs into ``RUN_DIR/loop-1`` ..
+    ``loop-N``. Every loop is validated (as ``--what-if`` does) before the first one runs, so
+    a bad ``--loops`` or an earlier run in any loop folder stops everything up front."""
+    loops = None if args.loops is None else _flag_int("--loops", args.loops, 1)
     w = workload(args.model, _default_accelerator(args.model, args.accelerator))
-    result = run_training(
-        w,
-        division=args.division,
-        hosts=args.hosts,
-        host_memory_gb=args.host_memory_gb,
-        **_dlio_kwargs(args),
+    kwargs = _dlio_kwargs(args)
+    what_if = kwargs.pop("what_if")
+    run_dirs = (
+        [args.run_dir]
+        if loops is None
+        else [os.path.join(args.run_dir, f"loop-{i}") for i in range(1, loops + 1)]
     )
-    print(_run_table(result))
-    return 0 if result["passed"] else 1
+
+    def training(run_dir: str, *, plan: bool) -> dict[str, Any]:
+        return run_training(
+            w,
+            division=args.division,
+            hosts=args.hosts,
+            host_memory_gb=args.host_memory_gb,
+            **{**kwargs, "run_dir": run_dir, "what_if": plan},
+        )
+
+    plans = [training(run_dir, plan=True) for run_dir in run_dirs]
+    if what_if:
+        for i, plan in enumerate(plans, 1):
+            _print_plan(plan, f"loop {i} of {loops}" if loops is not None else "")
+        _what_if_done()
+        return 0
+    passed = True
+    for i, run_dir in enumerate(run_dirs, 1):
+        if loops is not None:
+            print(f"loop {i} of {loops}: {run_dir}", flush=True)
+        result = training(run_dir, plan=False)
+        print(_run_table(result), flush=True)
+        passed = passed and bool(result["passed"])
+    return 0 if passed else 1
+
+
+def _cmd_checkpoint(args: argparse.Namespace) -> int:
+    """Validate the numeric options (one line naming the flag, exit 2), then
+    :func:`run_checkpointing` (or its ``what_if`` plan)."""
+    try:
+        scale = float(args.scale)
+    except ValueError:
+        scale = math.nan
+    if not math.isfinite(scale) or not 0 < scale <= 1:
+        raise ValueError(f"--scale must be a number in (0, 1], got {args.scale!r}")
+    writes = _flag_int("--checkpoints-write", args.checkpoints_write, 1)
+    reads = (
+        min(writes, NUM_CHECKPOINTS)
+        if args.checkpoints_read is None
+        else _flag_int("--checkpoints-read", args.checkpoints_read, 0)
+    )
+    if reads > writes:
+        raise ValueError(
+            f"--checkpoints-read {reads} > --checkpoints-write {writes}: only written "
+            "checkpoints can be read"
+        )
+    c = checkpoint_workload(args.model)
+    result = run_checkpointing(
+        c,
+        run_dir=args.run_dir,
+        checkpoint_folder=args.checkpoint_folder,
+        processes=args.processes,
+        scale=scale,
+        num_checkpoints_write=writes,
+        num_checkpoints_read=reads,
+        dlio_venv=args.dlio_venv,
+        mpi=not args.no_mpi,
+        mpi_args=args.mpi_arg,
+        timeout_s=args.timeout,
+        log=_logger(args),
+        what_if=args.what_if,
+    )
+    if args.what_if:
+        _print_plan(result)
+        _what_if_done()
+        return 0
+    rows = [["phase", "checkpoints", "mean s", "mean GB/s"]]
+    for phase in ("write", "read"):
+        p = result[phase]
+        rows.append(
+            [
+                phase,
+                str(p["count"]),
+                "-" if p["seconds_mean"] is None else f"{p['seconds_mean']:.3f}",
+                "-" if p["gb_per_s_mean"] is None else f"{p['gb_per_s_mean']:,.3f}",
+            ]
+        )
+    print(
+        f"{result['model']}, {result['processes']} process(es), "
+        f"{result['bytes_per_checkpoint']:,} B per checkpoint, {result['verdict']}"
+    )
+    print(_columns(rows))
+    return 0
 
 
 def _run_table(result: Mapping[str, Any]) -> str:
@@ -745,6 +938,7 @@ _COMMANDS: dict[str, Any] = {
     "check": _cmd_check,
     "datagen": _cmd_datagen,
     "run": _cmd_run,
+    "checkpoint": _cmd_checkpoint,
     "report": _cmd_report,
 }
 

@@ -471,6 +471,22 @@ def _execute(launch: _Launch, *, run_dir: Path, timeout_s: float | None, log: Lo
     return wall
 
 
+def _what_if(launch: _Launch, run_dir: Path, record: Mapping[str, Any]) -> dict[str, Any]:
+    """What a run would do, for ``what_if=True``: the command, the workload YAML's path and
+    content, and ``run.json``. Nothing is written; the caller has validated everything."""
+    plan: dict[str, Any] = {
+        "what_if": True,
+        "command": list(launch.cmd),
+        "config_file": str(run_dir / "configs" / "workload" / f"{launch.name}.yaml"),
+        "config": copy.deepcopy(launch.config),
+        "run_record": dict(record),
+        "dlio_extensions": list(launch.extensions),
+    }
+    if launch.extensions:
+        plan["env"] = {"PYTHONPATH": launch.env["PYTHONPATH"]}
+    return plan
+
+
 def apply_params(config: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
     """Set dotted parameters (``{"train.epochs": 1}``) in a DLIO mapping, in place; returns it.
 
@@ -667,6 +683,7 @@ def run_datagen(
     mpi: bool = True,
     mpi_args: Sequence[str] = (),
     timeout_s: float | None = None,
+    what_if: bool = False,
     log: Log = _quiet,
 ) -> dict[str, Any]:
     """Generate ``dataset`` with DLIO into ``data_folder`` and verify the files on disk.
@@ -677,7 +694,9 @@ def run_datagen(
     generators of :mod:`storage_workloads.dlio_ext`. Everything is validated first: a
     ``run_dir`` with an earlier run's results, or a ``data_folder`` that already holds files,
     is refused before any file is written. Raises :class:`DlioError` if DLIO fails or runs
-    another config; a failed verification is reported, not raised.
+    another config; a failed verification is reported, not raised. With ``what_if``, returns
+    after that validation what the run would do (the command, the config and ``run.json``,
+    see ``_what_if``) without creating any file or folder.
     """
     d = dataset.datagen if isinstance(dataset, Workload) else dataset
     run = Path(run_dir).resolve()
@@ -717,6 +736,8 @@ def run_datagen(
         del record["params"]["accelerator"]
     if schema is not None:
         record["parquet_schema"] = schema.as_dict()
+    if what_if:
+        return _what_if(launch, run, record)
     run.mkdir(parents=True, exist_ok=True)
     _write_record(run, record)
     wall = _execute(launch, run_dir=run, timeout_s=timeout_s, log=log)
@@ -966,6 +987,7 @@ def run_training(
     mpi: bool = True,
     mpi_args: Sequence[str] = (),
     timeout_s: float | None = None,
+    what_if: bool = False,
     log: Log = _quiet,
 ) -> dict[str, Any]:
     """Run ``workload`` with DLIO on an existing dataset and write its results.
@@ -977,7 +999,9 @@ def run_training(
     by the reader of :mod:`storage_workloads.dlio_ext`, named to DLIO by the Hydra override
     ``reader.reader_classname`` (recorded in ``run.json``, not in the workload YAML).
     Everything is validated before any file is written: the dataset must hold the files the
-    run reads, and ``run_dir`` must not hold an earlier run's results.
+    run reads, and ``run_dir`` must not hold an earlier run's results. With ``what_if``,
+    returns after that validation what the run would do (the command, the config and
+    ``run.json``) without creating any file or folder.
     """
     run = Path(run_dir).resolve()
     folder = Path(data_folder).resolve()
@@ -1041,6 +1065,8 @@ def run_training(
     }
     if schema is not None:
         record["parquet_schema"] = schema.as_dict()
+    if what_if:
+        return _what_if(launch, run, record)
     run.mkdir(parents=True, exist_ok=True)
     _write_record(run, record)
     wall = _execute(launch, run_dir=run, timeout_s=timeout_s, log=log)
@@ -1179,6 +1205,7 @@ def run_checkpointing(
     mpi: bool = True,
     mpi_args: Sequence[str] = (),
     timeout_s: float | None = None,
+    what_if: bool = False,
     log: Log = _quiet,
 ) -> dict[str, Any]:
     """Run a checkpointing workload with dlio-benchmark 2.0.0 (:func:`checkpoint_config`).
@@ -1189,7 +1216,9 @@ def run_checkpointing(
     ``per_epoch_stats.json`` (rank 0, two decimals) as a cross-check. ``checkpoint_folder``
     must be empty or missing: earlier checkpoints are never overwritten. A run with ``scale``
     below 1 or with fewer processes than the closed count is no submission; the rules checker
-    is not run on it (it judges configs of the MLPerf DLIO, which this engine lacks).
+    is not run on it (it judges configs of the MLPerf DLIO, which this engine lacks). With
+    ``what_if``, returns after validation what the run would do (the command, the config and
+    ``run.json``) without creating any file or folder.
     """
     run = Path(run_dir).resolve()
     folder = Path(checkpoint_folder).resolve()
@@ -1220,18 +1249,18 @@ def run_checkpointing(
         mpi_args=mpi_args,
         extensions=["checkpoint-mechanism"],
     )
+    record = {
+        "command": "checkpoint",
+        "engine": "dlio",
+        "config_file": f"configs/workload/{name}.yaml",
+        "params": {"model": workload.name, "num_processes": processes, "scale": scale},
+        "dlio_overrides": launch.overrides,
+        "dlio_extensions": ["checkpoint-mechanism"],
+    }
+    if what_if:
+        return _what_if(launch, run, record)
     run.mkdir(parents=True, exist_ok=True)
-    _write_record(
-        run,
-        {
-            "command": "checkpoint",
-            "engine": "dlio",
-            "config_file": f"configs/workload/{name}.yaml",
-            "params": {"model": workload.name, "num_processes": processes, "scale": scale},
-            "dlio_overrides": launch.overrides,
-            "dlio_extensions": ["checkpoint-mechanism"],
-        },
-    )
+    _write_record(run, record)
     wall = _execute(launch, run_dir=run, timeout_s=timeout_s, log=log)
     timings = _load_json(run / "dlio" / CHECKPOINT_TIMINGS)
     total = timings.get("bytes_per_checkpoint")
