@@ -703,6 +703,54 @@ def _rank_pid(launcher: int, rank: int) -> int | None:
     return None
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_process_group_reads_as_an_interruption(signum, tmp_path):
+    """A launcher's SIGTERM (or Ctrl-C's SIGINT) goes to the whole process group, the loader's
+    worker included. The run ends as interrupted by that signal (status 128 + signal, one
+    line, run_stop aborted), never as "DataLoader worker is killed by signal"."""
+    out = tmp_path / "run"
+    argv = [*SHORT, "--steps", "400", "--evals", "100", "--workers", "1", "--out", str(out)]
+    stderr = tmp_path / "stderr"
+    with open(stderr, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tools" / "train.py"), *argv],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 300
+            log = out / "mlperf.log"
+            while not faults.children(proc.pid) or '"block_start"' not in (
+                log.read_text() if log.is_file() else ""
+            ):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"never trained; stderr:\n{stderr.read_text()[-3000:]}")
+                time.sleep(0.01)
+            every = faults.descendants(proc.pid)
+            os.killpg(proc.pid, signum)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    said = stderr.read_text()
+    assert proc.returncode == 128 + signum, said[-3000:]
+    name = signal.Signals(signum).name
+    assert f"train.py: run interrupted by {name}" in said.splitlines(), said[-3000:]
+    assert "Traceback" not in said and "DataLoader" not in said, said[-3000:]
+    records = read_log(out / "mlperf.log")
+    assert [r["key"] for r in records].count("run_stop") == 1
+    assert records[-1]["key"] == "run_stop" and records[-1]["metadata"]["status"] == "aborted"
+    deadline = time.monotonic() + 20
+    while (left := [p for p in every if Path(f"/proc/{p}").exists()]) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.2)
+    assert not left, f"processes left: {left}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("attempt", range(5))
 @pytest.mark.parametrize("when", ["training", "evaluating"])

@@ -1,3 +1,7 @@
+import os
+import signal
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -68,3 +72,31 @@ def test_loader_arguments_are_checked(built_store, plan):
     assert not make_loader(built_store[2], CONFIG, plan, num_workers=0).pin_memory or (
         torch.cuda.is_available()
     )
+
+
+def _ignored_signals(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return int(line.split()[1], 16)
+    raise AssertionError(f"/proc/{pid}/status has no SigIgn line")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_workers_leave_group_signals_to_the_calling_process(built_store, plan):
+    """SIGTERM or SIGINT sent to the process group (a launcher, Ctrl-C) must not kill a worker
+    first: the DataLoader would then raise "worker killed" instead of the caller's handler
+    running. The workers ignore both and still end with the loader."""
+    loader = make_loader(built_store[2], CONFIG, plan, num_workers=2, prefetch_factor=2)
+    stream = iter(loader)
+    next(stream)
+    workers = [w.pid for w in stream._workers]
+    assert len(workers) == 2
+    for pid in workers:
+        ignored = _ignored_signals(pid)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            assert ignored >> (signum - 1) & 1, f"worker {pid} does not ignore {signum!r}"
+    assert not _ignored_signals(os.getpid()) >> (signal.SIGTERM - 1) & 1
+    stream._shutdown_workers()
+    for pid in workers:
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or ") Z " in stat.read_text(), f"worker {pid} still runs"
