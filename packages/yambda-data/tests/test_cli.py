@@ -459,7 +459,6 @@ def test_verify_checks_a_preprocess_output_against_its_metadata(built_store, tmp
     ("argv", "flag"),
     [
         (["synth", "--users", "x", "--out", "d", "--seed", "1"], "--users"),
-        (["synth", "--out", "d", "--seed", "1"], "--users"),
         (["preprocess", "--raw", "r", "--size", "50m", "--out", "o", "--partitions", "1.5"], "--partitions"),
         (["inspect", "p", "--format", "xml"], "--format"),
         (["bogus"], "bogus"),
@@ -556,3 +555,16 @@ def test_inspect_names_a_truncated_file(built_store, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"yambda-data inspect: error: {part}: cannot read it")
     assert err.count("\n") == 1
+
+
+def test_synth_with_a_published_shape_streams_its_files(tmp_path, capsys):
+    out = tmp_path / "raw"
+    argv = ["synth", "--shape", "500m", "--users", "20", "--out", str(out), "--seed", "2"]
+    assert main([*argv, "--stream"]) == 0
+    events = pl.read_parquet(out / "flat" / "500m" / "multi_event.parquet")
+    assert events["uid"].n_unique() == 20
+    assert main(["validate", "--root", str(out), "--size", "500m"]) == 0
+    capsys.readouterr()
+    assert main(["synth", "--out", str(tmp_path / "x"), "--seed", "1", "--stream"]) == 2
+    assert "--users: required without --shape" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

@@ -15,7 +15,7 @@ from yambda_data.schema import (
     validate_multi_event,
 )
 from yambda_data.split import temporal_split
-from yambda_data.synth import SynthConfig, SynthData, generate, roc_auc, synthesize
+from yambda_data.synth import SynthConfig, SynthData, generate, roc_auc, synthesize, yambda_shape
 
 
 def _files(paths) -> dict[str, bytes]:
@@ -219,3 +219,34 @@ def test_a_failed_write_keeps_the_files_that_were_there(tmp_path: Path, tiny_con
     assert info.value.filename == str(paths.multi_event)
     assert "No space left on device" in str(info.value) and "bytes free in" in str(info.value)
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_streamed_file_has_the_in_memory_rows_in_order(tmp_path):
+    """stream=True writes the same rows as the in-memory path, in the same order and schema,
+    in row groups of whole uid ranges, and the same config gives the same bytes again."""
+    config = SynthConfig(users=600, seed=5, median_events_per_user=200)  # three user blocks
+    streamed = synthesize(tmp_path / "streamed", config, stream=True)
+    in_memory = synthesize(tmp_path / "in_memory", config)
+    a, b = pl.read_parquet(streamed.multi_event), pl.read_parquet(in_memory.multi_event)
+    assert a.schema == b.schema and a.equals(b)
+    for name in ("artist_item_mapping", "album_item_mapping"):
+        assert getattr(streamed, name).read_bytes() == getattr(in_memory, name).read_bytes()
+    again = synthesize(tmp_path / "again", config, stream=True)
+    assert again.multi_event.read_bytes() == streamed.multi_event.read_bytes()
+    assert [p.name for p in streamed.multi_event.parent.iterdir()] == ["multi_event.parquet"]
+
+
+def test_yambda_shape_has_the_published_users_and_per_user_mean():
+    shape = yambda_shape("500m")
+    assert (shape.users, shape.items, shape.size) == (100_000, 3_004_578, "500m")
+    assert yambda_shape("5b", users=50).users == 50
+    listens = generate(yambda_shape("500m", users=300)).events.filter(
+        pl.col("event_type") == "listen"
+    )
+    per_user = listens.group_by("uid").len()["len"]
+    # The published median is 3,076 listens per user and about 4,800 events per user on
+    # average (466.5M listens over 100,000 users in 500m); 300 users sample it loosely.
+    assert 2_400 <= per_user.median() <= 3_900
+    assert 3_700 <= per_user.mean() <= 6_000
+    with pytest.raises(ValueError, match="size: expected one of 50m, 500m, 5b, got '1b'"):
+        yambda_shape("1b")

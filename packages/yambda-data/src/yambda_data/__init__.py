@@ -10,7 +10,7 @@ Importing this package does not import torch.
 
 from ._io import InputFileError, ReadError, WriteError
 from .crosses import CROSS_FEATURE_NAMES, CROSS_FEATURES, CrossFeature, cross_features
-from .dataset import DLRMv4Samples, load_dlrmv4_samples, prepare_store
+from .dataset import DLRMv4Samples, load_dlrmv4_samples, prepare_preprocessed, prepare_store
 from .samples import (
     HISTORY_STRATEGIES,
     ItemFeatures,
@@ -35,7 +35,7 @@ from .schema import (
 from .split import SplitMeta, SplitResult, temporal_split
 from .store import SampleStore, StoreError, build_store
 from .streaming import TEST, BatchPlan, holdout_users
-from .synth import SynthConfig, SynthData, SynthPaths, generate, synthesize
+from .synth import SynthConfig, SynthData, SynthPaths, generate, synthesize, yambda_shape
 
 __version__ = "0.1.0"
 
@@ -75,6 +75,7 @@ __all__ = [
     "generate",
     "holdout_users",
     "load_dlrmv4_samples",
+    "prepare_preprocessed",
     "prepare_store",
     "read_mapping",
     "read_multi_event",
@@ -82,4 +83,5 @@ __all__ = [
     "temporal_split",
     "validate_mapping",
     "validate_multi_event",
+    "yambda_shape",
 ]

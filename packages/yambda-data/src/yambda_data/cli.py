@@ -16,6 +16,7 @@ traceback is printed too only with ``--debug`` or the environment variable ``DLR
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -60,7 +61,7 @@ from .store import (
     _source_files,
     build_store,
 )
-from .synth import SynthConfig, synthesize
+from .synth import YAMBDA_USERS, SynthConfig, synthesize, yambda_shape
 
 __all__ = ["DEBUG_ENV", "main"]
 
@@ -126,10 +127,29 @@ def _parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], **kwargs)
 
     synth = add("synth", help="write a synthetic dataset in the public Yambda layout")
-    synth.add_argument("--users", type=int, required=True, help="number of users")
+    synth.add_argument(
+        "--users", type=int, default=None, help="number of users (required without --shape)"
+    )
     synth.add_argument("--out", required=True, help="dataset root to write")
     synth.add_argument("--seed", type=int, required=True, help="random seed")
-    synth.add_argument("--size", default="50m", help="size label of flat/<size>/ (default 50m)")
+    synth.add_argument(
+        "--size",
+        default=None,
+        help="size label of flat/<size>/ (default: the --shape, else 50m)",
+    )
+    synth.add_argument(
+        "--shape",
+        choices=tuple(YAMBDA_USERS),
+        default=None,
+        help="the published shape of a Yambda size: its users (unless --users), per-user "
+        "spread and catalogue size",
+    )
+    synth.add_argument(
+        "--stream",
+        action="store_true",
+        help="hold one block of users in memory at a time (any size; the file's row groups "
+        "differ from the default in-memory write, its rows do not)",
+    )
     synth.add_argument(
         "--median-events",
         type=int,
@@ -241,13 +261,20 @@ _SYNTH_FLAGS = {
 
 
 def _synth(args: argparse.Namespace) -> None:
-    overrides = {"users": args.users, "seed": args.seed, "size": args.size}
+    if args.users is None and args.shape is None:
+        raise ValueError("--users: required without --shape")
+    overrides = {"seed": args.seed}
+    if args.users is not None:
+        overrides["users"] = args.users
+    if args.size is not None or args.shape is None:
+        overrides["size"] = args.size or "50m"
     if args.median_events is not None:
         overrides["median_events_per_user"] = args.median_events
     if args.items is not None:
         overrides["items"] = args.items
     try:
-        config = SynthConfig(**overrides)
+        base = SynthConfig() if args.shape is None else yambda_shape(args.shape)
+        config = dataclasses.replace(base, **overrides)
     except ValueError as exc:
         field = str(exc).split(":", 1)[0].removeprefix("SynthConfig.")
         flag = _SYNTH_FLAGS.get(field)
@@ -270,7 +297,7 @@ def _synth(args: argparse.Namespace) -> None:
             "--overwrite to replace its files)"
         )
     start = time.perf_counter()
-    paths = synthesize(root, config)
+    paths = synthesize(root, config, stream=args.stream)
     elapsed = time.perf_counter() - start
     print(f"wrote {paths.multi_event}")
     print(f"wrote {paths.artist_item_mapping}")

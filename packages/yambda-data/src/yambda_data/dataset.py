@@ -69,29 +69,25 @@ STORE_DIR = "store"
 _SOURCE_FILE = "preprocessed.source.json"
 
 
-def prepare_store(
+def prepare_preprocessed(
     root: str | Path,
     size: str,
     work_dir: str | Path,
     *,
-    min_history: int,
-    window_seconds: int = 86_400,
     partitions: int | None = None,
     progress: Callable[[str], None] | None = None,
-) -> SampleStore:
+) -> Path:
     """Preprocess ``<root>/flat/<size>/multi_event.parquet`` into ``<work_dir>/preprocessed``
-    and build the sample store ``<work_dir>/store`` from it; both steps are skipped when their
-    output already comes from the same input (the raw file's size and modification time, and
-    the store's own fingerprint). Safe to call from every rank at once: the store build is
-    locked, and each rank must call it with the same arguments. The arguments and the raw
-    file's columns are checked before anything is created (the rows are checked by the
-    preprocessing, before it writes)."""
+    unless that output already comes from the same input (the raw file's size and
+    modification time); returns the output folder. The first half of :func:`prepare_store`,
+    on its own so that the two steps can run (and be measured) as separate processes. The
+    arguments and the raw file's columns are checked before anything is created (the rows
+    are checked by the preprocessing, before it writes)."""
     from .preprocess import preprocess  # the submodule keeps its name (see __init__)
 
     path = multi_event_path(root, size)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    _BuildSettings(min_history=min_history, window_seconds=window_seconds)
     if partitions is not None and (
         not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1
     ):
@@ -113,10 +109,32 @@ def prepare_store(
             preprocess(root, size, pre, partitions=partitions)
             with writing(record), atomic_path(record) as tmp:
                 tmp.write_text(json.dumps(source) + "\n")
+    return pre
+
+
+def prepare_store(
+    root: str | Path,
+    size: str,
+    work_dir: str | Path,
+    *,
+    min_history: int,
+    window_seconds: int = 86_400,
+    partitions: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> SampleStore:
+    """Preprocess ``<root>/flat/<size>/multi_event.parquet`` into ``<work_dir>/preprocessed``
+    and build the sample store ``<work_dir>/store`` from it; both steps are skipped when their
+    output already comes from the same input (the raw file's size and modification time, and
+    the store's own fingerprint). Safe to call from every rank at once: the store build is
+    locked, and each rank must call it with the same arguments. The arguments and the raw
+    file's columns are checked before anything is created (the rows are checked by the
+    preprocessing, before it writes)."""
+    _BuildSettings(min_history=min_history, window_seconds=window_seconds)
+    pre = prepare_preprocessed(root, size, work_dir, partitions=partitions, progress=progress)
     return build_store(
         pre,
         root,
-        work / STORE_DIR,
+        Path(work_dir) / STORE_DIR,
         min_history=min_history,
         window_seconds=window_seconds,
         progress=progress,

@@ -13,7 +13,7 @@ build the first batches of the next window while the current one trains.
 
 from __future__ import annotations
 
-import signal
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,9 +72,8 @@ class StoreBatches(IterableDataset):
         return self.plan.batches(self.store)
 
 
-def _ignore_group_signals(worker_id: int) -> None:
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, signal.SIG_IGN)
+def _leave_the_process_group(worker_id: int) -> None:
+    os.setpgid(0, 0)
 
 
 def make_loader(
@@ -92,10 +91,11 @@ def make_loader(
     ``num_workers=0`` builds batches in the calling process. ``pin_memory`` defaults to
     whether CUDA is available. ``crosses``: the cross features of the batches.
 
-    The workers ignore SIGTERM and SIGINT: a signal sent to the whole process group (Ctrl-C, a
-    launcher such as torchrun stopping its ranks) is the calling process's to handle. Had a
-    worker died of it first, the DataLoader would have raised "worker killed" in its place.
-    The workers still stop when the loader shuts down or its process dies.
+    Each worker runs in a process group of its own: a signal sent to the calling process's
+    group (Ctrl-C, a launcher such as torchrun stopping its ranks) is the calling process's to
+    handle. Had a worker died of it first, the DataLoader would have raised "worker killed" in
+    its place. The workers still stop when the loader shuts down, when the calling process
+    exits (it terminates them) or within seconds of its death (their parent watchdog).
     """
     if num_workers < 0:
         raise ValueError(f"num_workers: must be >= 0, got {num_workers}")
@@ -109,7 +109,7 @@ def make_loader(
         extra = {
             "persistent_workers": True,
             "prefetch_factor": prefetch_factor,
-            "worker_init_fn": _ignore_group_signals,
+            "worker_init_fn": _leave_the_process_group,
         }
     return DataLoader(
         dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory, **extra

@@ -44,6 +44,8 @@ config gives byte-identical files.
 from __future__ import annotations
 
 import math
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -71,6 +73,7 @@ __all__ = [
     "roc_auc",
     "synthesize",
     "write_parquet_atomic",
+    "yambda_shape",
 ]
 
 DAY = 86_400
@@ -681,27 +684,101 @@ def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> None:
         frame.write_parquet(tmp, compression="zstd", statistics=True)
 
 
-def synthesize(out_dir: str | Path, config: SynthConfig | None = None) -> SynthPaths:
+def synthesize(
+    out_dir: str | Path, config: SynthConfig | None = None, *, stream: bool = False
+) -> SynthPaths:
     """Generate and write the dataset under ``out_dir``. The three files are written to
     temporary siblings and renamed into place only once all of them are complete, so a
     failure (a :class:`~yambda_data.WriteError` naming the path and the free space) leaves
-    the files that were there before unchanged."""
+    the files that were there before unchanged.
+
+    ``stream=True`` never holds more than one block of users' events in memory (for sizes
+    such as Yambda-500m's, see :func:`yambda_shape`): each block is written to a part file in
+    a temporary directory beside the output, and the parts are then concatenated into
+    ``multi_event.parquet`` by polars' streaming engine (row groups of
+    :data:`STREAM_ROW_GROUP_ROWS` rows, zstd). The rows are those of the in-memory path, in
+    the same order; the file's bytes differ (its row groups do), and the same config gives
+    the same bytes again. The parts take about as much disk as the output while it is
+    written."""
     cfg = config or SynthConfig()
     root = Path(out_dir)
-    data = generate(cfg)
     paths = SynthPaths(
         root=root,
         multi_event=multi_event_path(root, cfg.size),
         artist_item_mapping=mapping_path(root, "artist"),
         album_item_mapping=mapping_path(root, "album"),
     )
-    frames = [
-        (data.artist_item_mapping, paths.artist_item_mapping),
-        (data.album_item_mapping, paths.album_item_mapping),
-        (data.events, paths.multi_event),
-    ]
-    with writing(root), atomic_paths([path for _, path in frames]) as temps:
-        for (frame, path), tmp in zip(frames, temps, strict=True):
+    if stream:
+        cat = _build_catalogue(cfg)
+        mappings = [cat.artist_mapping, cat.album_mapping]
+    else:
+        data = generate(cfg)
+        mappings = [data.artist_item_mapping, data.album_item_mapping]
+    targets = [paths.artist_item_mapping, paths.album_item_mapping, paths.multi_event]
+    with writing(root), atomic_paths(targets) as temps:
+        for frame, path, tmp in zip(mappings, targets, temps, strict=False):
             with writing(path):
                 frame.write_parquet(tmp, compression="zstd", statistics=True)
+        with writing(paths.multi_event):
+            if stream:
+                _stream_events(cat, cfg, temps[-1])
+            else:
+                data.events.write_parquet(temps[-1], compression="zstd", statistics=True)
     return paths
+
+
+STREAM_ROW_GROUP_ROWS = 1_048_576
+"""Rows per row group of a streamed ``multi_event.parquet`` (row groups hold whole uid ranges
+in order, so a uid-filtered scan reads only its own)."""
+
+
+def _stream_events(cat: _Catalogue, cfg: SynthConfig, target: Path) -> None:
+    parts = Path(tempfile.mkdtemp(prefix=f".{target.name}.parts-", dir=target.parent))
+    try:
+        files = []
+        for block, uid0 in enumerate(range(0, cfg.users, _USERS_PER_BLOCK)):
+            n = min(_USERS_PER_BLOCK, cfg.users - uid0)
+            data = _user_block(cat, cfg, block, uid0, n)
+            del data["prob"]
+            files.append(parts / f"part-{block:07d}.parquet")
+            _events_frame(data).write_parquet(files[-1], compression="lz4", statistics=False)
+        pl.scan_parquet(files).sink_parquet(
+            target,
+            compression="zstd",
+            statistics=True,
+            row_group_size=STREAM_ROW_GROUP_ROWS,
+            maintain_order=True,
+        )
+    finally:
+        shutil.rmtree(parts, ignore_errors=True)
+
+
+YAMBDA_USERS = {"50m": 10_000, "500m": 100_000, "5b": 1_000_000}
+"""Users of each published Yambda size (500m and 50m are user subsamples of 5b)."""
+
+
+def yambda_shape(size: str, *, seed: int = 0, users: int | None = None) -> SynthConfig:
+    """A :class:`SynthConfig` with the shape of a published Yambda size: its user count (or
+    ``users``), the published median of 3,076 listens per user with a log-normal spread
+    whose mean gives about 4,800 events per user (about 480M events for 500m; the published
+    p95 of 17,030 would need a wider spread and a higher mean than the published totals
+    allow), at most 28,000 listens per user (5b's heaviest user has 27,738 events), and a
+    catalogue scaled from the size's item count (3,004,578 items for 500m; artists and
+    albums in 5b's ratio to items) with dense ids (``id_sparsity`` 1), so that the id tables
+    are as long as the catalogue. (The published subsets keep 5b's ids: a real 500m's tables
+    have 5b's 9.39M item rows.)"""
+    if size not in YAMBDA_USERS:
+        raise ValueError(f"size: expected one of {', '.join(YAMBDA_USERS)}, got {size!r}")
+    items = {"50m": 934_057, "500m": 3_004_578, "5b": 9_390_623}[size]
+    return SynthConfig(
+        users=YAMBDA_USERS[size] if users is None else users,
+        seed=seed,
+        size=size,
+        median_events_per_user=3_076,
+        events_sigma=0.95,
+        max_events_per_user=28_000,
+        items=items,
+        artists=round(items * 1_293_394 / 9_390_623),
+        albums=round(items * 3_367_691 / 9_390_623),
+        id_sparsity=1.0,
+    )

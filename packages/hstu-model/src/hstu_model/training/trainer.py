@@ -55,11 +55,54 @@ class EvalResult:
     """Candidates evaluated."""
 
 
+class SparseRowWiseAdagrad(RowWiseAdagrad):
+    """TorchRec's `RowWiseAdagrad` (same state, same checkpoints) that also takes the sparse
+    gradients of `nn.Embedding(sparse=True)`: it then updates only the rows a batch touched,
+    with the dense update's own operations on those rows. A row outside the batch has a zero
+    gradient, which leaves the dense update's row as it was (no weight or learning-rate
+    decay), so both give the same weights up to float rounding (a row that several samples
+    of a batch touch sums their gradients in another order); tested against the dense path."""
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None):
+        if not any(p.grad is not None and p.grad.is_sparse for p in self._all_params()):
+            return super().step(closure)
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            if group["weight_decay"] or group["lr_decay"] or group["maximize"]:
+                raise ValueError(
+                    "SparseRowWiseAdagrad: sparse gradients need weight_decay, lr_decay 0 and "
+                    "maximize False (a decay also changes the rows outside the batch)"
+                )
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = self.state[param]
+                state["step"] += 1
+                grad = param.grad
+                grad = grad.coalesce() if grad.is_sparse else grad.to_sparse(sparse_dim=1)
+                rows, values = grad.indices()[0], grad.values()
+                sums = state["sum"][rows]
+                sums += values.pow(2).mean(axis=1).view(-1, 1)
+                state["sum"].index_copy_(0, rows, sums)
+                std = sums.sqrt().add_(group["eps"])
+                updated = param[rows].addcdiv_(values, std, value=-group["lr"])
+                param.index_copy_(0, rows, updated)
+        return loss
+
+    def _all_params(self) -> Iterable[nn.Parameter]:
+        return (p for group in self.param_groups for p in group["params"])
+
+
 class Trainer:
     """Dense Adam and sparse row-wise Adagrad over an HSTURanker, one step at a time.
 
     `model` is an `HSTURanker` or the DistributedModelParallel of `shard_model`. Unsharded, the
-    sparse optimizer is TorchRec's `RowWiseAdagrad`, stepped after backward. Sharded, the
+    tables give sparse gradients and the sparse optimizer is `SparseRowWiseAdagrad` (TorchRec's
+    `RowWiseAdagrad` on the touched rows only), stepped after backward. Sharded, the
     sharded tables are updated inside backward by the DMP's `fused_optimizer` (row-wise Adagrad
     too), and data_parallel tables, if any, by a `RowWiseAdagrad` after backward; DDP averages
     the gradients of the dense parameters and of the data_parallel tables over the ranks.
@@ -81,7 +124,15 @@ class Trainer:
                 sparse.append(self._row_wise_adagrad(self._replicated_parameters))
         else:
             self._dense_parameters = model.dense_parameters()
-            sparse = [self._row_wise_adagrad(model.embedding_parameters())]
+            # Sparse gradients: a step costs what the batch touched, not the tables' size
+            # (what the sharded tables' fused optimizer does too).
+            for table in model.embedding_collection.embeddings.values():
+                table.sparse = True
+            sparse = [
+                SparseRowWiseAdagrad(
+                    model.embedding_parameters(), lr=opt.sparse_lr, eps=opt.sparse_eps
+                )
+            ]
         self.dense_optimizer = torch.optim.Adam(
             self._dense_parameters,
             lr=opt.dense_lr,
