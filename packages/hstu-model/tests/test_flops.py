@@ -176,3 +176,10 @@ def test_flop_counter_sees_the_same_matmuls(lengths):
         logits = model(batch.uih, batch.candidates).logits
         model.loss(logits, batch.labels).backward()
     assert counter.get_total_flops() == 3 * (non_attention + padded_attention)
+
+
+def test_time_features_count_is_the_models():
+    """flops keeps its own copy (it never imports the model); the two must agree."""
+    from hstu_model import flops, model
+
+    assert flops.TIME_FEATURES == model.TIME_FEATURES
