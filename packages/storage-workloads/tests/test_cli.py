@@ -79,3 +79,66 @@ def test_import_loads_neither_boto3_nor_torch() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--mix", "get=70,copy=30"], "argument --mix: op mix: unknown op 'copy'"),
+        (["--mix", "get=x"], "argument --mix: op mix weight of 'get' must be an integer"),
+        (["--mix", "get=0"], "argument --mix: op mix needs at least one weight > 0"),
+        (["--size-distribution", "normal"], "argument --size-distribution: invalid choice"),
+        (["--size-min", "0"], "argument --size-min: must be >= 1 bytes, got '0'"),
+        (["--size-max", "6GiB"], "argument --size-max: must be at most 5GiB"),
+        (["--object-size", "12k"], "argument --object-size: must be a size in bytes such as"),
+        (["--size-stdev", "-5"], "argument --size-stdev: must be a size in bytes"),
+        (["--warmup-period", "0"], "argument --warmup-period: must be > 0 seconds"),
+        (["--warmup-ops", "0"], "argument --warmup-ops: must be >= 1, got 0"),
+        (["--warmup-ops", "5", "--warmup-period", "1"], "not allowed with argument"),
+        (["--list-max-keys", "0"], "argument --list-max-keys: must be >= 1, got 0"),
+    ],
+)
+def test_bad_mix_size_and_warmup_arguments(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["object", "get", "resnet50", *REQUIRED, *args])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not Path("out").exists()
+
+
+def test_size_arguments_take_binary_units() -> None:
+    from storage_workloads.cli import _parser, _workload
+
+    sizes = ["--size-distribution", "uniform", "--size-min", "4KiB", "--size-max", "2MiB"]
+    args = _parser().parse_args(
+        ["object", "get", "resnet50", *REQUIRED, *sizes, "--mix", "stat=1,get=3"]
+    )
+    w = _workload(args)
+    assert (w.size_distribution, w.size_min, w.size_max) == ("uniform", 4096, 2 * 1024 * 1024)
+    assert w.mix == (("get", 3), ("stat", 1))
+    args = _parser().parse_args(
+        ["object", "get", "unet3d", *REQUIRED, "--size-mean", "2MiB", "--size-stdev", "1048576b"]
+    )
+    w = _workload(args)
+    assert (w.size_distribution, w.size_mean, w.size_stdev) == ("lognormal", 2 << 20, 1 << 20)
+    assert (w.size_min, w.size_max) == (OBJECT_WORKLOADS["unet3d_object"].size_min, 32 << 20)
+    fixed = ["--size-distribution", "fixed", "--object-size", "1GiB"]
+    args = _parser().parse_args(
+        [
+            "object",
+            "get",
+            "resnet50",
+            *REQUIRED,
+            *fixed,
+            "--warmup-period",
+            "2.5",
+            "--put-prefix",
+            "w",
+        ]
+    )
+    w = _workload(args)
+    assert (w.size_distribution, w.size_min, w.size_max) == ("fixed", 1 << 30, 1 << 30)
+    assert (w.warmup_period_s, w.put_prefix) == (2.5, "w/")

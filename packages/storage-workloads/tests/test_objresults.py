@@ -12,10 +12,12 @@ import pytest
 
 from storage_workloads.objresults import (
     RESULTS_CSV_COLUMNS,
+    SIZED_OPS,
     Recorder,
     bucket_of,
     percentile,
     summarize,
+    summarize_ops,
     write_results,
 )
 
@@ -186,3 +188,77 @@ def test_write_results_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         "results.csv",
         "results.json",
     ]  # no temporary file left behind
+
+
+def _mix_recorders() -> dict[str, Recorder]:
+    """GET and PUT with sizes, LIST and STAT without; no DELETE completed."""
+    recs = {op: Recorder() for op in ("GET", "PUT", "LIST", "STAT")}
+    for k, (nbytes, lat, done) in enumerate(_synthetic(3, 400)):
+        op = ("GET", "PUT", "LIST", "STAT")[k % 4]
+        recs[op].record(nbytes if op in ("GET", "PUT") else 0, lat, done)
+        if op == "LIST":
+            recs[op].items += 7
+    recs["PUT"].error("PUT k: SlowDown")
+    return recs
+
+
+def test_summarize_ops_breaks_a_mix_down_by_op() -> None:
+    recs = _mix_recorders()
+    weights = {"GET": 50, "PUT": 20, "LIST": 10, "STAT": 15, "DELETE": 5}
+    s = summarize_ops(
+        recs, phase="get", elapsed_s=4.0, weights=weights, skipped={"DELETE": 3}, mode="ops"
+    )
+    assert s["op"] == "MIX" and s["mode"] == "ops" and s["buckets"] == []
+    assert list(s["by_op"]) == ["GET", "PUT", "LIST", "STAT", "DELETE"]
+    assert s["totals"]["ops"] == 400 == sum(e["totals"]["ops"] for e in s["by_op"].values())
+    assert s["totals"]["bytes"] == recs["GET"].total_bytes + recs["PUT"].total_bytes
+    assert s["errors"] == {"count": 1, "samples": ["PUT k: SlowDown"]}
+    get, put, lst, stat, delete = s["by_op"].values()
+    assert (get["weight"], get["share"], delete["share"]) == (50, 0.5, 0.05)
+    assert get["totals"] == summarize(recs["GET"], phase="get", op="GET", elapsed_s=4.0)["totals"]
+    assert get["buckets"] and put["buckets"] and put["errors"]["count"] == 1
+    assert lst["buckets"] == [] and stat["buckets"] == [] and lst["totals"]["bytes"] == 0
+    assert lst["keys_listed"] == 7 * 100 and "keys_listed" not in get
+    assert delete["totals"]["ops"] == 0 and delete["skipped"] == 3 and get["skipped"] == 0
+    assert delete["totals"]["p50_ms"] is None and delete["per_second"] == []
+    # the merged latencies are those of all ops together
+    every = Recorder()
+    for rec in recs.values():
+        every.merge(rec)
+    assert s["totals"] == summarize(every, phase="get", op="MIX", elapsed_s=4.0)["totals"]
+    assert s["per_second"] == summarize(every, phase="get", op="MIX", elapsed_s=4.0)["per_second"]
+
+
+def test_summarize_ops_of_one_op_is_the_plain_summary() -> None:
+    recs = _mix_recorders()
+    s = summarize_ops({"GET": recs["GET"]}, phase="get", elapsed_s=2.0, weights={"GET": 100})
+    plain = summarize(recs["GET"], phase="get", op="GET", elapsed_s=2.0)
+    assert {k: v for k, v in s.items() if k != "by_op"} == plain
+    assert s["by_op"]["GET"]["buckets"] == plain["buckets"]
+    stat = summarize_ops({"STAT": recs["STAT"]}, phase="get", elapsed_s=2.0, weights={"STAT": 1})
+    assert stat["op"] == "STAT" and stat["buckets"] == []  # a HEAD moves no object
+    with pytest.raises(ValueError, match="need a weight for every op"):
+        summarize_ops(recs, phase="get", elapsed_s=1.0, weights={"GET": 1})
+    assert SIZED_OPS == ("GET", "PUT")
+
+
+def test_results_files_of_a_mix_have_rows_per_op(tmp_path: Path) -> None:
+    recs = _mix_recorders()
+    weights = {"GET": 50, "PUT": 20, "LIST": 10, "STAT": 15, "DELETE": 5}
+    mix = summarize_ops(recs, phase="get", elapsed_s=4.0, weights=weights)
+    paths = write_results(tmp_path, {"schema": "test", "phases": [mix]})
+    rows = list(csv.DictReader(paths["results.csv"].open()))
+    expected = [("MIX", "all")]
+    for op, entry in mix["by_op"].items():
+        expected += [(op, "all")] + [(op, b["bucket"]) for b in entry["buckets"]]
+    assert [(r["op"], r["bucket"]) for r in rows] == expected
+    assert {r["phase"] for r in rows} == {"get"}
+    by_key = {(r["op"], r["bucket"]): r for r in rows}
+    assert int(by_key[("MIX", "all")]["ops"]) == 400
+    assert int(by_key[("LIST", "all")]["ops"]) == 100
+    assert by_key[("DELETE", "all")]["p50_ms"] == ""  # no DELETE completed
+    seconds = list(csv.DictReader(paths["per_second.csv"].open()))
+    for op in ("MIX", "GET", "PUT", "LIST", "STAT", "DELETE"):
+        got = [int(r["ops"]) for r in seconds if r["op"] == op]
+        want = mix["per_second"] if op == "MIX" else mix["by_op"][op]["per_second"]
+        assert got == [s["ops"] for s in want]

@@ -279,3 +279,268 @@ def test_run_keeps_partial_results_when_get_fails(endpoint: str, tmp_path: Path)
         run("get", w.override(num_objects=17), target, out_dir=tmp_path / "g", seed=1)
     assert not (tmp_path / "g").exists()  # nothing measured, nothing written
     assert json.loads((tmp_path / "p" / "results.json").read_text())["phases"][0]["uploaded"] == 16
+
+
+# -- op mixes, size distributions and warm-ups ------------------------------------------------
+
+MIX = "get=50,put=20,list=10,stat=15,delete=5"
+
+
+def _expected(w: Any, seed: int, data_seed: int | None = None) -> dict[str, Any]:
+    """What an op-count run of ``w`` with ``seed`` must count, worked out from the thread plans
+    alone, over a dataset prepared with ``data_seed`` (default: ``seed``).
+
+    Each thread's DELETEs remove objects it put itself, oldest first, in the warm-up or later;
+    a DELETE with none to remove is skipped.
+    """
+    sizes = w.object_sizes(seed if data_seed is None else data_seed)
+    n, leaves = w.total_objects, w.leaf_dirs
+    ops: collections.Counter[str] = collections.Counter()
+    nbytes: collections.Counter[str] = collections.Counter()
+    skipped: collections.Counter[str] = collections.Counter()
+    warm: collections.Counter[str] = collections.Counter()
+    keys = left = 0
+    for client, threads in enumerate(w.ops_per_thread()):
+        for thread in range(len(threads)):
+            warmup, counted = w.thread_plan(seed, client, thread)
+            pool = 0
+            for phase, plan in (("warm", warmup), ("counted", counted)):
+                for op, arg in plan:
+                    if op == "delete" and pool == 0:
+                        (warm if phase == "warm" else skipped)["skipped"] += 1
+                        continue
+                    pool += 1 if op == "put" else -1 if op == "delete" else 0
+                    if phase == "warm":
+                        warm["ops"] += 1
+                        continue
+                    ops[op.upper()] += 1
+                    nbytes[op.upper()] += sizes[arg] if op == "get" else arg if op == "put" else 0
+                    if op == "list":
+                        keys += min(w.list_max_keys, n // leaves + (arg < n % leaves))
+            left += pool
+    return {
+        "ops": ops,
+        "bytes": nbytes,
+        "skipped": skipped,
+        "keys": keys,
+        "left": left,
+        "warm": warm,
+    }
+
+
+def _check_mix(summary: dict[str, Any]) -> None:
+    """The per-op figures add up to the totals, each op's percentiles are ordered."""
+    by_op, totals = summary["by_op"], summary["totals"]
+    assert summary["op"] == "MIX" and summary["buckets"] == []
+    assert sum(e["totals"]["ops"] for e in by_op.values()) == totals["ops"]
+    assert sum(e["totals"]["bytes"] for e in by_op.values()) == totals["bytes"]
+    assert sum(e["errors"]["count"] for e in by_op.values()) == summary["errors"]["count"]
+    assert sum(e["totals"]["ops_per_s"] for e in by_op.values()) == pytest.approx(
+        totals["ops_per_s"]
+    )
+    for op, entry in by_op.items():
+        t = entry["totals"]
+        if t["ops"]:
+            chain = [t[k] for k in ("p50_ms", "p90_ms", "p95_ms", "p99_ms", "max_ms")]
+            assert chain == sorted(chain) and chain[0] > 0
+        if op in ("GET", "PUT"):
+            assert sum(b["ops"] for b in entry["buckets"]) == t["ops"]
+        else:
+            assert entry["buckets"] == [] and t["bytes"] == 0
+        assert sum(s["ops"] for s in entry["per_second"]) == t["ops"]
+    seconds = summary["per_second"]
+    assert sum(s["ops"] for s in seconds) == totals["ops"]
+    assert sum(s["bytes"] for s in seconds) == totals["bytes"]
+
+
+def _listing(endpoint: str, prefix: str) -> dict[str, int]:
+    listed: dict[str, int] = {}
+    pages = _s3(endpoint).get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    for page in pages:
+        listed.update({o["Key"]: o["Size"] for o in page.get("Contents", ())})
+    return listed
+
+
+def test_mix_op_count_does_what_the_plan_says(endpoint: str, prepared: dict[str, Any]) -> None:
+    w = SMALL.override(ops=300, clients=2, concurrency=3, mix=MIX, list_max_keys=7)
+    summary = get(w, S3Target(bucket=BUCKET, endpoint=endpoint), seed=SEED)
+    want = _expected(w, SEED)
+    assert summary["errors"]["count"] == 0 and summary["warmup"] is None
+    assert summary["mix"] == {"get": 50, "put": 20, "list": 10, "stat": 15, "delete": 5}
+    by_op = summary["by_op"]
+    assert list(by_op) == ["GET", "PUT", "LIST", "STAT", "DELETE"]
+    assert {op: e["totals"]["ops"] for op, e in by_op.items()} == dict(want["ops"])
+    assert {op: e["totals"]["bytes"] for op, e in by_op.items()} == {
+        op: want["bytes"][op] for op in by_op
+    }
+    assert by_op["DELETE"]["skipped"] == want["skipped"]["skipped"] > 0
+    assert sum(e["totals"]["ops"] for e in by_op.values()) + want["skipped"]["skipped"] == 300
+    assert by_op["LIST"]["keys_listed"] == want["keys"] == 7 * by_op["LIST"]["totals"]["ops"]
+    assert by_op["GET"]["weight"] == 50 and by_op["GET"]["share"] == 0.5
+    _check_mix(summary)
+
+    # PUTs went under the run's own prefix, DELETEs removed only those: the dataset is whole.
+    sizes = SMALL.object_sizes(SEED)
+    assert _listing(endpoint, "small/") == {SMALL.object_key(i): sizes[i] for i in range(320)}
+    put_prefix = summary["put_prefix"]
+    assert put_prefix.startswith("small-put/") and put_prefix.endswith("/")
+    left = _listing(endpoint, put_prefix)
+    assert len(left) == summary["put_objects_left"] == want["left"]
+    assert all(SMALL.size_min <= size <= SMALL.size_max for size in left.values())
+
+
+def test_op_count_warmup_is_run_but_not_counted(endpoint: str, prepared: dict[str, Any]) -> None:
+    w = SMALL.override(ops=120, warmup_ops=90, clients=1, concurrency=3, mix=MIX)
+    summary = get(w, S3Target(bucket=BUCKET, endpoint=endpoint), seed=SEED + 1)
+    want = _expected(w, SEED + 1, data_seed=SEED)
+    warm = summary["warmup"]
+    assert warm["mode"] == "ops" and warm["requested_ops"] == 90
+    assert warm["errors"] == 0 and warm["ops"] == want["warm"]["ops"]
+    assert warm["ops"] + warm["skipped"] == 90 and sum(warm["by_op"].values()) == warm["ops"]
+    # the counted figures are the plan's ops after the warm-up, not before or with it
+    assert {op: e["totals"]["ops"] for op, e in summary["by_op"].items()} == dict(want["ops"])
+    assert summary["by_op"]["GET"]["totals"]["bytes"] == want["bytes"]["GET"]
+    assert summary["by_op"]["DELETE"]["skipped"] == want["skipped"]["skipped"]
+    assert summary["put_objects_left"] == want["left"]
+    assert summary["errors"]["count"] == 0
+    _check_mix(summary)
+
+
+def test_timed_warmup_then_op_count(endpoint: str, prepared: dict[str, Any]) -> None:
+    w = SMALL.override(ops=40, warmup_period_s=1.0, clients=1, concurrency=2)
+    summary = get(w, S3Target(bucket=BUCKET, endpoint=endpoint), seed=SEED)
+    warm = summary["warmup"]
+    assert warm["mode"] == "duration" and warm["requested_duration_s"] == 1.0
+    assert warm["elapsed_s"] >= 1.0 and warm["ops"] > 10 and warm["by_op"] == {"GET": warm["ops"]}
+    assert summary["op"] == "GET" and summary["totals"]["ops"] == 40  # exactly, warm-up aside
+    assert summary["elapsed_s"] < 1.0  # the window starts after the warm-up
+    assert summary["by_op"]["GET"]["totals"] == summary["totals"]
+    _check_consistent(summary)
+
+
+def test_timed_warmup_then_timed_two_clients(endpoint: str, prepared: dict[str, Any]) -> None:
+    w = SMALL.override(duration_s=1.0, warmup_period_s=1.5, clients=2, concurrency=2)
+    w = w.override(mix="get=3,stat=1")
+    summary = get(w, S3Target(bucket=BUCKET, endpoint=endpoint), seed=SEED)
+    assert summary["warmup"]["elapsed_s"] >= 1.5 and summary["warmup"]["ops"] > 0
+    # counted from the second common start: 1 s and the requests then in flight, not 2.5 s
+    assert 1.0 <= summary["elapsed_s"] < 2.0
+    assert len(summary["per_second"]) <= 3
+    assert summary["put_prefix"] is None and summary["put_objects_left"] == 0
+    assert summary["by_op"]["STAT"]["totals"]["ops"] > 0
+    _check_mix(summary)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "fixed"])
+def test_prepare_and_put_other_size_distributions(endpoint: str, kind: str) -> None:
+    base = SMALL.override(prefix=f"{kind}/", num_objects=40, concurrency=3)
+    w = base.with_sizes(kind, size=3000) if kind == "fixed" else base.with_sizes(kind)
+    target = S3Target(bucket=BUCKET, endpoint=endpoint)
+    summary = prepare(w, target, seed=4)
+    sizes = w.object_sizes(4)
+    assert summary["sizes"]["distribution"] == kind and summary["uploaded"] == 40
+    assert _listing(endpoint, f"{kind}/") == {w.object_key(i): sizes[i] for i in range(40)}
+    if kind == "fixed":
+        assert set(sizes) == {3000}
+    else:
+        assert len(set(sizes)) > 30 and min(sizes) >= 1024 and max(sizes) <= 24_576
+    puts = get(w.override(mix="get=1,put=1", ops=30), target, seed=4)
+    want = _expected(w.override(mix="get=1,put=1", ops=30), 4)
+    assert puts["by_op"]["PUT"]["totals"]["bytes"] == want["bytes"]["PUT"] > 0
+    assert puts["by_op"]["GET"]["totals"]["bytes"] == want["bytes"]["GET"] > 0
+    assert len(_listing(endpoint, puts["put_prefix"])) == want["ops"]["PUT"]
+
+
+def test_cli_run_with_a_mix_sizes_and_warmup(
+    endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    argv = ["object", "run", "resnet50", "--endpoint", endpoint, "--bucket", "cli-mix"]
+    argv += ["--objects", "48", "--ops", "60", "--clients", "2", "--concurrency", "2"]
+    argv += ["--size-distribution", "uniform", "--size-min", "1KiB", "--size-max", "8KiB"]
+    argv += ["--mix", "get=6,put=2,list=1,stat=1,delete=1", "--warmup-ops", "20"]
+    argv += ["--list-max-keys", "3", "--put-prefix", "scratch", "--seed", "5"]
+    argv += ["--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    stdout, stderr = capsys.readouterr()
+    assert stderr == ""
+    assert "get warm-up: " in stdout and "not counted below" in stdout
+    assert "get (MIX)" in stdout and "DELETE" in stdout
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["schema"] == "storage-workloads/object-results/2"
+    w = OBJECT_WORKLOADS["resnet50_object"].with_sizes("uniform", minimum=1024, maximum=8192)
+    w = w.override(
+        num_objects=48,
+        ops=60,
+        clients=2,
+        concurrency=2,
+        mix="get=6,put=2,list=1,stat=1,delete=1",
+        warmup_ops=20,
+        list_max_keys=3,
+        put_prefix="scratch/",
+    )
+    assert results["workload"] == w.as_dict()
+    put, got = results["phases"]
+    assert put["sizes"]["distribution"] == "uniform" and put["totals"]["bytes"] == sum(
+        w.object_sizes(5)
+    )
+    want = _expected(w, 5)
+    assert got["warmup"]["ops"] == want["warm"]["ops"]
+    assert {op: e["totals"]["ops"] for op, e in got["by_op"].items()} == dict(want["ops"])
+    assert got["put_prefix"].startswith("scratch/")
+    _check_mix(got)
+
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    mix_rows = [(r["op"], r["bucket"]) for r in rows if r["phase"] == "get"]
+    assert mix_rows[0] == ("MIX", "all")
+    assert [r for r in mix_rows if r[1] == "all"] == [
+        ("MIX", "all"),
+        ("GET", "all"),
+        ("PUT", "all"),
+        ("LIST", "all"),
+        ("STAT", "all"),
+        ("DELETE", "all"),
+    ]
+    assert {op for op, b in mix_rows if b != "all"} == {"GET", "PUT"}  # size buckets
+    seconds = list(csv.DictReader((out / "per_second.csv").open()))
+    for op in ("MIX", "GET", "PUT", "LIST", "STAT", "DELETE"):
+        mine = [s for s in seconds if s["phase"] == "get" and s["op"] == op]
+        total = got["totals"] if op == "MIX" else got["by_op"][op]["totals"]
+        assert sum(int(s["ops"]) for s in mine) == total["ops"]
+
+
+def test_cli_bad_mix_and_size_options_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["--bucket", BUCKET, "--out", str(tmp_path / "o"), "--quiet"]
+    base += ["--endpoint", "http://127.0.0.1:9"]  # never reached: the options fail first
+    cases = [
+        (["get", "--mix", "get=1,delete=1"], "--mix: ObjectWorkload.mix has delete but no put"),
+        (["get", "--size-distribution", "fixed"], "--size-distribution fixed needs --object-size"),
+        (["get", "--object-size", "4KiB"], "--object-size needs --size-distribution fixed"),
+        (
+            ["get", "--size-distribution", "uniform", "--size-mean", "5"],
+            "--size-mean does not apply to --size-distribution uniform",
+        ),
+        (
+            ["get", "--size-distribution", "fixed", "--object-size", "5", "--size-max", "9"],
+            "--size-max does not apply to --size-distribution fixed",
+        ),
+        (
+            ["get", "--size-distribution", "uniform", "--size-min", "2MiB"],
+            "the size minimum (2097152, --size-min) must be <= the size maximum (1048576",
+        ),
+        (["get", "--size-mean", "16KiB"], "--size-mean (16384) must lie in [--size-min, --size"),
+        (["get", "--put-prefix", "resnet50/new"], "--put-prefix: ObjectWorkload.put_prefix must"),
+        (["get", "--list-max-keys", "1001"], "--list-max-keys must be <= 1000"),
+        (["prepare", "--mix", "get=1,put=1"], "--mix applies to get and run, not prepare"),
+        (["prepare", "--warmup-ops", "5"], "--warmup-ops applies to get and run, not prepare"),
+    ]
+    for (command, *args), needle in cases:
+        assert main(["object", command, "resnet50", *base, *args]) == 2
+        stdout, stderr = capsys.readouterr()
+        assert stdout == ""
+        assert stderr.startswith("storage-workloads: error: ") and needle in stderr, stderr
+        assert stderr.count("\n") == 1 and "Traceback" not in stderr
+    assert not (tmp_path / "o").exists()

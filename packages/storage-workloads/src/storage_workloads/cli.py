@@ -14,7 +14,9 @@
     storage-workloads report RUN_DIR... [--format text|json] [--out DIR]
     storage-workloads object list
     storage-workloads object prepare|get|run WORKLOAD --bucket B --out DIR [--endpoint URL]
-        [--clients N] [--concurrency C] [--duration S | --ops N] [--objects N] [--seed S] ...
+        [--clients N] [--concurrency C] [--duration S | --ops N] [--objects N] [--seed S]
+        [--size-distribution lognormal|uniform|fixed] [--mix get=70,put=20,...]
+        [--warmup-period S | --warmup-ops N] ...
 
 Exit status: 0 on success (``check``: CLOSED or OPEN; ``run``: the AU threshold met; ``object``:
 no failed operation), 1 when the command completed with a negative outcome (``check``:
@@ -54,7 +56,15 @@ from storage_workloads.dliorun import (
     run_training,
     write_report,
 )
-from storage_workloads.objects import OBJECT_WORKLOADS, ObjectWorkload, object_workload
+from storage_workloads.objects import (
+    MAX_LIST_KEYS,
+    MAX_OBJECT_SIZE,
+    OBJECT_WORKLOADS,
+    SIZE_DISTRIBUTIONS,
+    ObjectWorkload,
+    object_workload,
+    parse_mix,
+)
 from storage_workloads.objresults import BUCKET_SCHEMES, PERCENTILES
 from storage_workloads.sizing import (
     ACCELERATOR_SAMPLES_FACTOR,
@@ -105,6 +115,39 @@ def _positive_float(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
     return value
+
+
+_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+
+def _size_bytes(minimum: int) -> Any:
+    """An object size: an integer of bytes, or with a KiB, MiB or GiB suffix (``64KiB``)."""
+
+    def parse(text: str) -> int:
+        body = text.strip()
+        digits = body.rstrip("BbIiKkMmGg")
+        unit = body[len(digits) :].lower()
+        if not digits.strip().isdigit() or unit not in _UNITS:
+            raise argparse.ArgumentTypeError(
+                f"must be a size in bytes such as 65536 or 64KiB, got {text!r}"
+            )
+        value = int(digits) * _UNITS[unit]
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum} bytes, got {text!r}")
+        if value > MAX_OBJECT_SIZE:
+            raise argparse.ArgumentTypeError(
+                f"must be at most 5GiB (the largest single S3 PUT), got {text!r}"
+            )
+        return value
+
+    return parse
+
+
+def _mix(text: str) -> tuple[tuple[str, int], ...]:
+    try:
+        return parse_mix(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _flag_int(flag: str, text: str, minimum: int) -> int:
@@ -378,10 +421,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     stop = common.add_mutually_exclusive_group()
     stop.add_argument(
-        "--duration", type=_seconds, metavar="S", help="GET phase length (default: 300 s)"
+        "--duration",
+        type=_seconds,
+        metavar="S",
+        help="get phase length after any warm-up (default: 300 s)",
     )
     stop.add_argument(
-        "--ops", type=_int_at_least(1), metavar="N", help="GET operations in all, not timed"
+        "--ops",
+        type=_int_at_least(1),
+        metavar="N",
+        help="get phase operations in all after any warm-up, not timed",
     )
     common.add_argument(
         "--objects",
@@ -409,6 +458,55 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="prepare: keep objects already there with the right size",
     )
+    sizes = common.add_argument_group(
+        "object sizes", "the size distribution of the dataset and of PUTs (sizes: 65536, 64KiB)"
+    )
+    sizes.add_argument(
+        "--size-distribution",
+        choices=SIZE_DISTRIBUTIONS,
+        help="lognormal (the workload's, default), uniform over --size-min..--size-max, or "
+        "fixed at --object-size",
+    )
+    for flag, minimum, text in (
+        ("--size-mean", 1, "lognormal mean, before clipping"),
+        ("--size-stdev", 0, "lognormal standard deviation, before clipping"),
+        ("--size-min", 1, "lognormal clip minimum or uniform minimum (default: the workload's)"),
+        ("--size-max", 1, "lognormal clip maximum or uniform maximum (default: the workload's)"),
+        ("--object-size", 1, "the size of fixed sizes"),
+    ):
+        sizes.add_argument(flag, type=_size_bytes(minimum), metavar="B", help=text)
+    timed = common.add_argument_group("get phase", "get and run only")
+    timed.add_argument(
+        "--mix",
+        type=_mix,
+        metavar="OP=W,...",
+        help="ops and relative weights, from get, put, list, stat, delete, e.g. "
+        "get=70,put=20,list=5,stat=4,delete=1 (default: get=100)",
+    )
+    warm = timed.add_mutually_exclusive_group()
+    warm.add_argument(
+        "--warmup-period",
+        type=_seconds,
+        metavar="S",
+        help="run the mix S seconds first, not counted",
+    )
+    warm.add_argument(
+        "--warmup-ops",
+        type=_int_at_least(1),
+        metavar="N",
+        help="run N ops in all first, not counted",
+    )
+    timed.add_argument(
+        "--put-prefix",
+        metavar="P",
+        help="where PUTs write, outside the dataset (default: the prefix with '-put/')",
+    )
+    timed.add_argument(
+        "--list-max-keys",
+        type=_int_at_least(1),
+        metavar="N",
+        help=f"keys per LIST page, at most {MAX_LIST_KEYS} (default {MAX_LIST_KEYS})",
+    )
     common.add_argument("--out", required=True, metavar="DIR", help="results directory")
     common.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     helps = {
@@ -421,11 +519,101 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+_SIZE_FLAGS: dict[str, tuple[str, ...]] = {
+    "fixed": ("--object-size",),
+    "uniform": ("--size-min", "--size-max"),
+    "lognormal": ("--size-mean", "--size-stdev", "--size-min", "--size-max"),
+}
+_GET_ONLY_FLAGS = ("mix", "warmup_period", "warmup_ops", "put_prefix", "list_max_keys")
+
+
+def _with_sizes(args: argparse.Namespace, base: ObjectWorkload) -> ObjectWorkload:
+    """``base`` with the size options applied; a ``ValueError`` naming the option if they
+    do not fit together."""
+    given = {
+        flag: value
+        for flag, value in (
+            ("--object-size", args.object_size),
+            ("--size-mean", args.size_mean),
+            ("--size-stdev", args.size_stdev),
+            ("--size-min", args.size_min),
+            ("--size-max", args.size_max),
+        )
+        if value is not None
+    }
+    kind = args.size_distribution
+    if kind is None:
+        if not given:
+            return base
+        if "--object-size" in given:
+            raise ValueError("--object-size needs --size-distribution fixed")
+        kind = base.size_distribution
+    extra = [flag for flag in given if flag not in _SIZE_FLAGS[kind]]
+    if extra:
+        raise ValueError(
+            f"{extra[0]} does not apply to --size-distribution {kind}, which takes "
+            f"{', '.join(_SIZE_FLAGS[kind])}"
+        )
+    if kind == "fixed":
+        if args.object_size is None:
+            raise ValueError("--size-distribution fixed needs --object-size")
+        return base.with_sizes("fixed", size=args.object_size)
+    low = base.size_min if args.size_min is None else args.size_min
+    high = base.size_max if args.size_max is None else args.size_max
+    if low > high:
+        raise ValueError(
+            f"the size minimum ({low}, --size-min) must be <= the size maximum ({high}, "
+            "--size-max); an option not given is the workload's"
+        )
+    if kind == "lognormal":
+        mean = base.size_mean if args.size_mean is None else args.size_mean
+        if mean is None or not low <= mean <= high:
+            raise ValueError(
+                f"--size-mean ({mean}) must lie in [--size-min, --size-max] = [{low}, {high}]"
+            )
+    return base.with_sizes(
+        kind, minimum=low, maximum=high, mean=args.size_mean, stdev=args.size_stdev
+    )
+
+
 def _workload(args: argparse.Namespace) -> ObjectWorkload:
+    if args.command == "prepare":
+        for name in _GET_ONLY_FLAGS:
+            if getattr(args, name) is not None:
+                flag = "--" + name.replace("_", "-")
+                raise ValueError(f"{flag} applies to get and run, not prepare")
     base = object_workload(args.workload)
-    prefix = args.prefix
+    prefix, put_prefix = args.prefix, args.put_prefix
     if prefix and not prefix.endswith("/"):
         prefix += "/"
+    if put_prefix and not put_prefix.endswith("/"):
+        put_prefix += "/"
+    if args.list_max_keys is not None and args.list_max_keys > MAX_LIST_KEYS:
+        raise ValueError(
+            f"--list-max-keys must be <= {MAX_LIST_KEYS} (S3's MaxKeys limit), "
+            f"got {args.list_max_keys}"
+        )
+    try:
+        workload = _override(base, args, prefix, put_prefix)
+    except (TypeError, ValueError) as exc:  # name the option as well as the field
+        field = str(exc).removeprefix("ObjectWorkload.").split(" ", 1)[0].rstrip(":")
+        flag = _FLAG_OF_FIELD.get(field)
+        raise ValueError(f"{flag}: {exc}" if flag else str(exc)) from None
+    return _with_sizes(args, workload)
+
+
+_FLAG_OF_FIELD = {
+    "prefix": "--prefix",
+    "mix": "--mix",
+    "put_prefix": "--put-prefix",
+    "warmup_period_s": "--warmup-period",
+    "warmup_ops": "--warmup-ops",
+}
+
+
+def _override(
+    base: ObjectWorkload, args: argparse.Namespace, prefix: str | None, put_prefix: str | None
+) -> ObjectWorkload:
     return base.override(
         prefix=prefix,
         clients=args.clients,
@@ -434,6 +622,11 @@ def _workload(args: argparse.Namespace) -> ObjectWorkload:
         ops=args.ops,
         num_objects=args.objects,
         scale_with_clients=args.scale_with_clients or None,
+        mix=args.mix,
+        warmup_period_s=args.warmup_period,
+        warmup_ops=args.warmup_ops,
+        put_prefix=put_prefix,
+        list_max_keys=args.list_max_keys,
     )
 
 
@@ -445,11 +638,23 @@ def _table(results: dict[str, Any]) -> str:
     lines = []
     head = ["bucket", "ops", "ops/s", "MiB/s", "mean", *[f"p{p}" for p in PERCENTILES], "max"]
     for phase in results["phases"]:
+        warmup = phase.get("warmup")
+        if warmup:
+            lines.append(
+                f"{phase['phase']} warm-up: {warmup['ops']:,} ops in {warmup['elapsed_s']:.2f} s "
+                f"({warmup['errors']:,} failed), not counted below"
+            )
         lines.append(
             f"{phase['phase']} ({phase['op']}), {phase['elapsed_s']:.2f} s, latency in ms:"
         )
-        rows = [head]
-        for row in [*phase["buckets"], {"bucket": "all", **phase["totals"]}]:
+        by_op = phase.get("by_op") or {}
+        if len(by_op) > 1:  # a mix: one row per op
+            parts = [{"bucket": op, **entry["totals"]} for op, entry in by_op.items()]
+            first = "op"
+        else:
+            parts, first = phase["buckets"], "bucket"
+        rows = [[first, *head[1:]]]
+        for row in [*parts, {"bucket": "all", **phase["totals"]}]:
             rows.append(
                 [
                     row["bucket"],
@@ -504,9 +709,19 @@ def _run(args: argparse.Namespace) -> int:
         log=log,
     )
     print(_table(results))
-    failed = sum(phase["errors"]["count"] for phase in results["phases"])
+    failed = sum(
+        phase["errors"]["count"] + ((phase.get("warmup") or {}).get("errors") or 0)
+        for phase in results["phases"]
+    )
     if failed:
-        samples = [s for phase in results["phases"] for s in phase["errors"]["samples"]]
+        samples = [
+            sample
+            for phase in results["phases"]
+            for sample in [
+                *phase["errors"]["samples"],
+                *(phase.get("warmup") or {}).get("error_samples", []),
+            ]
+        ]
         print(
             f"{PROG}: {failed:,} operations failed, for example: {samples[0]}",
             file=sys.stderr,

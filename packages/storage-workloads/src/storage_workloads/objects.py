@@ -1,25 +1,29 @@
 """Object-storage workloads (the sai3-bench ResNet50 and UNet3D object workloads), no I/O.
 
 An :class:`ObjectWorkload` describes a dataset of objects laid out as a directory tree (``width``
-subdirectories per level, ``depth`` levels, objects only in the leaf directories) with
-lognormal object sizes clipped to ``[size_min, size_max]``, and the GET phase that reads it
-(uniform random selection, ``concurrency`` requests in flight per client, for ``duration_s``
-seconds or a fixed number of operations).
+subdirectories per level, ``depth`` levels, objects only in the leaf directories) with object
+sizes from a lognormal clipped to ``[size_min, size_max]``, a uniform or a fixed distribution,
+and the timed phase that uses it: a weighted mix of GET, PUT, LIST, STAT and DELETE (GET only
+by default), ``concurrency`` requests in flight per client, for ``duration_s`` seconds or a
+fixed number of operations, optionally after a warm-up that is not counted.
 
 Everything here is deterministic: the object keys depend only on the tree and the object count,
-the object sizes only on the size parameters and the seed, and the GET selection only on the
-seed and the (client, thread) that draws it. :mod:`storage_workloads.s3` runs the workloads.
+the object sizes only on the size parameters and the seed, and the operations of a thread (which
+op, which object, which PUT size) only on the seed and the (client, thread) that draws them.
+:mod:`storage_workloads.s3` runs the workloads.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
+import itertools
 import math
 import numbers
 import random
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
@@ -28,20 +32,43 @@ from storage_workloads.workloads import UnknownWorkloadError
 
 __all__ = [
     "DIR_MASK",
+    "MAX_LIST_KEYS",
+    "MAX_OBJECT_SIZE",
     "OBJECT_WORKLOADS",
+    "OPS",
+    "SIZE_DISTRIBUTIONS",
+    "GiB",
     "KiB",
     "MiB",
     "ObjectWorkload",
+    "Op",
     "clipped_lognormal_mean",
     "draw_sizes",
+    "draw_uniform_sizes",
     "lognormal_params",
     "object_workload",
+    "parse_mix",
     "selection_rng",
     "split_evenly",
 ]
 
 KiB: Final = 1 << 10
 MiB: Final = 1 << 20
+GiB: Final = 1 << 30
+
+#: The operations of a mix, in the order results list them (sai3-bench's op names).
+OPS: Final = ("get", "put", "list", "stat", "delete")
+#: The object size distributions (sai3-bench's ``size_distribution`` types, plus ``fixed``).
+SIZE_DISTRIBUTIONS: Final = ("lognormal", "uniform", "fixed")
+#: The largest object size: an S3 PUT in one request stores at most 5 GiB.
+MAX_OBJECT_SIZE: Final = 5 * GiB
+#: The largest LIST page: S3's ``MaxKeys`` limit.
+MAX_LIST_KEYS: Final = 1000
+
+#: One drawn operation: ``(op, argument)``. The argument is the object index for ``get`` and
+#: ``stat``, the leaf directory index for ``list``, the object size for ``put`` and 0 for
+#: ``delete`` (which removes the oldest object its thread put and has not deleted yet).
+Op = tuple[str, int]
 
 #: Directory name of the ``index``-th (1-based) child at tree ``level`` (1-based), as in the
 #: sai3-bench configs (``dir_mask: "scan.d%d_w%d.dir"``).
@@ -56,6 +83,23 @@ def _int(name: str, value: object, minimum: int) -> None:
         raise TypeError(f"ObjectWorkload.{name} must be an integer, got {value!r}")
     if value < minimum:
         raise ValueError(f"ObjectWorkload.{name} must be >= {minimum}, got {value}")
+
+
+def _seconds(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"ObjectWorkload.{name} must be a number, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"ObjectWorkload.{name} must be finite and > 0, got {value}")
+
+
+def _check_prefix(name: str, value: object, *, allow_empty: bool) -> None:
+    if not isinstance(value, str) or not (value.endswith("/") or (allow_empty and value == "")):
+        empty = "'' or " if allow_empty else ""
+        raise ValueError(f"ObjectWorkload.{name} must be {empty}end with '/', got {value!r}")
+    if value.startswith("/") or "//" in value:
+        raise ValueError(
+            f"ObjectWorkload.{name} must not start with '/' or hold '//', got {value!r}"
+        )
 
 
 def lognormal_params(mean: float, stdev: float) -> tuple[float, float]:
@@ -123,11 +167,73 @@ def draw_sizes(
     return out
 
 
-def selection_rng(seed: int, client: int, thread: int) -> random.Random:
-    """The generator that picks the GET objects of one thread of one client.
+def draw_uniform_sizes(n: int, *, minimum: int, maximum: int, seed: int = 0) -> list[int]:
+    """``n`` object sizes drawn uniformly from the integers ``minimum..maximum`` (both included).
 
-    Each (seed, client, thread) has its own stream, so an op-count run fetches a
-    deterministic multiset of objects however the threads interleave.
+    ``random.Random.randint`` on the same seeded generator as :func:`draw_sizes`, so a seed gives
+    the same sizes on every platform, and the sequence is prefix-stable.
+    """
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+        raise ValueError(f"n must be an integer >= 0, got {n!r}")
+    if not 1 <= minimum <= maximum:
+        raise ValueError(f"need 1 <= minimum <= maximum, got minimum={minimum}, maximum={maximum}")
+    randint = random.Random(f"storage-workloads/sizes/{seed}").randint
+    return [randint(minimum, maximum) for _ in range(int(n))]
+
+
+def parse_mix(spec: str | Mapping[str, int] | Iterable[tuple[str, int]]) -> tuple[Op, ...]:
+    """An op mix in its canonical form: ``(op, weight)`` pairs in :data:`OPS` order.
+
+    ``spec`` is ``"get=70,put=20,list=5,stat=4,delete=1"``, a mapping or ``(op, weight)`` pairs.
+    Weights are relative integers >= 0 (they need not add up to 100); ops of weight 0 are
+    dropped, and at least one weight must be positive. Op names are case-insensitive. Raises
+    ``ValueError`` naming the bad item.
+    """
+    pairs: list[tuple[object, object]] = []
+    if isinstance(spec, str):
+        for item in spec.split(","):
+            name, sep, weight = item.strip().partition("=")
+            if not sep:
+                raise ValueError(f"op mix item {item.strip()!r} is not OP=WEIGHT")
+            try:
+                value: object = int(weight.strip())
+            except ValueError:
+                raise ValueError(
+                    f"op mix weight of {name.strip()!r} must be an integer, got {weight.strip()!r}"
+                ) from None
+            pairs.append((name.strip(), value))
+    elif isinstance(spec, Mapping):
+        pairs = list(spec.items())
+    else:
+        try:
+            pairs = [(name, weight) for name, weight in spec]
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"an op mix is 'op=weight,...', a mapping or (op, weight) pairs, got {spec!r}"
+            ) from None
+    weights: dict[str, int] = {}
+    for name, weight in pairs:
+        op = str(name).strip().lower()
+        if op not in OPS:
+            raise ValueError(f"op mix: unknown op {name!r}; the ops are {', '.join(OPS)}")
+        if op in weights:
+            raise ValueError(f"op mix: {op} is given twice")
+        if isinstance(weight, bool) or not isinstance(weight, numbers.Integral):
+            raise ValueError(f"op mix weight of {op} must be an integer, got {weight!r}")
+        if weight < 0:
+            raise ValueError(f"op mix weight of {op} must be >= 0, got {weight}")
+        weights[op] = int(weight)
+    mix = tuple((op, weights[op]) for op in OPS if weights.get(op, 0) > 0)
+    if not mix:
+        raise ValueError(f"op mix needs at least one weight > 0, got {spec!r}")
+    return mix
+
+
+def selection_rng(seed: int, client: int, thread: int) -> random.Random:
+    """The generator that draws the operations of one thread of one client.
+
+    Each (seed, client, thread) has its own stream, so an op-count run issues a deterministic
+    multiset of operations however the threads interleave.
     """
     return random.Random(f"storage-workloads/get/{seed}/{client}/{thread}")
 
@@ -142,7 +248,7 @@ def split_evenly(total: int, parts: int) -> list[int]:
 
 @dataclass(frozen=True, kw_only=True)
 class ObjectWorkload:
-    """One object-storage workload: the dataset tree, the size distribution and the GET phase.
+    """One object-storage workload: the dataset tree, the size distribution and the timed phase.
 
     Attributes:
         name: registry name (``resnet50_object``, ``unet3d_object``), lower case.
@@ -152,10 +258,12 @@ class ObjectWorkload:
         files_per_dir: objects per leaf directory at full size (per client with
             ``scale_with_clients``).
         size_mean, size_stdev: mean and standard deviation (bytes) of the lognormal, before
-            clipping.
-        size_min, size_max: the clip range of the sizes, in bytes.
-        concurrency: GET (and PUT) requests in flight per client.
-        duration_s: length of a timed GET phase, in seconds.
+            clipping; only for ``size_distribution="lognormal"`` (``None`` otherwise).
+        size_min, size_max: the clip range of the lognormal, the range of the uniform
+            distribution (both included), or both the size of a fixed one, in bytes; at most
+            :data:`MAX_OBJECT_SIZE`.
+        concurrency: requests in flight per client, in every phase.
+        duration_s: length of a timed phase, in seconds (after the warm-up, if any).
         clients: client processes.
         scale_with_clients: grow the full-size dataset with the clients,
             ``files_per_dir`` per directory *per client* (sai3-bench's 4- and 8-host configs do
@@ -163,7 +271,20 @@ class ObjectWorkload:
             by any number of clients.
         num_objects: objects in the dataset; ``None`` means the full size,
             ``width ** depth * files_per_dir`` (times ``clients`` with ``scale_with_clients``).
-        ops: GET operations in all, over all clients; ``None`` runs for ``duration_s`` instead.
+        ops: operations in all, over all clients, after the warm-up; ``None`` runs for
+            ``duration_s`` instead.
+        size_distribution: ``lognormal`` (the default), ``uniform`` or ``fixed``; see
+            :meth:`with_sizes` to switch.
+        mix: the operations and their relative weights, as ``(op, weight)`` pairs in
+            :data:`OPS` order (:func:`parse_mix` takes ``"get=70,put=30"`` or a mapping too);
+            GET only by default.
+        warmup_period_s: a warm-up of this many seconds before the timed phase; its operations
+            run but are not counted.
+        warmup_ops: a warm-up of this many operations in all instead (split like ``ops``).
+        put_prefix: where PUTs write, ``None`` meaning ``{prefix without '/'}-put/`` (``put/``
+            for an empty prefix); it must lie outside the dataset. Each run writes under
+            ``{put_prefix}{run id}/``.
+        list_max_keys: the page size of a LIST (S3's ``MaxKeys``), 1 to 1000.
     """
 
     name: str
@@ -171,8 +292,8 @@ class ObjectWorkload:
     width: int
     depth: int
     files_per_dir: int
-    size_mean: int
-    size_stdev: int
+    size_mean: int | None = None
+    size_stdev: int | None = None
     size_min: int
     size_max: int
     concurrency: int
@@ -181,47 +302,31 @@ class ObjectWorkload:
     scale_with_clients: bool = False
     num_objects: int | None = None
     ops: int | None = None
+    size_distribution: str = "lognormal"
+    mix: tuple[Op, ...] = (("get", 100),)
+    warmup_period_s: float | None = None
+    warmup_ops: int | None = None
+    put_prefix: str | None = None
+    list_max_keys: int = MAX_LIST_KEYS
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise ValueError(
                 f"ObjectWorkload.name must be a lower-case name ([a-z0-9_.-]), got {self.name!r}"
             )
-        if not isinstance(self.prefix, str) or (self.prefix and not self.prefix.endswith("/")):
-            raise ValueError(
-                f"ObjectWorkload.prefix must be '' or end with '/', got {self.prefix!r}"
-            )
-        if self.prefix.startswith("/") or "//" in self.prefix:
-            raise ValueError(
-                f"ObjectWorkload.prefix must not start with '/' or hold '//', got {self.prefix!r}"
-            )
+        _check_prefix("prefix", self.prefix, allow_empty=True)
         for name, minimum in (
             ("width", 1),
             ("depth", 1),
             ("files_per_dir", 1),
-            ("size_mean", 1),
-            ("size_stdev", 0),
             ("size_min", 1),
             ("size_max", 1),
             ("concurrency", 1),
             ("clients", 1),
         ):
             _int(name, getattr(self, name), minimum)
-        if self.size_min > self.size_max:
-            raise ValueError(
-                f"ObjectWorkload.size_min must be <= size_max ({self.size_max}), "
-                f"got {self.size_min}"
-            )
-        if not self.size_min <= self.size_mean <= self.size_max:
-            raise ValueError(
-                f"ObjectWorkload.size_mean must lie in [size_min, size_max] = "
-                f"[{self.size_min}, {self.size_max}], got {self.size_mean}"
-            )
-        value = self.duration_s
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise TypeError(f"ObjectWorkload.duration_s must be a number, got {value!r}")
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"ObjectWorkload.duration_s must be finite and > 0, got {value}")
+        self._check_sizes()
+        _seconds("duration_s", self.duration_s)
         if not isinstance(self.scale_with_clients, bool):
             raise TypeError(
                 f"ObjectWorkload.scale_with_clients must be a bool, got {self.scale_with_clients!r}"
@@ -230,6 +335,89 @@ class ObjectWorkload:
             _int("num_objects", self.num_objects, 1)
         if self.ops is not None:
             _int("ops", self.ops, 1)
+        try:
+            mix = parse_mix(self.mix)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"ObjectWorkload.mix: {exc}") from None
+        object.__setattr__(self, "mix", mix)
+        ops = dict(mix)
+        if "delete" in ops and "put" not in ops:
+            raise ValueError(
+                "ObjectWorkload.mix has delete but no put: a delete removes only objects the run "
+                "itself put, so the mix needs put too"
+            )
+        if self.warmup_period_s is not None:
+            _seconds("warmup_period_s", self.warmup_period_s)
+        if self.warmup_ops is not None:
+            _int("warmup_ops", self.warmup_ops, 1)
+        if self.warmup_period_s is not None and self.warmup_ops is not None:
+            raise ValueError(
+                "ObjectWorkload.warmup_period_s and warmup_ops exclude each other: give one"
+            )
+        if self.put_prefix is not None:
+            self._check_put_prefix()
+        _int("list_max_keys", self.list_max_keys, 1)
+        if self.list_max_keys > MAX_LIST_KEYS:
+            raise ValueError(
+                f"ObjectWorkload.list_max_keys must be <= {MAX_LIST_KEYS} (S3's MaxKeys limit), "
+                f"got {self.list_max_keys}"
+            )
+
+    def _check_sizes(self) -> None:
+        kind = self.size_distribution
+        if kind not in SIZE_DISTRIBUTIONS:
+            raise ValueError(
+                f"ObjectWorkload.size_distribution must be one of {', '.join(SIZE_DISTRIBUTIONS)}, "
+                f"got {kind!r}"
+            )
+        if self.size_max > MAX_OBJECT_SIZE:
+            raise ValueError(
+                f"ObjectWorkload.size_max must be <= {MAX_OBJECT_SIZE} (5 GiB, the largest "
+                f"single S3 PUT), got {self.size_max}"
+            )
+        if self.size_min > self.size_max:
+            raise ValueError(
+                f"ObjectWorkload.size_min must be <= size_max ({self.size_max}), "
+                f"got {self.size_min}"
+            )
+        if kind != "lognormal":
+            for name in ("size_mean", "size_stdev"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"ObjectWorkload.{name} applies to the lognormal distribution only; it "
+                        f"must be None for {kind} sizes, got {getattr(self, name)!r}"
+                    )
+            if kind == "fixed" and self.size_min != self.size_max:
+                raise ValueError(
+                    f"ObjectWorkload: fixed sizes need size_min == size_max, got "
+                    f"{self.size_min} and {self.size_max}"
+                )
+            return
+        for name in ("size_mean", "size_stdev"):
+            if getattr(self, name) is None:
+                raise ValueError(f"ObjectWorkload.{name} is required for lognormal sizes")
+        _int("size_mean", self.size_mean, 1)
+        _int("size_stdev", self.size_stdev, 0)
+        assert self.size_mean is not None
+        if not self.size_min <= self.size_mean <= self.size_max:
+            raise ValueError(
+                f"ObjectWorkload.size_mean must lie in [size_min, size_max] = "
+                f"[{self.size_min}, {self.size_max}], got {self.size_mean}"
+            )
+
+    def _check_put_prefix(self) -> None:
+        put = self.put_prefix
+        _check_prefix("put_prefix", put, allow_empty=False)
+        assert put is not None
+        if self.prefix:
+            inside = put.startswith(self.prefix) or self.prefix.startswith(put)
+        else:
+            inside = put.startswith("scan.")
+        if inside:
+            raise ValueError(
+                f"ObjectWorkload.put_prefix must lie outside the dataset ({self.prefix!r}), so "
+                f"PUTs cannot touch it, got {put!r}"
+            )
 
     # -- the dataset ---------------------------------------------------------------------------
 
@@ -250,12 +438,22 @@ class ObjectWorkload:
 
     @property
     def lognormal(self) -> tuple[float, float]:
-        """``(mu, sigma)`` of the size distribution (see :func:`lognormal_params`)."""
+        """``(mu, sigma)`` of the lognormal size distribution (see :func:`lognormal_params`)."""
+        if self.size_mean is None or self.size_stdev is None:
+            raise ValueError(
+                f"ObjectWorkload {self.name} has {self.size_distribution} sizes, not lognormal"
+            )
         return lognormal_params(self.size_mean, self.size_stdev)
 
     @property
     def expected_object_bytes(self) -> float:
-        """Expected size of one object after clipping (:func:`clipped_lognormal_mean`)."""
+        """Expected size of one object: the clipped lognormal's mean
+        (:func:`clipped_lognormal_mean`), ``(size_min + size_max) / 2`` for uniform sizes (the
+        mean of the integers in the range), and the size itself for fixed ones."""
+        if self.size_distribution == "uniform":
+            return (self.size_min + self.size_max) / 2
+        if self.size_distribution == "fixed":
+            return float(self.size_min)
         mu, sigma = self.lognormal
         return clipped_lognormal_mean(mu, sigma, self.size_min, self.size_max)
 
@@ -263,6 +461,14 @@ class ObjectWorkload:
     def expected_dataset_bytes(self) -> float:
         """Expected size of the whole dataset, ``total_objects * expected_object_bytes``."""
         return self.total_objects * self.expected_object_bytes
+
+    @property
+    def effective_put_prefix(self) -> str:
+        """Where PUTs write: ``put_prefix``, else ``{prefix without '/'}-put/`` (``put/`` for an
+        empty prefix), which lies outside the dataset."""
+        if self.put_prefix is not None:
+            return self.put_prefix
+        return f"{self.prefix[:-1]}-put/" if self.prefix else "put/"
 
     def leaf_dir(self, index: int) -> str:
         """Leaf directory (with ``prefix``, ending in ``/``) of object ``index``.
@@ -274,6 +480,14 @@ class ObjectWorkload:
         """
         self._check_index(index)
         return self._leaf(index % self.leaf_dirs)
+
+    def leaf_prefix(self, leaf: int) -> str:
+        """Leaf directory number ``leaf`` (with ``prefix``, ending in ``/``): what a LIST lists."""
+        if isinstance(leaf, bool) or not isinstance(leaf, numbers.Integral):
+            raise TypeError(f"leaf index must be an integer, got {leaf!r}")
+        if not 0 <= leaf < self.leaf_dirs:
+            raise IndexError(f"leaf index {leaf} out of range [0, {self.leaf_dirs})")
+        return self._leaf(leaf)
 
     def object_key(self, index: int) -> str:
         """Key of object ``index`` (0-based): ``{leaf_dir}obj_{index:08d}.dat``."""
@@ -288,8 +502,14 @@ class ObjectWorkload:
 
     def object_sizes(self, seed: int = 0) -> list[int]:
         """Size of every object of the dataset for ``seed``, in index order."""
+        n = self.total_objects
+        if self.size_distribution == "fixed":
+            return [self.size_min] * n
+        if self.size_distribution == "uniform":
+            return draw_uniform_sizes(n, minimum=self.size_min, maximum=self.size_max, seed=seed)
+        assert self.size_mean is not None and self.size_stdev is not None
         return draw_sizes(
-            self.total_objects,
+            n,
             mean=self.size_mean,
             stdev=self.size_stdev,
             minimum=self.size_min,
@@ -297,29 +517,113 @@ class ObjectWorkload:
             seed=seed,
         )
 
-    # -- the GET phase -------------------------------------------------------------------------
+    def size_sampler(self, rng: random.Random) -> Callable[[], int]:
+        """A function that draws one object size from the workload's distribution with ``rng``.
+
+        It consumes ``rng`` exactly as :meth:`object_sizes` consumes its generator (two uniforms
+        per lognormal draw, one ``randint`` per uniform one, nothing for fixed sizes).
+        """
+        low, high = self.size_min, self.size_max
+        if self.size_distribution == "fixed":
+            return lambda: low
+        if self.size_distribution == "uniform":
+            randint = rng.randint
+            return lambda: randint(low, high)
+        mu, sigma = self.lognormal
+        uniform = rng.random
+        log, sqrt, cos, exp = math.log, math.sqrt, math.cos, math.exp
+        two_pi = 2 * math.pi
+
+        def draw() -> int:
+            z = sqrt(-2.0 * log(1.0 - uniform())) * cos(two_pi * uniform())
+            size = round(exp(mu + sigma * z))
+            return low if size < low else high if size > high else size
+
+        return draw
+
+    # -- the timed phase -----------------------------------------------------------------------
+
+    def op_stream(self, seed: int, client: int, thread: int) -> Iterator[Op]:
+        """The endless sequence of operations of one thread of one client, as :data:`Op` pairs.
+
+        Each op is drawn by weight from ``selection_rng(seed, client, thread)``: an integer
+        ``r`` uniform in ``[0, total weight)`` picks the op whose cumulative weight (in
+        :data:`OPS` order) first exceeds ``r``. The same generator then draws the op's argument:
+        a GET or STAT object uniformly from the dataset, a LIST leaf directory uniformly from
+        those that hold objects, a PUT size from the size distribution; a DELETE draws nothing.
+        A GET-only mix draws no op at all, so its GETs are those of a plain GET phase. A warm-up
+        takes the first ops of each stream and the counted phase goes on from there.
+        """
+        rng = selection_rng(seed, client, thread)
+        randrange = rng.randrange
+        n = self.total_objects
+        leaves = min(self.leaf_dirs, n)
+        put_size = self.size_sampler(rng)
+        names = [op for op, _ in self.mix]
+        cumulative = list(itertools.accumulate(weight for _, weight in self.mix))
+        total = cumulative[-1]
+        single = names[0] if len(names) == 1 else None
+        while True:
+            op = single or names[bisect.bisect_right(cumulative, randrange(total))]
+            if op == "get" or op == "stat":
+                yield op, randrange(n)
+            elif op == "list":
+                yield op, randrange(leaves)
+            elif op == "put":
+                yield op, put_size()
+            else:
+                yield op, 0
 
     def ops_per_thread(self) -> list[list[int]]:
-        """For an op-count run: the GETs of each thread of each client (``[client][thread]``)."""
+        """For an op-count run: the counted ops of each thread of each client
+        (``[client][thread]``)."""
         if self.ops is None:
             raise ValueError("ObjectWorkload.ops is None: this is a timed run")
         return [split_evenly(n, self.concurrency) for n in split_evenly(self.ops, self.clients)]
 
-    def planned_get_indices(self, seed: int = 0) -> list[int]:
-        """Every object index an op-count GET phase fetches (a multiset, in no useful order)."""
-        out: list[int] = []
+    def warmup_ops_per_thread(self) -> list[list[int]]:
+        """For an op-count warm-up: the warm-up ops of each thread of each client."""
+        if self.warmup_ops is None:
+            raise ValueError("ObjectWorkload.warmup_ops is None: no op-count warm-up")
+        return [
+            split_evenly(n, self.concurrency) for n in split_evenly(self.warmup_ops, self.clients)
+        ]
+
+    def thread_plan(self, seed: int, client: int, thread: int) -> tuple[list[Op], list[Op]]:
+        """``(warm-up ops, counted ops)`` of one thread in an op-count run.
+
+        The warm-up must be an op count (or absent): how many ops a timed warm-up takes from
+        the stream is known only when it has run.
+        """
+        if self.warmup_period_s is not None:
+            raise ValueError(
+                "ObjectWorkload.warmup_period_s is set: a timed warm-up's ops are not known "
+                "in advance"
+            )
+        count = self.ops_per_thread()[client][thread]
+        warm = self.warmup_ops_per_thread()[client][thread] if self.warmup_ops else 0
+        stream = self.op_stream(seed, client, thread)
+        return list(itertools.islice(stream, warm)), list(itertools.islice(stream, count))
+
+    def planned_ops(self, seed: int = 0) -> list[Op]:
+        """Every counted op of an op-count run (a multiset, in no useful order)."""
+        out: list[Op] = []
         for client, threads in enumerate(self.ops_per_thread()):
-            for thread, count in enumerate(threads):
-                rng = selection_rng(seed, client, thread)
-                out.extend(rng.randrange(self.total_objects) for _ in range(count))
+            for thread in range(len(threads)):
+                out.extend(self.thread_plan(seed, client, thread)[1])
         return out
+
+    def planned_get_indices(self, seed: int = 0) -> list[int]:
+        """Every object index the counted GETs of an op-count run fetch (a multiset)."""
+        return [index for op, index in self.planned_ops(seed) if op == "get"]
 
     # -- derived workloads ---------------------------------------------------------------------
 
     def override(self, **changes: Any) -> ObjectWorkload:
         """A copy with the given fields changed; ``None`` values are ignored (CLI defaults).
 
-        To set ``num_objects`` or ``ops`` back to ``None`` use :func:`dataclasses.replace`.
+        To set ``num_objects`` or ``ops`` back to ``None`` use :func:`dataclasses.replace`;
+        to change the size distribution use :meth:`with_sizes`.
         """
         fields = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(changes) - fields)
@@ -327,16 +631,83 @@ class ObjectWorkload:
             raise TypeError(f"ObjectWorkload has no field {', '.join(unknown)}")
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
+    def with_sizes(
+        self,
+        distribution: str,
+        *,
+        size: int | None = None,
+        minimum: int | None = None,
+        maximum: int | None = None,
+        mean: int | None = None,
+        stdev: int | None = None,
+    ) -> ObjectWorkload:
+        """A copy with another size distribution (sai3-bench's names and parameters).
+
+        - ``fixed``: ``size`` (required), every object that size.
+        - ``uniform``: integers uniform in ``[minimum, maximum]``; each defaults to this
+          workload's ``size_min`` / ``size_max``.
+        - ``lognormal``: ``mean``, ``stdev``, ``minimum``, ``maximum``; each defaults to this
+          workload's when it has lognormal sizes, and is required otherwise.
+
+        A parameter that the distribution does not take is an error, as is any invalid value
+        (the message names the field).
+        """
+        given = {
+            "size": size,
+            "minimum": minimum,
+            "maximum": maximum,
+            "mean": mean,
+            "stdev": stdev,
+        }
+        takes = {
+            "fixed": ("size",),
+            "uniform": ("minimum", "maximum"),
+            "lognormal": ("mean", "stdev", "minimum", "maximum"),
+        }
+        if distribution not in takes:
+            raise ValueError(
+                f"size distribution must be one of {', '.join(SIZE_DISTRIBUTIONS)}, "
+                f"got {distribution!r}"
+            )
+        extra = [k for k, v in given.items() if v is not None and k not in takes[distribution]]
+        if extra:
+            raise ValueError(
+                f"{distribution} sizes take {', '.join(takes[distribution])}, not "
+                f"{', '.join(extra)}"
+            )
+        if distribution == "fixed":
+            if size is None:
+                raise ValueError("fixed sizes need size")
+            low = high = size
+        else:
+            low = self.size_min if minimum is None else minimum
+            high = self.size_max if maximum is None else maximum
+        if distribution == "lognormal":
+            mean = self.size_mean if mean is None else mean
+            stdev = self.size_stdev if stdev is None else stdev
+            if mean is None or stdev is None:
+                raise ValueError(f"lognormal sizes need mean and stdev ({self.name} has none)")
+        return dataclasses.replace(
+            self,
+            size_distribution=distribution,
+            size_min=low,
+            size_max=high,
+            size_mean=mean,
+            size_stdev=stdev,
+        )
+
     def as_dict(self) -> dict[str, Any]:
-        """The fields plus the derived counts, for results files."""
-        mu, sigma = self.lognormal
+        """The fields plus the derived counts, for results files (``mix`` as a mapping)."""
+        mu, sigma = self.lognormal if self.size_distribution == "lognormal" else (None, None)
         return {
             **dataclasses.asdict(self),
+            "mix": dict(self.mix),
             "leaf_dirs": self.leaf_dirs,
             "total_objects": self.total_objects,
             "lognormal_mu": mu,
             "lognormal_sigma": sigma,
             "expected_object_bytes": self.expected_object_bytes,
+            "effective_put_prefix": self.effective_put_prefix,
         }
 
     # -- key helpers (cached per instance; not fields, so equality and pickling ignore them) ----

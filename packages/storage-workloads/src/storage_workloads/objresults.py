@@ -4,8 +4,9 @@ A :class:`Recorder` takes one record per completed operation (bytes moved, laten
 time); recorders of threads and client processes merge exactly, keeping every latency, so the
 percentiles are exact (nearest rank), not estimated from a histogram. :func:`summarize` turns a
 recorder into a phase summary: totals and per-size-bucket ops/s, MiB/s, mean/p50/p90/p95/p99/max
-latency, plus the per-second log. :func:`write_results` writes ``results.json``,
-``results.csv`` and ``per_second.csv`` atomically.
+latency, plus the per-second log. :func:`summarize_ops` does the same for a phase of several
+operations (one recorder per op), with the figures of every op under ``by_op``.
+:func:`write_results` writes ``results.json``, ``results.csv`` and ``per_second.csv`` atomically.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 import math
 import os
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -29,15 +30,20 @@ __all__ = [
     "RESULTS_CSV_COLUMNS",
     "RESULTS_FILES",
     "SCHEMA",
+    "SIZED_OPS",
     "Bucket",
     "Recorder",
     "bucket_of",
     "percentile",
     "summarize",
+    "summarize_ops",
     "write_results",
 ]
 
-SCHEMA: Final = "storage-workloads/object-results/1"
+#: Version 2 added op mixes (``by_op``, ``mix``), size distributions and the warm-up.
+SCHEMA: Final = "storage-workloads/object-results/2"
+#: The ops that move an object's bytes, and so have size buckets; LIST, STAT and DELETE do not.
+SIZED_OPS: Final = ("GET", "PUT")
 #: Percentiles reported for every bucket, besides the mean and the maximum.
 PERCENTILES: Final = (50, 90, 95, 99)
 #: The size-bucket schemes: ``pow2`` (the default) and ``sai3`` (sai3-bench's buckets).
@@ -141,7 +147,8 @@ class Recorder:
 
     ``latencies[b]`` holds the latencies (seconds) of the ops in bucket ``b`` and ``nbytes[b]``
     their bytes; ``per_second[s]`` is ``[ops, bytes]`` of the ops that completed in second
-    ``s`` after the common start; ``end_s`` is the last completion time after the start.
+    ``s`` after the common start; ``end_s`` is the last completion time after the start;
+    ``items`` counts what the ops returned besides bytes (the keys of LIST pages).
     """
 
     scheme: str = "pow2"
@@ -152,6 +159,7 @@ class Recorder:
     end_s: float = 0.0
     errors: int = 0
     error_samples: list[str] = field(default_factory=list)
+    items: int = 0
 
     def record(self, nbytes: int, latency_s: float, done_s: float) -> None:
         """One completed operation of ``nbytes`` bytes, ``done_s`` seconds after the start."""
@@ -196,6 +204,7 @@ class Recorder:
             slot[0] += ops
             slot[1] += nbytes
         self.end_s = max(self.end_s, other.end_s)
+        self.items += other.items
         self.errors += other.errors
         for message in other.error_samples:
             if len(self.error_samples) < 10 and message not in self.error_samples:
@@ -233,17 +242,24 @@ def _stats(latencies: Sequence[float], nbytes: int, elapsed_s: float) -> dict[st
 
 
 def summarize(
-    recorder: Recorder, *, phase: str, op: str, elapsed_s: float, **extra: Any
+    recorder: Recorder,
+    *,
+    phase: str,
+    op: str,
+    elapsed_s: float,
+    sized: bool = True,
+    **extra: Any,
 ) -> dict[str, Any]:
     """The summary of one phase: ``totals``, ``buckets`` (by size) and ``per_second``.
 
     Rates are over ``elapsed_s``, the time from the common start to the end of the phase, for
     the totals and for every bucket alike (so the buckets' ops/s add up to the total). The
     per-second log covers every second from 0 to the last completion, zeros included; its
-    last second is usually partial. ``extra`` keys are added to the summary as they are.
+    last second is usually partial. ``sized=False`` leaves ``buckets`` empty (ops that move no
+    object, or a mix of ops). ``extra`` keys are added to the summary as they are.
     """
     buckets = []
-    for b in sorted(recorder.latencies):
+    for b in sorted(recorder.latencies) if sized else ():
         info = recorder.buckets[b]
         buckets.append(
             {
@@ -275,6 +291,58 @@ def summarize(
     }
 
 
+def summarize_ops(
+    recorders: Mapping[str, Recorder],
+    *,
+    phase: str,
+    elapsed_s: float,
+    weights: Mapping[str, int],
+    skipped: Mapping[str, int] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The summary of a phase of one or more ops, one recorder per op (``GET``, ``PUT``, ...).
+
+    The top level is :func:`summarize` of all the ops merged; its ``op`` is the op's name when
+    there is one, else ``MIX``, and it has size buckets only for a single GET or PUT. ``by_op``
+    holds, for every op of ``weights`` in their order, its ``weight`` and ``share`` of the
+    total weight, its ``totals``, ``errors``, ``skipped`` (ops drawn but not issued: a DELETE
+    with nothing of the run's own to delete), ``buckets`` (GET and PUT) and ``per_second``;
+    LIST also has ``keys_listed``. All rates are over the phase's ``elapsed_s``.
+    """
+    if not weights or set(recorders) - set(weights):
+        raise ValueError(
+            f"need a weight for every op, got ops {sorted(recorders)} and weights {dict(weights)}"
+        )
+    scheme = next(iter(recorders.values())).scheme if recorders else "pow2"
+    merged = Recorder(scheme)
+    for rec in recorders.values():
+        merged.merge(rec)
+    names = list(weights)
+    op = names[0] if len(names) == 1 else "MIX"
+    summary = summarize(
+        merged, phase=phase, op=op, elapsed_s=elapsed_s, sized=op in SIZED_OPS, **extra
+    )
+    total_weight = sum(weights.values())
+    by_op: dict[str, Any] = {}
+    for name in names:
+        rec = recorders.get(name) or Recorder(scheme)
+        part = summarize(rec, phase=phase, op=name, elapsed_s=elapsed_s, sized=name in SIZED_OPS)
+        entry: dict[str, Any] = {
+            "weight": weights[name],
+            "share": weights[name] / total_weight,
+            "totals": part["totals"],
+            "errors": part["errors"],
+            "skipped": (skipped or {}).get(name, 0),
+        }
+        if name == "LIST":
+            entry["keys_listed"] = rec.items
+        entry["buckets"] = part["buckets"]
+        entry["per_second"] = part["per_second"]
+        by_op[name] = entry
+    summary["by_op"] = by_op
+    return summary
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return ""
@@ -283,16 +351,26 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _op_parts(phase: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The (op, figures) of a phase's rows: the phase itself, then each op of a mix."""
+    parts = [(phase["op"], phase)]
+    by_op = phase.get("by_op") or {}
+    if len(by_op) > 1:
+        parts += list(by_op.items())
+    return parts
+
+
 def _results_csv(results: dict[str, Any]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(RESULTS_CSV_COLUMNS)
     for phase in results["phases"]:
-        rows = [{"bucket": "all", "low_bytes": None, "high_bytes": None, **phase["totals"]}]
-        rows += phase["buckets"]
-        for row in rows:
-            full = {"phase": phase["phase"], "op": phase["op"], **row}
-            writer.writerow([_fmt(full[c]) for c in RESULTS_CSV_COLUMNS])
+        for op, part in _op_parts(phase):
+            rows = [{"bucket": "all", "low_bytes": None, "high_bytes": None, **part["totals"]}]
+            rows += part["buckets"]
+            for row in rows:
+                full = {"phase": phase["phase"], **row, "op": op}
+                writer.writerow([_fmt(full[c]) for c in RESULTS_CSV_COLUMNS])
     return buf.getvalue()
 
 
@@ -301,11 +379,12 @@ def _per_second_csv(results: dict[str, Any]) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(PER_SECOND_CSV_COLUMNS)
     for phase in results["phases"]:
-        for row in phase["per_second"]:
-            mib = row["bytes"] / (1 << 20)
-            writer.writerow(
-                [phase["phase"], phase["op"], row["second"], row["ops"], row["bytes"], _fmt(mib)]
-            )
+        for op, part in _op_parts(phase):
+            for row in part["per_second"]:
+                mib = row["bytes"] / (1 << 20)
+                writer.writerow(
+                    [phase["phase"], op, row["second"], row["ops"], row["bytes"], _fmt(mib)]
+                )
     return buf.getvalue()
 
 

@@ -2,8 +2,10 @@
 
 - :func:`prepare`: create the bucket if it is missing and upload the dataset (or the objects
   that are not there yet, with ``skip_existing``).
-- :func:`get`: ``clients`` processes, each with ``concurrency`` threads, GET uniformly random
-  objects of the dataset for ``duration_s`` seconds or ``ops`` operations in all.
+- :func:`get`: ``clients`` processes, each with ``concurrency`` threads, run the workload's mix
+  (GETs of uniformly random objects of the dataset by default; PUT, LIST, STAT and DELETE by
+  weight) for ``duration_s`` seconds or ``ops`` operations in all, after an uncounted warm-up
+  if the workload has one.
 - :func:`run`: ``prepare``, ``get`` or ``prepare`` then ``get``, and write the results files.
 
 boto3 is an optional dependency (the ``s3`` extra); it is imported only when a run starts.
@@ -15,6 +17,7 @@ bucket or key at fault.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime as _dt
 import os
@@ -29,12 +32,19 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final, Literal
 
-from storage_workloads.objects import ObjectWorkload, selection_rng
-from storage_workloads.objresults import BUCKET_SCHEMES, SCHEMA, Recorder, summarize, write_results
+from storage_workloads.objects import ObjectWorkload
+from storage_workloads.objresults import (
+    BUCKET_SCHEMES,
+    SCHEMA,
+    Recorder,
+    summarize,
+    summarize_ops,
+    write_results,
+)
 
 __all__ = [
     "COMMANDS",
@@ -260,50 +270,138 @@ def _existing_objects(client: Any, target: S3Target, prefix: str) -> dict[str, i
 
 @dataclass(frozen=True)
 class _ClientTask:
-    """What one client process does: GETs (``ops_per_thread`` or until the deadline) or PUTs."""
+    """What one client process does: upload ``items`` (``op="PUT"``, prepare) or run the
+    workload's mix (``op="MIX"``), for ``ops_per_thread`` or until ``duration_s`` has passed,
+    after a warm-up of ``warmup_per_thread`` ops or ``warmup_s`` seconds if one is given."""
 
     client_id: int
-    op: str  # "GET" or "PUT"
+    op: str  # "PUT" or "MIX"
     workload: ObjectWorkload
     target: S3Target
     seed: int
     scheme: str
-    duration_s: float | None = None  # GET: timed run
-    ops_per_thread: tuple[int, ...] | None = None  # GET: op-count run
+    duration_s: float | None = None  # MIX: timed run
+    ops_per_thread: tuple[int, ...] | None = None  # MIX: op-count run
+    warmup_s: float | None = None  # MIX: timed warm-up
+    warmup_per_thread: tuple[int, ...] | None = None  # MIX: op-count warm-up
+    run_id: str = ""  # MIX: PUT keys go under {effective_put_prefix}{run_id}/
     items: tuple[tuple[int, int], ...] = ()  # PUT: (object index, size)
 
+    @property
+    def has_warmup(self) -> bool:
+        return self.warmup_s is not None or self.warmup_per_thread is not None
 
-def _get_thread(
-    client: Any, task: _ClientTask, thread: int, t0: float, count: int | None, rec: Recorder
-) -> None:
-    wl, bucket = task.workload, task.target.bucket
-    rng = selection_rng(task.seed, task.client_id, thread)
-    n = wl.total_objects
-    deadline = t0 + (task.duration_s or 0.0)
-    done = consecutive = 0
-    clock, perf = time.time, time.perf_counter
-    while (done < count) if count is not None else (clock() < deadline):
-        key = wl.object_key(rng.randrange(n))
-        done += 1
+
+@dataclass
+class _Part:
+    """What the threads of a phase measured: one recorder per op, the skipped ops, and (for the
+    counted phase) how many objects the run put and did not delete."""
+
+    scheme: str
+    recorders: dict[str, Recorder] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    put_left: int = 0
+
+    def recorder(self, op: str) -> Recorder:
+        rec = self.recorders.get(op)
+        if rec is None:
+            rec = self.recorders[op] = Recorder(self.scheme)
+        return rec
+
+    def merge(self, other: _Part) -> None:
+        for op, rec in other.recorders.items():
+            self.recorder(op).merge(rec)
+        for op, n in other.skipped.items():
+            self.skipped[op] = self.skipped.get(op, 0) + n
+        self.put_left += other.put_left
+
+    @property
+    def ops(self) -> int:
+        return sum(rec.ops for rec in self.recorders.values())
+
+
+class _Worker:
+    """One thread of a client in the mix: its op stream and the keys it put and has not
+    deleted, kept from the warm-up into the counted phase."""
+
+    def __init__(self, task: _ClientTask, client: Any, thread: int) -> None:
+        wl = task.workload
+        self.task, self.client, self.thread = task, client, thread
+        self.stream = wl.op_stream(task.seed, task.client_id, thread)
+        self.put_root = (
+            f"{wl.effective_put_prefix}{task.run_id}/c{task.client_id:03d}-t{thread:03d}-"
+        )
+        self.put_count = 0
+        self.put_keys: collections.deque[str] = collections.deque()
+        self.current = wl.mix[0][0].upper()  # the op under way, for a thread failure
+        self.consecutive = 0
+        self.stopped = False
+
+    def run(self, count: int | None, deadline: float, t0: float, part: _Part) -> None:
+        """``count`` ops (``None``: until ``deadline``), measured from ``t0``, into ``part``."""
+        clock = time.time
+        done = 0
+        while not self.stopped and ((done < count) if count is not None else clock() < deadline):
+            op, arg = next(self.stream)
+            done += 1
+            self._one(op, arg, t0, part)
+
+    def _one(self, op: str, arg: int, t0: float, part: _Part) -> None:
+        name = self.current = op.upper()
+        wl, bucket, s3 = self.task.workload, self.task.target.bucket, self.client
+        body = b""
+        if op == "delete":
+            if not self.put_keys:  # nothing of this run's own to delete
+                part.skipped[name] = part.skipped.get(name, 0) + 1
+                return
+            key = self.put_keys.popleft()
+        elif op == "put":
+            self.put_count += 1
+            key = f"{self.put_root}{self.put_count:08d}.dat"
+            body = os.urandom(arg)  # incompressible, unique content, made before the clock starts
+        elif op == "list":
+            key = wl.leaf_prefix(arg)
+        else:
+            key = wl.object_key(arg)
+        rec = part.recorder(name)
+        nbytes = items = 0
+        perf = time.perf_counter
         start = perf()
         try:
-            body = client.get_object(Bucket=bucket, Key=key)["Body"]
-            nbytes = 0
-            try:
-                for chunk in body.iter_chunks(_CHUNK):
-                    nbytes += len(chunk)
-            finally:
-                body.close()
+            if op == "get":
+                stream = s3.get_object(Bucket=bucket, Key=key)["Body"]
+                try:
+                    for chunk in stream.iter_chunks(_CHUNK):
+                        nbytes += len(chunk)
+                finally:
+                    stream.close()
+            elif op == "put":
+                s3.put_object(Bucket=bucket, Key=key, Body=body)
+                nbytes = arg
+            elif op == "stat":
+                s3.head_object(Bucket=bucket, Key=key)
+            elif op == "list":
+                page = s3.list_objects_v2(Bucket=bucket, Prefix=key, MaxKeys=wl.list_max_keys)
+                items = len(page.get("Contents", ()))
+            else:
+                s3.delete_object(Bucket=bucket, Key=key)
         except Exception as exc:
-            rec.error(f"GET {key}: {_short(exc)}")
-            consecutive += 1
-            if consecutive >= _MAX_CONSECUTIVE_ERRORS:
-                rec.error(f"thread {thread} stopped after {consecutive} failed GETs in a row")
-                return
-            continue
+            if op == "delete":
+                self.put_keys.appendleft(key)  # still there: a later DELETE tries it again
+            rec.error(f"{name} {key}: {_short(exc)}")
+            self.consecutive += 1
+            if self.consecutive >= _MAX_CONSECUTIVE_ERRORS:
+                rec.error(
+                    f"thread {self.thread} stopped after {self.consecutive} failed ops in a row"
+                )
+                self.stopped = True
+            return
         latency = perf() - start
-        consecutive = 0
-        rec.record(nbytes, latency, clock() - t0)
+        self.consecutive = 0
+        if op == "put":
+            self.put_keys.append(key)
+        rec.items += items
+        rec.record(nbytes, latency, time.time() - t0)
 
 
 def _put_thread(
@@ -341,51 +439,57 @@ def _put_thread(
         rec.record(size, latency, clock() - t0)
 
 
-def _run_threads(task: _ClientTask, client: Any, t0: float) -> Recorder:
-    threads: list[threading.Thread] = []
-    recorders: list[Recorder] = []
-
-    def guarded(fn: Callable[..., None], rec: Recorder, *args: Any) -> None:
-        try:
-            fn(*args, rec)
-        except BaseException as exc:  # a thread must not die silently
-            rec.error(f"thread failed: {type(exc).__name__}: {exc}")
-
-    if task.op == "GET":
-        counts: Sequence[int | None] = (
-            task.ops_per_thread
-            if task.ops_per_thread is not None
-            else [None] * task.workload.concurrency
-        )
-        for thread, count in enumerate(counts):
-            if count == 0:
-                continue
-            rec = Recorder(task.scheme)
-            recorders.append(rec)
-            threads.append(
-                threading.Thread(
-                    target=guarded, args=(_get_thread, rec, client, task, thread, t0, count)
-                )
-            )
-    else:
-        items = iter(task.items)
-        lock = threading.Lock()
-        for thread in range(min(task.workload.concurrency, len(task.items))):
-            rec = Recorder(task.scheme)
-            recorders.append(rec)
-            threads.append(
-                threading.Thread(
-                    target=guarded, args=(_put_thread, rec, client, task, thread, t0, items, lock)
-                )
-            )
+def _join_all(threads: list[threading.Thread], parts: list[_Part], scheme: str) -> _Part:
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    merged = Recorder(task.scheme)
-    for rec in recorders:
-        merged.merge(rec)
+    merged = _Part(scheme)
+    for part in parts:
+        merged.merge(part)
     return merged
+
+
+def _run_uploads(task: _ClientTask, client: Any, t0: float) -> _Part:
+    """Prepare: upload ``task.items`` with ``concurrency`` threads."""
+    items = iter(task.items)
+    lock = threading.Lock()
+    threads, parts = [], []
+
+    def guarded(thread: int, rec: Recorder) -> None:
+        try:
+            _put_thread(client, task, thread, t0, items, lock, rec)
+        except BaseException as exc:  # a thread must not die silently
+            rec.error(f"thread failed: {type(exc).__name__}: {exc}")
+
+    for thread in range(min(task.workload.concurrency, len(task.items))):
+        part = _Part(task.scheme)
+        parts.append(part)
+        threads.append(threading.Thread(target=guarded, args=(thread, part.recorder("PUT"))))
+    return _join_all(threads, parts, task.scheme)
+
+
+def _run_workers(
+    workers: Sequence[_Worker], counts: Sequence[int | None], deadline: float, t0: float
+) -> _Part:
+    """One phase of the mix: worker ``i`` runs ``counts[i]`` ops (``None``: until ``deadline``)."""
+    scheme = workers[0].task.scheme
+    threads, parts = [], []
+
+    def guarded(worker: _Worker, count: int | None, part: _Part) -> None:
+        try:
+            worker.run(count, deadline, t0, part)
+        except BaseException as exc:  # a thread must not die silently
+            part.recorder(worker.current).error(f"thread failed: {type(exc).__name__}: {exc}")
+            worker.stopped = True
+
+    for worker, count in zip(workers, counts, strict=True):
+        if count == 0:
+            continue
+        part = _Part(scheme)
+        parts.append(part)
+        threads.append(threading.Thread(target=guarded, args=(worker, count, part)))
+    return _join_all(threads, parts, scheme)
 
 
 def _write_frame(stream: BinaryIO, obj: object) -> None:
@@ -407,12 +511,25 @@ def _read_frame(stream: BinaryIO) -> Any:
     return pickle.loads(data)
 
 
+def _wait_for_start(stdin: BinaryIO) -> float:
+    """Read the common start time from the parent and sleep until it; the start time."""
+    t0 = float(_read_frame(stdin))
+    delay = t0 - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    return t0
+
+
 def client_main() -> int:
     """Body of one client process (``python -m storage_workloads._client``).
 
     Reads its :class:`_ClientTask` from stdin, makes its S3 client, says ``ready`` on stdout,
-    waits for the common start time on stdin, runs, and writes ``done`` with its recorder and
-    the seconds from the start to its end. Failures are written as ``error`` with a message.
+    waits for the common start time on stdin, and runs. With a warm-up it runs the warm-up
+    first, writes ``warm`` with what it measured and the seconds from the start to its end, and
+    waits for a second common start time before the counted phase; the warm-up leaves each
+    thread's op stream and PUT keys where the counted phase goes on from. It then writes
+    ``done`` with its :class:`_Part` and the seconds from the (last) start to its end. Failures
+    are written as ``error`` with a message.
     """
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints go to stderr, not into the frames
@@ -421,12 +538,21 @@ def client_main() -> int:
         task: _ClientTask = _read_frame(stdin)
         client = _make_client(task.target, pool=task.workload.concurrency, attempts=3)
         _write_frame(out, ("ready", None))
-        t0 = float(_read_frame(stdin))
-        delay = t0 - time.time()
-        if delay > 0:
-            time.sleep(delay)
-        rec = _run_threads(task, client, t0)
-        _write_frame(out, ("done", (rec, time.time() - t0)))
+        t0 = _wait_for_start(stdin)
+        if task.op == "PUT":
+            part = _run_uploads(task, client, t0)
+        else:
+            threads = task.workload.concurrency
+            workers = [_Worker(task, client, thread) for thread in range(threads)]
+            if task.has_warmup:
+                counts = task.warmup_per_thread or (None,) * threads
+                warm = _run_workers(workers, counts, t0 + (task.warmup_s or 0.0), t0)
+                _write_frame(out, ("warm", (warm, time.time() - t0)))
+                t0 = _wait_for_start(stdin)
+            counts = task.ops_per_thread or (None,) * threads
+            part = _run_workers(workers, counts, t0 + (task.duration_s or 0.0), t0)
+            part.put_left = sum(len(worker.put_keys) for worker in workers)
+        _write_frame(out, ("done", (part, time.time() - t0)))
     except EOFError:
         return 3  # the parent went away
     except BaseException as exc:
@@ -518,19 +644,49 @@ def _collect(
     return got
 
 
-def _run_clients(tasks: Sequence[_ClientTask]) -> tuple[Recorder, float]:
-    """Run the tasks in one process each, started together; the merged recorder and elapsed s."""
+@dataclass
+class _Measured:
+    """What the clients of a phase measured: the counted phase and, if any, the warm-up."""
+
+    part: _Part
+    elapsed_s: float
+    warmup: _Part | None = None
+    warmup_elapsed_s: float = 0.0
+
+
+def _merge_reports(scheme: str, reports: dict[int, Any]) -> tuple[_Part, float]:
+    merged = _Part(scheme)
+    elapsed = 0.0
+    for cid in sorted(reports):
+        part, end_s = reports[cid]
+        merged.merge(part)
+        elapsed = max(elapsed, end_s)
+    return merged, elapsed
+
+
+def _start_all(clients: Sequence[_Client]) -> None:
+    t0 = time.time() + _START_DELAY_S
+    for client in clients:
+        _write_frame(client.stdin, t0)
+
+
+def _run_clients(tasks: Sequence[_ClientTask]) -> _Measured:
+    """Run the tasks in one process each, started together (and, after a warm-up, started
+    together again); what they measured, merged."""
     inbox: queue_mod.Queue[Any] = queue_mod.Queue()
     clients: list[_Client] = []
+    scheme = tasks[0].scheme
     finished = False
+    warm: tuple[_Part, float] | None = None
     try:
         for task in tasks:
             clients.append(_Client(task, inbox))
             _write_frame(clients[-1].stdin, task)
         _collect(inbox, clients, "ready", _READY_TIMEOUT_S)
-        t0 = time.time() + _START_DELAY_S
-        for client in clients:
-            _write_frame(client.stdin, t0)
+        _start_all(clients)
+        if tasks[0].has_warmup:
+            warm = _merge_reports(scheme, _collect(inbox, clients, "warm", None))
+            _start_all(clients)
         done = _collect(inbox, clients, "done", None)
         finished = True
     except OSError as exc:  # a pipe to a client broke
@@ -540,13 +696,10 @@ def _run_clients(tasks: Sequence[_ClientTask]) -> tuple[Recorder, float]:
             if not finished and client.proc.poll() is None:
                 client.proc.kill()  # failed or interrupted: the other clients stop too
             client.stop()
-    merged = Recorder(tasks[0].scheme)
-    elapsed = 0.0
-    for cid in sorted(done):
-        rec, end_s = done[cid]
-        merged.merge(rec)
-        elapsed = max(elapsed, end_s)
-    return merged, elapsed
+    part, elapsed = _merge_reports(scheme, done)
+    if warm is None:
+        return _Measured(part, elapsed)
+    return _Measured(part, elapsed, warm[0], warm[1])
 
 
 # -- phases --------------------------------------------------------------------------------------
@@ -606,7 +759,8 @@ def prepare(
             )
             for c in range(workload.clients)
         ]
-        rec, elapsed = _run_clients(tasks)
+        measured = _run_clients(tasks)
+        rec, elapsed = measured.part.recorder("PUT"), measured.elapsed_s
     else:
         rec, elapsed = Recorder(bucket_scheme), 0.0
     summary = summarize(
@@ -621,6 +775,7 @@ def prepare(
         clients=workload.clients,
         concurrency=workload.concurrency,
         sizes={
+            "distribution": workload.size_distribution,
             "total_bytes": sum(sizes),
             "mean": statistics.fmean(sizes),
             "stdev": statistics.pstdev(sizes) if n > 1 else 0.0,
@@ -633,6 +788,36 @@ def prepare(
     return summary
 
 
+def _run_id() -> str:
+    """A name for one run's PUTs: the UTC time and 6 random hex digits."""
+    return f"{_dt.datetime.now(_dt.UTC):%Y%m%dT%H%M%SZ}-{os.urandom(3).hex()}"
+
+
+def _mix_text(workload: ObjectWorkload) -> str:
+    return ",".join(f"{op}={weight}" for op, weight in workload.mix)
+
+
+def _warmup_summary(workload: ObjectWorkload, measured: _Measured) -> dict[str, Any] | None:
+    warm = measured.warmup
+    if warm is None:
+        return None
+    return {
+        "mode": "ops" if workload.warmup_ops is not None else "duration",
+        "requested_ops": workload.warmup_ops,
+        "requested_duration_s": workload.warmup_period_s,
+        "elapsed_s": measured.warmup_elapsed_s,
+        "ops": warm.ops,
+        "bytes": sum(rec.total_bytes for rec in warm.recorders.values()),
+        "errors": sum(rec.errors for rec in warm.recorders.values()),
+        "error_samples": [s for rec in warm.recorders.values() for s in rec.error_samples][:10],
+        "skipped": sum(warm.skipped.values()),
+        "by_op": {
+            op.upper(): warm.recorders[op.upper()].ops if op.upper() in warm.recorders else 0
+            for op, _ in workload.mix
+        },
+    }
+
+
 def get(
     workload: ObjectWorkload,
     target: S3Target,
@@ -641,15 +826,27 @@ def get(
     bucket_scheme: str = "pow2",
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """GET random objects of a prepared dataset; the phase summary (op ``GET``).
+    """Run the workload's mix over a prepared dataset (GETs only by default); the phase summary.
 
-    ``clients`` processes with ``concurrency`` threads each; thread ``t`` of client ``c``
-    draws object indices uniformly from ``[0, total_objects)`` with
-    ``selection_rng(seed, c, t)``. With ``workload.ops`` set, the ops are split evenly over
-    the clients and threads (:meth:`ObjectWorkload.planned_get_indices` lists them);
-    otherwise every thread issues GETs until ``duration_s`` has passed since the common start
-    and the requests in flight then complete. Fails early, naming them, if the bucket or the
-    first or last object of the dataset is missing.
+    ``clients`` processes with ``concurrency`` threads each; thread ``t`` of client ``c`` draws
+    its ops from :meth:`ObjectWorkload.op_stream` ``(seed, c, t)``:
+
+    - GET: reads a dataset object chosen uniformly, the whole body, in 1 MiB chunks;
+    - PUT: writes a new object of a size drawn from the size distribution under
+      ``{effective_put_prefix}{run id}/``, never into the dataset;
+    - LIST: one page of at most ``list_max_keys`` keys of a leaf directory of the dataset;
+    - STAT: a HEAD of a dataset object chosen uniformly;
+    - DELETE: removes the oldest object that this thread put and has not deleted; with none,
+      it is skipped (counted under ``skipped``, not issued).
+
+    With ``workload.ops`` set, the ops are split evenly over the clients and threads
+    (:meth:`ObjectWorkload.planned_ops` lists them); otherwise every thread issues ops until
+    ``duration_s`` has passed since the common start and the requests in flight then
+    complete. A warm-up (``warmup_ops`` or ``warmup_period_s``) runs first, from the same
+    streams; when every client has finished it, all start the counted phase together, so its
+    ``elapsed_s`` and rates cover the counted ops only, and ``warmup`` says how many ops the
+    warm-up ran. Fails early, naming them, if the bucket or the first or last object of the
+    dataset is missing.
     """
     _check_scheme(bucket_scheme)
     n = workload.total_objects
@@ -667,38 +864,60 @@ def get(
                 f"does not hold the {n:,} objects of {workload.name}; prepare them first "
                 "(with the same --objects, --prefix and --scale-with-clients)"
             )
+    mix = dict(workload.mix)
+    run_id = _run_id() if "put" in mix else ""
     per_client = workload.ops_per_thread() if workload.ops is not None else None
+    warm_client = workload.warmup_ops_per_thread() if workload.warmup_ops is not None else None
     mode = f"{workload.ops:,} ops" if workload.ops is not None else f"{workload.duration_s:g} s"
+    if workload.warmup_ops is not None:
+        mode += f" after a warm-up of {workload.warmup_ops:,} ops"
+    elif workload.warmup_period_s is not None:
+        mode += f" after a warm-up of {workload.warmup_period_s:g} s"
     _say(
         log,
-        f"get: {mode} of random GETs over {n:,} objects in {target.url(workload.prefix)} at "
-        f"{target.endpoint_name}, {workload.clients} client(s) x {workload.concurrency} threads",
+        f"get: {mode} of {_mix_text(workload)} over {n:,} objects in "
+        f"{target.url(workload.prefix)} at {target.endpoint_name}, {workload.clients} client(s) "
+        f"x {workload.concurrency} threads",
     )
     tasks = [
         _ClientTask(
             client_id=c,
-            op="GET",
+            op="MIX",
             workload=workload,
             target=target,
             seed=seed,
             scheme=bucket_scheme,
             duration_s=None if per_client is not None else float(workload.duration_s),
             ops_per_thread=tuple(per_client[c]) if per_client is not None else None,
+            warmup_s=workload.warmup_period_s,
+            warmup_per_thread=tuple(warm_client[c]) if warm_client is not None else None,
+            run_id=run_id,
         )
         for c in range(workload.clients)
     ]
-    rec, elapsed = _run_clients(tasks)
-    summary = summarize(
-        rec,
+    measured = _run_clients(tasks)
+    warmup = _warmup_summary(workload, measured)
+    if warmup is not None:
+        _say(
+            log,
+            f"warm-up: {warmup['ops']:,} ops in {warmup['elapsed_s']:.2f} s, not counted",
+        )
+    summary = summarize_ops(
+        measured.part.recorders,
         phase="get",
-        op="GET",
-        elapsed_s=elapsed,
+        elapsed_s=measured.elapsed_s,
+        weights={op.upper(): weight for op, weight in workload.mix},
+        skipped=measured.part.skipped,
         mode="ops" if workload.ops is not None else "duration",
         requested_ops=workload.ops,
         requested_duration_s=None if workload.ops is not None else workload.duration_s,
         objects=n,
         clients=workload.clients,
         concurrency=workload.concurrency,
+        mix=mix,
+        warmup=warmup,
+        put_prefix=f"{workload.effective_put_prefix}{run_id}/" if run_id else None,
+        put_objects_left=measured.part.put_left,
     )
     _say(log, _one_line(summary))
     return summary
@@ -707,7 +926,7 @@ def get(
 def _one_line(summary: dict[str, Any]) -> str:
     t = summary["totals"]
     line = (
-        f"{summary['phase']}: {t['ops']:,} {summary['op']}s, {t['bytes'] / 2**20:,.1f} MiB in "
+        f"{summary['phase']}: {t['ops']:,} {summary['op']} ops, {t['bytes'] / 2**20:,.1f} MiB in "
         f"{summary['elapsed_s']:.2f} s: {t['ops_per_s']:,.1f} ops/s, {t['mib_per_s']:,.1f} MiB/s"
     )
     if t["ops"]:
