@@ -15,6 +15,7 @@ import pytest
 
 from storage_workloads import check_params, workload
 from storage_workloads.cli import main
+from storage_workloads.dliorun import read_hosts
 from storage_workloads.hosts import (
     HOST_MEMORY_TOLERANCE,
     HostMemory,
@@ -31,8 +32,8 @@ from storage_workloads.sizing import required_num_files
 
 GIB = 2**30
 # The stand-in mpirun: logs its arguments, runs the probe (everything from /bin/sh on) here,
-# and answers as host h1 (16 GiB) or h2 (32 GiB), each its own machine; a host named down*
-# cannot be reached.
+# and answers as host h1 (16 GiB) or h2 (32 GiB), each its own machine (h1.lan is h1 by another
+# name); a host named down* cannot be reached.
 FAKE_MPIRUN = """\
 import json, os, subprocess, sys
 args = sys.argv[1:]
@@ -48,7 +49,7 @@ for line in out.splitlines():
     if line.startswith("MemTotal:") and kib:
         line = f"MemTotal:       {kib} kB"
     elif line.startswith("hostname="):
-        line = f"hostname={host}-machine"
+        line = f"hostname={host.split('.')[0]}-machine"
     print(line)
 """
 
@@ -187,6 +188,21 @@ def test_read_host_memory_one_launch_per_host(fake_mpi: Path) -> None:
         assert launch[launch.index("--host") + 1] == f"{name}:1"
         assert launch[launch.index("/bin/sh") + 1] == "-c"
     assert HostMemory.from_dict(json.loads(json.dumps(memory.as_dict()))) == memory
+
+
+def test_read_hosts_reports_aliases(fake_mpi: Path) -> None:
+    """Two names of one machine are both read and counted; the command says so."""
+    said: list[str] = []
+    hosts = (HostSpec("h2", 1), HostSpec("h1", 1), HostSpec("h1.lan", 1))
+    memory = read_hosts(hosts, log=said.append)
+    assert memory is not None and memory.same_machine() == [["h1", "h1.lan"]]
+    assert len(memory.hosts) == 3
+    assert said == [
+        "hosts h1, h1.lan are one machine (h1-machine): its memory is counted once per host named"
+    ]
+    # A host count above 1 without a list: the other hosts cannot be read.
+    assert read_hosts(2, log=said.append) is None
+    assert said[-1].startswith("2 host(s) without a --hosts list")
 
 
 def test_read_host_memory_names_the_unreachable_host(fake_mpi: Path) -> None:

@@ -56,7 +56,7 @@ from storage_workloads.dliorun import (
     run_training,
     write_report,
 )
-from storage_workloads.hosts import HostMemory, HostSpec, parse_hosts, resolve_processes
+from storage_workloads.hosts import HostMemory, HostSpec, parse_hosts
 from storage_workloads.objects import OBJECT_WORKLOADS, ObjectWorkload, object_workload
 from storage_workloads.objresults import BUCKET_SCHEMES, PERCENTILES
 from storage_workloads.sizing import (
@@ -754,15 +754,12 @@ def _hosts(args: argparse.Namespace) -> int | tuple[HostSpec, ...]:
 
 
 def _launch_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The options of every DLIO launch (datagen, run, checkpoint), validated."""
-    hosts = _hosts(args)
-    if not isinstance(hosts, int):
-        resolve_processes(args.processes, hosts)  # a mismatch names both, before anything runs
+    """The options of every DLIO launch (datagen, run, checkpoint)."""
     return {
         "run_dir": args.run_dir,
         "results_dir": args.results_dir,
         "processes": args.processes,
-        "hosts": hosts,
+        "hosts": _hosts(args),
         "dlio_venv": args.dlio_venv,
         "mpi": not args.no_mpi,
         "mpi_args": args.mpi_arg,

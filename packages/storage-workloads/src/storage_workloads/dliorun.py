@@ -446,10 +446,11 @@ def read_hosts(
         memory = read_host_memory(hosts, mpi_args=mpi_args)
     except RuntimeError as exc:
         raise DlioError(str(exc)) from None
+    machine = {h.host: h.hostname for h in memory.hosts}
     for names in memory.same_machine():
         log(
-            f"hosts {', '.join(names)} are one machine ({memory.hosts[0].hostname}): its "
-            "memory is counted once per host named"
+            f"hosts {', '.join(names)} are one machine ({machine[names[0]]}): its memory is "
+            "counted once per host named"
         )
     return memory
 
