@@ -343,3 +343,25 @@ def test_cli_what_if_with_a_host_list(
     assert record["params"]["measured_host_memory_gb"] == [16.0, 32.0]
     assert [h["hostname"] for h in record["host_memory"]["hosts"]] == ["h1-machine", "h2-machine"]
     assert not run.exists()
+
+
+def test_cli_datagen_and_checkpoint_take_a_host_list(
+    tmp_path: Path, fake_mpi: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "results"
+    gen = ["datagen", "dlrm", "--data-dir", str(tmp_path / "data"), "--results-dir", str(root)]
+    assert main([*gen, "--hosts", "h1:2,h2:1", "--what-if"]) == 0
+    command = capsys.readouterr().out.splitlines()[0].split()
+    assert command[1:5] == ["-n", "3", "--host", "h1:2,h2:1"]
+    ckpt = ["checkpoint", "llama3_8b", "--results-dir", str(root), "--scale", "0.001"]
+    ckpt += ["--checkpoint-folder", str(tmp_path / "ckpt"), "--hosts", "h1:4,h2:4"]
+    assert main([*ckpt, "--what-if"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[1:5] == ["-n", "8", "--host", "h1:4,h2:4"]
+    assert "/checkpointing/llama3-8b/" in out
+    assert main([*ckpt, "--processes", "4"]) == 2
+    assert "--processes 4 does not match --hosts h1:4,h2:4 (8 slots" in capsys.readouterr().err
+    assert not root.exists() and not (tmp_path / "data").exists()
+    # Each command read both hosts (a launch each); the refused one read none.
+    hosts = [a[a.index("--host") + 1] for a in _launches(fake_mpi) if "/bin/sh" in a]
+    assert sorted(hosts) == ["h1:1", "h1:1", "h2:1", "h2:1"]
