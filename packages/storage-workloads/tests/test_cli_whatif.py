@@ -5,7 +5,6 @@ launch (``dliorun._execute``) that leaves a recorded run's output."""
 from __future__ import annotations
 
 import shlex
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ import yaml
 
 from storage_workloads import (
     checkpoint_workload,
-    dliorun,
     to_datagen_config,
     to_dlio_config,
     workload,
@@ -23,32 +21,12 @@ from storage_workloads.cli import main
 from storage_workloads.dlio import dump_yaml
 from storage_workloads.dlio_ext import LAUNCHER, PLUGIN_PATH
 from storage_workloads.dliorun import (
-    DLIO_VENV_ENV,
     checkpoint_config,
     config_name,
     dlio_command,
 )
 
 FIXTURE = Path(__file__).parent / "data" / "dlio-2ranks-2epochs"
-
-
-@pytest.fixture
-def venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A DLIO environment as far as finding it goes (``dlio_benchmark`` and ``python`` files),
-    and an ``mpirun`` on PATH."""
-    monkeypatch.delenv(DLIO_VENV_ENV, raising=False)
-    monkeypatch.setattr(shutil, "which", lambda name: f"/opt/bin/{name}")
-    bin_dir = tmp_path / "venv" / "bin"
-    bin_dir.mkdir(parents=True)
-    for name in ("dlio_benchmark", "python"):
-        (bin_dir / name).write_text("#!/bin/sh\nexit 1\n")
-    return tmp_path / "venv"
-
-
-def _dataset(folder: Path, n: int) -> None:
-    (folder / "train").mkdir(parents=True)
-    for i in range(n):
-        (folder / "train" / f"img_{i}_of_{n}.npz").write_bytes(b"\0" * 16)
 
 
 def _snapshot(root: Path) -> list[tuple[str, int]]:
@@ -62,10 +40,10 @@ def _plan(out: str) -> tuple[list[str], dict[str, Any]]:
 
 
 def test_what_if_run_and_datagen_write_nothing(
-    tmp_path: Path, venv: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, venv: Path, npz_dataset: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data, run = tmp_path / "data", tmp_path / "run"
-    _dataset(data, 2)
+    npz_dataset(data, 2)
     before = _snapshot(tmp_path)
     common = ["--data-dir", str(data), "--run-dir", str(run), "--dlio-venv", str(venv)]
     args = ["run", "dlrm", "--accelerator", "h100", *common, "--num-files", "2"]
@@ -77,7 +55,7 @@ def test_what_if_run_and_datagen_write_nothing(
         venv.resolve() / "bin" / "dlio_benchmark",
         config_dir=run / "configs",
         workload_name=config_name("dlrm", "h100"),
-        output_dir=run / "dlio",
+        output_dir=run,
         processes=2,
     )
     assert cmd[:3] == ["/opt/bin/mpirun", "-n", "2"]
@@ -92,7 +70,7 @@ def test_what_if_run_and_datagen_write_nothing(
         venv.resolve() / "bin" / "dlio_benchmark",
         config_dir=run / "configs",
         workload_name=config_name(workload("dlrm", "h100").datagen.model, "datagen"),
-        output_dir=run / "dlio",
+        output_dir=run,
     )
     expected = to_datagen_config(workload("dlrm", "h100").datagen, data_folder=new_data.resolve())
     assert config == yaml.safe_load(dump_yaml(expected))
@@ -100,10 +78,10 @@ def test_what_if_run_and_datagen_write_nothing(
 
 
 def test_what_if_validates_as_a_run(
-    tmp_path: Path, venv: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, venv: Path, npz_dataset: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data, run = tmp_path / "data", tmp_path / "run"
-    _dataset(data, 2)
+    npz_dataset(data, 2)
     common = ["--data-dir", str(data), "--run-dir", str(run), "--what-if"]
     # No DLIO, too few files, a populated data folder for datagen: the real run's errors.
     assert main(["run", "dlrm", *common, "--num-files", "2", "--dlio-venv", "/nope"]) == 2
@@ -116,21 +94,15 @@ def test_what_if_validates_as_a_run(
     assert not run.exists()
 
 
-def _fake_execute(launch: Any, *, run_dir: Path, timeout_s: float | None, log: Any) -> float:
-    """Stand-in for the DLIO launch: writes the workload YAML as the real one does and leaves
-    a recorded two-rank run as DLIO's output."""
-    (run_dir / "configs" / "workload").mkdir(parents=True)
-    (run_dir / "configs" / "workload" / f"{launch.name}.yaml").write_text(dump_yaml(launch.config))
-    shutil.copytree(FIXTURE, run_dir / "dlio")
-    return 1.5
-
-
 def test_run_loops(
-    tmp_path: Path, venv: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    venv: Path,
+    fake_dlio: None,
+    npz_dataset: Any,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setattr(dliorun, "_execute", _fake_execute)
     data, run = tmp_path / "data", tmp_path / "run"
-    _dataset(data, 16)
+    npz_dataset(data, 16)
     args = ["run", "dlrm", "--data-dir", str(data), "--run-dir", str(run)]
     args += ["--num-files", "16", "--processes", "2", "--dlio-venv", str(venv), "--quiet"]
     for bad in ("0", "-1", "two", "1.5"):
@@ -220,7 +192,7 @@ def test_checkpoint_what_if(tmp_path: Path, venv: Path, capsys: pytest.CaptureFi
         [python, "-m", LAUNCHER],
         config_dir=run / "configs",
         workload_name=config_name("llama3_8b", "checkpoint"),
-        output_dir=run / "dlio",
+        output_dir=run,
         processes=2,
     )
     assert f"# environment: PYTHONPATH={PLUGIN_PATH}" in out

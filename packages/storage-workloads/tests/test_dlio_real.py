@@ -26,6 +26,7 @@ from storage_workloads import dliorun as dliorun_module
 from storage_workloads.cli import main
 from storage_workloads.dlio_ext.sw_dlio_ext.formats import check_tfrecord_index
 from storage_workloads.dliorun import DLIO_VENV_ENV, run_checkpointing
+from storage_workloads.hosts import local_host_memory
 
 VENV = os.environ.get(DLIO_VENV_ENV)
 if not VENV:
@@ -100,16 +101,16 @@ def run(root: Path, model: str, *args: str, accelerator: str = "h100") -> dict[s
     assert (out / "results.json").is_file(), console.read_text()[-3000:]
     result = json.loads((out / "results.json").read_text())
     assert code == (0 if result["passed"] else 1)
-    summary = json.loads((out / "dlio" / "summary.json").read_text())["metric"]
+    summary = json.loads((out / "summary.json").read_text())["metric"]
     assert result["num_accelerators"] == 2
     assert all(e["au_percent"] > 0 and e["samples_per_s"] > 0 for e in result["epochs"])
     assert result["consistent_with_summary"] is True
     assert result["au_mean_percent"] == pytest.approx(summary["train_au_mean_percentage"])
     # What DLIO ran is the config the run wrote (the guard raises otherwise; shown here too).
-    hydra = yaml.safe_load((out / "dlio" / ".hydra" / "hydra.yaml").read_text())
+    hydra = yaml.safe_load((out / "dlio_config" / "hydra.yaml").read_text())
     name = f"storage_workloads_{model}_{accelerator}"
     assert hydra["hydra"]["runtime"]["choices"]["workload"] == name
-    ran = yaml.safe_load((out / "dlio" / ".hydra" / "config.yaml").read_text())["workload"]
+    ran = yaml.safe_load((out / "dlio_config" / "config.yaml").read_text())["workload"]
     wrote = yaml.safe_load((out / "configs" / "workload" / f"{name}.yaml").read_text())
     assert ran["dataset"] == wrote["dataset"] and ran["train"] == wrote["train"]
     print(
@@ -186,7 +187,7 @@ def test_npz_training_run(npz: Path, capsys: pytest.CaptureFixture[str]) -> None
         "train.computation_time=0.01",
     )
     run_dir = npz / "run"
-    summary = json.loads((run_dir / "dlio" / "summary.json").read_text())["metric"]
+    summary = json.loads((run_dir / "summary.json").read_text())["metric"]
     assert len(result["epochs"]) == 2
     assert all(e["steps"] == 8 for e in result["epochs"])  # 16 files / batch 2 / 2 ranks, x2
     assert result["samples_per_s_mean"] == pytest.approx(
@@ -232,6 +233,76 @@ def test_config_name_clash_is_caught(
     assert "DLIO did not run the workload config that was written (unet3d_h100.yaml)" in err
     assert "dataset.num_files_train: written 4, DLIO ran 168" in err
     assert not (tmp_path / "run" / "results.json").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Two client hosts on the loopback: mpirun --host localhost:1,127.0.0.1:1
+
+LOOPBACK = "localhost:1,127.0.0.1:1"
+
+
+@pytest.fixture
+def no_remote_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Open MPI's remote launcher (ssh) replaced by a shim that records any call and fails:
+    Open MPI must take both loopback names for this machine and launch nothing remotely.
+    Returns the file the shim would write."""
+    calls = tmp_path / "rsh-calls"
+    shim = tmp_path / "rsh-shim"
+    shim.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexit 1\n')
+    shim.chmod(0o755)
+    monkeypatch.setenv("OMPI_MCA_plm_rsh_agent", str(shim))
+    return calls
+
+
+def test_two_loopback_hosts(
+    npz: Path, tmp_path: Path, no_remote_launch: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 2-rank run over two named hosts into a results tree: the memory of each host is read
+    through mpirun before the run, recorded, and summed by the sizing check; DLIO's own reading
+    agrees; a declared memory below it is refused before anything is created."""
+    local = local_host_memory()
+    assert local is not None
+    gib = local.per_host_gib[0]
+    root = tmp_path / "results"
+    args = ["run", "dlrm", "--data-dir", str(npz / "data"), "--results-dir", str(root)]
+    args += ["--hosts", LOOPBACK, "--num-files", str(FILES), "--quiet", *TF_RUN]
+    args += ["--param", "reader.batch_size=2", "--param", "reader.read_threads=1"]
+    args += ["--param", "train.epochs=1", "--param", "train.computation_time=0.01"]
+    assert main([*args, "--host-memory-gb", f"{gib / 2:.3f}"]) == 2
+    assert "declares" in capsys.readouterr().err and not root.exists()
+
+    code = main([*args, "--host-memory-gb", f"{gib:.3f}"])
+    err = capsys.readouterr().err
+    runs = list((root / "training" / "dlrm" / "run").iterdir())
+    assert len(runs) == 1, err
+    run = runs[0]
+    result = json.loads((run / "results.json").read_text())
+    assert code == (0 if result["passed"] else 1)
+    assert result["hosts"] == LOOPBACK and result["num_accelerators"] == 2
+    assert result["command"][1:5] == ["-n", "2", "--host", LOOPBACK]
+    assert result["consistent_with_summary"] is True
+    assert (run / "0_output.json").is_file() and (run / "1_output.json").is_file()
+    record = json.loads((run / "run.json").read_text())
+    memory = record["host_memory"]
+    assert memory["method"] == "mpirun"
+    assert [h["host"] for h in memory["hosts"]] == ["localhost", "127.0.0.1"]
+    assert [h["mem_total_bytes"] for h in memory["hosts"]] == [local.total_bytes] * 2
+    assert memory["same_machine"] == [["localhost", "127.0.0.1"]]
+    assert record["params"]["hosts"] == 2
+    assert record["params"]["measured_host_memory_gb"] == pytest.approx([gib, gib])
+    # DLIO reads the same memory (psutil's total is MemTotal); it sees one machine.
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["host_memory_GB"][0] == pytest.approx(gib, rel=1e-9)
+    # The sizing check summed what was read from the two hosts.
+    sizing = [i for i in result["issues"] if i["rule"] == "sizing"]
+    assert f"2 host(s) of {gib:,.2f} + {gib:,.2f} GiB (read from them)" in sizing[0]["message"]
+    meta = json.loads(next(run.glob("training_*_metadata.json")).read_text())
+    assert meta["cluster_information"]["num_hosts"] == 2
+    assert meta["cluster_information"]["total_memory_bytes"] == 2 * local.total_bytes
+    assert not no_remote_launch.exists()  # nothing was launched through ssh
+    assert main(["report", str(root), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["count"] == 1
+    print(f"timing: run dlrm h100 on {LOOPBACK} (1 epoch): {result['wall_s']:.1f} s")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,7 +472,7 @@ def test_parquet_training_run(parquet: Path) -> None:
     assert record["dlio_overrides"]["reader.reader_classname"] == (
         "sw_dlio_ext.parquet.ParquetReader"
     )
-    log = (parquet / "run" / "dlio" / "dlio.log").read_text()
+    log = (parquet / "run" / "dlio.log").read_text()
     assert "custom data reader ParquetReader" in log
 
 

@@ -55,6 +55,7 @@ from storage_workloads.dliorun import (
     write_report,
     write_results,
 )
+from storage_workloads.hosts import HostSpec
 
 # Recorded from a real run: dlio-benchmark 2.0.0, `storage-workloads run dlrm --accelerator h100
 # --num-files 16 --processes 2 --param train.epochs=2 --param reader.batch_size=2
@@ -466,9 +467,37 @@ def test_dlio_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "--config-dir",
         str((tmp_path / "configs").resolve()),
         "workload=dlrm_h100",
-        f"++workload.output.folder='{(tmp_path / 'out').resolve()}'",
         f"hydra.run.dir='{(tmp_path / 'out').resolve()}'",
+        "hydra.output_subdir=dlio_config",
     ]
+    # A host list: mpirun --host with the slots, no --oversubscribe (the slots place the
+    # processes, not this host's CPU count).
+    hosts = (HostSpec("h1", 2), HostSpec("h2", 2))
+    listed = dlio_command(
+        "d", config_dir="c", workload_name="w", output_dir="o", processes=4, hosts=hosts
+    )
+    assert listed[:6] == [
+        "/opt/bin/mpirun",
+        "-n",
+        "4",
+        "--host",
+        "h1:2,h2:2",
+        "--allow-run-as-root",
+    ]
+    assert "--oversubscribe" not in listed
+    with pytest.raises(
+        ValueError, match=r"5 processes do not fit the 4 slots of --hosts h1:2,h2:2"
+    ):
+        dlio_command(
+            "d", config_dir="c", workload_name="w", output_dir="o", processes=5, hosts=hosts
+        )
+    with pytest.raises(ValueError, match="--mpi-arg --hostfile and --hosts h1:2,h2:2 both choose"):
+        dlio_command(
+            "d", config_dir="c", workload_name="w", output_dir="o", processes=4, hosts=hosts,
+            mpi_args=["--hostfile", "f"],
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="--hosts h1:2,h2:2 needs mpirun"):
+        dlio_command("d", config_dir="c", workload_name="w", output_dir="o", hosts=hosts, mpi=False)
     single = dlio_command(
         "d", config_dir="c", workload_name="w", output_dir=tmp_path, processes=1, mpi=False
     )

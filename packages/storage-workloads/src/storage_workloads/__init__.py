@@ -10,7 +10,9 @@
   workload YAML for either engine.
 - :func:`check_path` / :func:`check_params`: the rules checker (CLOSED, OPEN or INVALID) for a
   parameters file, a run or a submission.
-- :mod:`storage_workloads.dliorun`: real DLIO runs (datagen, run, results, reports).
+- :mod:`storage_workloads.dliorun`: real DLIO runs (datagen, run, results, reports);
+  :mod:`storage_workloads.hosts`: the client hosts of a multi-host run and the memory read
+  from them; :mod:`storage_workloads.layout`: the results layout of mlpstorage.
 - :data:`OBJECT_WORKLOADS` / :func:`object_workload`: the object-storage workloads (sai3-bench
   ResNet50 and UNet3D); :mod:`storage_workloads.s3` runs them against an S3 endpoint (boto3,
   the ``s3`` extra) and :mod:`storage_workloads.objresults` holds their results format.

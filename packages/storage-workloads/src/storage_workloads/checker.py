@@ -44,6 +44,7 @@ from storage_workloads.checkpoint import (
     to_checkpoint_config,
 )
 from storage_workloads.dlio import RECORD_LENGTH_KEYS, to_datagen_config, to_dlio_config
+from storage_workloads.hosts import HOST_MEMORY_TOLERANCE
 from storage_workloads.rules import (
     CLOSED_PARAMETERS,
     DIVISIONS,
@@ -87,6 +88,8 @@ TRAINING_KEYS: Final[Mapping[str, str]] = {
     "num_accelerators": "emulated accelerators (MPI processes) of all hosts, >= 1",
     "hosts": "client hosts, >= 1 (default 1)",
     "host_memory_gb": "memory of one client host in GiB (2^30 bytes), > 0",
+    "measured_host_memory_gb": "memory of each client host in GiB as read from the hosts "
+    "(a list, one value per host); the sizing rule uses its sum",
     "overrides": "changed DLIO parameters, dotted or nested",
     "config": "the whole DLIO workload mapping of the run; its changes are the overrides",
 }
@@ -489,6 +492,32 @@ def _positive_number(
     return float(value)
 
 
+def _measured_memory(
+    params: Mapping[str, Any], hosts: int | None, source: str, issues: list[Issue]
+) -> list[float] | None:
+    """``measured_host_memory_gb``: one number > 0 per host (``hosts`` of them when given)."""
+    value = params.get("measured_host_memory_gb")
+    if value is None:
+        return None
+    good = isinstance(value, list) and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+        for v in value
+    )
+    if not good or not value or (hosts is not None and len(value) != hosts):
+        issues.append(
+            _invalid(
+                "measured_host_memory_gb",
+                f"{source}: measured_host_memory_gb must be a list of numbers > 0, one per host "
+                f"({hosts or 'hosts'}), got {value!r}",
+                "value-kind",
+                expected=f"{hosts or 'a'} number(s) > 0",
+                actual=value,
+            )
+        )
+        return None
+    return [float(v) for v in value]
+
+
 def _division(params: Mapping[str, Any], source: str, issues: list[Issue]) -> str:
     division = params.get("division", "closed")
     if division not in DIVISIONS:
@@ -640,6 +669,7 @@ def _check_training(
     accelerators = _int_field(params, "num_accelerators", source, issues)
     hosts = _int_field(params, "hosts", source, issues)
     memory_gb = _positive_number(params, "host_memory_gb", source, issues)
+    measured = _measured_memory(params, hosts, source, issues)
     if w is None:
         return None
 
@@ -710,15 +740,33 @@ def _check_training(
 
     # Sizing: the dataset must be 5x the memory of all hosts and hold 500 steps per accelerator
     # (SG v2.0 6.6 and 7; Rules.md 3.1.2), rounded up: see sizing.required_num_files.
-    if datagen and (accelerators is None or memory_gb is None):
+    if measured is not None and memory_gb is not None:
+        declared, have = (hosts or 1) * memory_gb, sum(measured)
+        if declared < have * (1 - HOST_MEMORY_TOLERANCE):
+            issues.append(
+                _invalid(
+                    "host_memory_gb",
+                    f"{source}: {hosts or 1} host(s) of {memory_gb:g} GiB declared "
+                    f"({declared:,.2f} GiB), but {have:,.2f} GiB were read from them: the "
+                    "declared memory understates the clients' memory",
+                    "host-memory",
+                    expected=f">= {have * (1 - HOST_MEMORY_TOLERANCE):,.2f} GiB in all",
+                    actual=f"{declared:,.2f} GiB",
+                )
+            )
+    memory_known = memory_gb is not None or measured is not None
+    if datagen and (accelerators is None or not memory_known):
         skipped.append(
             "sizing: a datagen run declares no accelerators and host memory; check the run"
         )
-    elif accelerators is None or memory_gb is None:
+    elif accelerators is None or not memory_known:
         missing = [
             k
-            for k, v in (("num_accelerators", accelerators), ("host_memory_gb", memory_gb))
-            if v is None
+            for k, known in (
+                ("num_accelerators", accelerators is not None),
+                ("host_memory_gb", memory_known),
+            )
+            if not known
         ]
         issues.append(
             _invalid(
@@ -733,7 +781,16 @@ def _check_training(
     else:
         files = overrides.get("dataset.num_files_train", w.num_files_train)
         if isinstance(files, numbers.Integral) and not isinstance(files, bool):
-            total_memory = math.ceil((hosts or 1) * memory_gb * 2**30)
+            if measured is not None:  # read from the hosts: the rule's own figure
+                total_memory = math.ceil(sum(measured) * 2**30)
+                memory_text = (
+                    f"{len(measured)} host(s) of "
+                    f"{' + '.join(f'{m:,.2f}' for m in measured)} GiB (read from them)"
+                )
+            else:
+                assert memory_gb is not None
+                total_memory = math.ceil((hosts or 1) * memory_gb * 2**30)
+                memory_text = f"{hosts or 1} host(s) of {memory_gb:g} GiB"
             need = required_num_files(
                 w, total_host_memory_bytes=total_memory, num_accelerators=accelerators
             )
@@ -741,9 +798,9 @@ def _check_training(
                 issues.append(
                     _invalid(
                         "dataset.num_files_train",
-                        f"{files:,} files are fewer than the {need:,} that {hosts or 1} host(s) of "
-                        f"{memory_gb:g} GiB and {accelerators} accelerator(s) need (5x host "
-                        "memory, 500 steps per accelerator)",
+                        f"{files:,} files are fewer than the {need:,} that {memory_text} and "
+                        f"{accelerators} accelerator(s) need (5x host memory, 500 steps per "
+                        "accelerator)",
                         "sizing",
                         expected=f">= {need}",
                         actual=files,
@@ -1047,7 +1104,12 @@ def _check_run_dir(path: Path) -> CheckReport:
                     )
                 )
         host_memory = summary.get("host_memory_GB")
-        if isinstance(host_memory, list) and host_memory and params.get("host_memory_gb") is None:
+        if (
+            isinstance(host_memory, list)
+            and host_memory
+            and params.get("host_memory_gb") is None
+            and params.get("measured_host_memory_gb") is None
+        ):
             values = [
                 v for v in host_memory if isinstance(v, int | float) and not isinstance(v, bool)
             ]

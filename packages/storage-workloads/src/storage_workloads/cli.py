@@ -4,14 +4,16 @@
     storage-workloads show MODEL [--accelerator A] [--format yaml|json] [--engine E] [--datagen]
     storage-workloads size MODEL --accelerators N --host-memory-gb M [--hosts H] [--accelerator A]
     storage-workloads check RUN_DIR_OR_PARAMS [--format text|json]
-    storage-workloads datagen MODEL --data-dir DIR --run-dir DIR [--processes N] ...
-    storage-workloads run MODEL --accelerator A --data-dir DIR --run-dir DIR [--processes N]
-        [--loops N] ...
-    storage-workloads checkpoint MODEL --run-dir DIR --checkpoint-folder DIR [--processes N]
-        [--scale S] ...
+    storage-workloads datagen MODEL --data-dir DIR (--run-dir DIR | --results-dir ROOT)
+        [--processes N] [--hosts H|HOST:SLOTS,...] ...
+    storage-workloads run MODEL --accelerator A --data-dir DIR (--run-dir DIR | --results-dir
+        ROOT) [--processes N] [--hosts H|HOST:SLOTS,...] [--host-memory-gb M] [--loops N] ...
+    storage-workloads checkpoint MODEL (--run-dir DIR | --results-dir ROOT)
+        --checkpoint-folder DIR [--processes N] [--hosts H|HOST:SLOTS,...] [--scale S] ...
     (datagen, run and checkpoint take --what-if: validate, print the command and the config,
-    write nothing)
-    storage-workloads report RUN_DIR... [--format text|json] [--out DIR]
+    write nothing; --results-dir ROOT puts the run into a new folder of an mlpstorage results
+    tree; a --hosts list goes to mpirun as --host, and each host's memory is read first)
+    storage-workloads report RUN_DIR_OR_TREE... [--format text|json] [--out DIR]
     storage-workloads object list
     storage-workloads object prepare|get|run WORKLOAD --bucket B --out DIR [--endpoint URL]
         [--clients N] [--concurrency C] [--duration S | --ops N] [--objects N] [--seed S]
@@ -56,6 +58,7 @@ from storage_workloads.dliorun import (
     run_training,
     write_report,
 )
+from storage_workloads.hosts import HostMemory, HostSpec, parse_hosts
 from storage_workloads.objects import (
     MAX_LIST_KEYS,
     MAX_OBJECT_SIZE,
@@ -193,10 +196,42 @@ def _run_options(sub: argparse.ArgumentParser) -> None:
     _what_if_option(sub)
 
 
+def _where_options(sub: argparse.ArgumentParser) -> None:
+    """``--run-dir`` or ``--results-dir``, one of the two."""
+    where = sub.add_mutually_exclusive_group(required=True)
+    where.add_argument("--run-dir", metavar="DIR", help="where the run's files go")
+    where.add_argument(
+        "--results-dir",
+        metavar="ROOT",
+        help="a results tree as mlpstorage writes it: the run goes into a new "
+        "ROOT/training/<model>/<command>/<datetime> (checkpointing: "
+        "ROOT/checkpointing/<model>/<datetime>)",
+    )
+
+
+def _hosts_option(sub: argparse.ArgumentParser, what: str) -> None:
+    sub.add_argument(
+        "--hosts",
+        metavar="H|HOST:SLOTS,...",
+        help=f"{what}: a host count (default 1), or the client hosts as host:slots,... "
+        "(mpirun --host), whose slots add up to the process count; their memory is read "
+        "from each of them before the run",
+    )
+
+
+def _processes_option(sub: argparse.ArgumentParser, what: str) -> None:
+    sub.add_argument(
+        "--processes",
+        type=_int_at_least(1),
+        metavar="N",
+        help=f"{what} (default: the slots of a --hosts list, else 1)",
+    )
+
+
 def _dlio_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("model", help="workload name (storage-workloads list)")
     sub.add_argument("--data-dir", required=True, metavar="DIR", help="dataset folder")
-    sub.add_argument("--run-dir", required=True, metavar="DIR", help="where the run's files go")
+    _where_options(sub)
     sub.add_argument(
         "--num-files",
         type=_int_at_least(1),
@@ -209,13 +244,8 @@ def _dlio_options(sub: argparse.ArgumentParser) -> None:
         metavar="K",
         help="dataset.num_subfolders_train (default: one per 10,000 files above 10,000)",
     )
-    sub.add_argument(
-        "--processes",
-        type=_int_at_least(1),
-        default=1,
-        metavar="N",
-        help="MPI processes, one per emulated accelerator (default 1)",
-    )
+    _processes_option(sub, "MPI processes, one per emulated accelerator")
+    _hosts_option(sub, "client hosts")
     sub.add_argument(
         "--engine",
         choices=ENGINES,
@@ -319,12 +349,13 @@ def _parser() -> argparse.ArgumentParser:
     _dlio_options(run)
     run.add_argument("--accelerator", metavar="A", help="accelerator (default: the model's first)")
     run.add_argument("--division", choices=("closed", "open"), default="closed")
-    run.add_argument("--hosts", type=_int_at_least(1), default=1, metavar="H")
     run.add_argument(
         "--host-memory-gb",
         type=_positive_float,
         metavar="M",
-        help="memory of one host in GiB, for the sizing rule (default: what DLIO measures)",
+        help="memory of one host in GiB, compared with what is read from the hosts (more than "
+        "5%% below it is refused); without a --hosts list, for the sizing rule (default: what "
+        "is read, else what DLIO measures)",
     )
     run.add_argument(
         "--loops",
@@ -340,20 +371,15 @@ def _parser() -> argparse.ArgumentParser:
         "the seconds and GB/s of each.",
     )
     ckpt.add_argument("model", help="checkpointing workload (llama3_8b, llama3_70b, ...)")
-    ckpt.add_argument("--run-dir", required=True, metavar="DIR", help="where the run's files go")
+    _where_options(ckpt)
     ckpt.add_argument(
         "--checkpoint-folder",
         required=True,
         metavar="DIR",
         help="where the checkpoints go: empty or missing (nothing is overwritten)",
     )
-    ckpt.add_argument(
-        "--processes",
-        type=_int_at_least(1),
-        default=1,
-        metavar="N",
-        help="MPI processes (fewer than the closed count selects subset mode; default 1)",
-    )
+    _processes_option(ckpt, "MPI processes; fewer than the closed count select the subset mode")
+    _hosts_option(ckpt, "client hosts")
     ckpt.add_argument(
         "--scale",
         default="1",
@@ -378,11 +404,19 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser(
         "report",
         help="aggregate the results of several runs",
-        description="Aggregate results.json of runs (or of the run folders of a submission).",
+        description="Aggregate the results of runs: run directories, or any folder above "
+        "them (a submission, the loop folders of run --loops, a results tree and any part of "
+        "it), training (results.json, or DLIO's summary.json of an mlpstorage run) and "
+        "checkpointing (checkpoint-results.json).",
     )
-    report.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    report.add_argument("runs", nargs="+", metavar="RUN_DIR_OR_TREE")
     report.add_argument("--format", choices=("text", "json"), default="text")
-    report.add_argument("--out", metavar="DIR", help="also write report.json and report.csv here")
+    report.add_argument(
+        "--out",
+        metavar="DIR",
+        help="also write report.json, report.csv and (with checkpointing runs) "
+        "checkpoint-report.csv here",
+    )
     obj = commands.add_parser(
         "object",
         help="object-storage workloads (sai3-bench ResNet50/UNet3D) against an S3 endpoint",
@@ -930,21 +964,34 @@ def _logger(args: argparse.Namespace) -> Any:
     return log
 
 
-def _dlio_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+def _hosts(args: argparse.Namespace) -> int | tuple[HostSpec, ...]:
+    return 1 if args.hosts is None else parse_hosts(args.hosts)
+
+
+def _launch_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of every DLIO launch (datagen, run, checkpoint)."""
     return {
         "run_dir": args.run_dir,
-        "data_folder": args.data_dir,
-        "num_files": args.num_files,
-        "num_subfolders": args.subfolders,
-        "engine": args.engine,
+        "results_dir": args.results_dir,
         "processes": args.processes,
-        "params": _params(args.param),
+        "hosts": _hosts(args),
         "dlio_venv": args.dlio_venv,
         "mpi": not args.no_mpi,
         "mpi_args": args.mpi_arg,
         "timeout_s": args.timeout,
         "log": _logger(args),
         "what_if": args.what_if,
+    }
+
+
+def _dlio_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        **_launch_kwargs(args),
+        "data_folder": args.data_dir,
+        "num_files": args.num_files,
+        "num_subfolders": args.subfolders,
+        "engine": args.engine,
+        "params": _params(args.param),
     }
 
 
@@ -976,7 +1023,7 @@ def _cmd_datagen(args: argparse.Namespace) -> int:
         f"{v['files_found']:,} of {v['files_expected']:,} .{v['format']} files, mean "
         f"{v['file_bytes_mean']:,.0f} B (expected {v['file_bytes_expected']:,} B"
         f"{'' if v['size_compared'] else ', not compared for this format'}), "
-        f"{v['bytes_total']:,} B in all, {result['wall_s']:.1f} s"
+        f"{v['bytes_total']:,} B in all, {result['wall_s']:.1f} s; run folder {result['run_dir']}"
     )
     for problem in v["problems"]:
         print(f"{PROG}: datagen check failed: {problem}", file=sys.stderr)
@@ -985,38 +1032,42 @@ def _cmd_datagen(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     """One run into ``--run-dir``, or with ``--loops N`` N runs into ``RUN_DIR/loop-1`` ..
-    ``loop-N``. Every loop is validated (as ``--what-if`` does) before the first one runs, so
-    a bad ``--loops`` or an earlier run in any loop folder stops everything up front."""
+    ``loop-N`` (with ``--results-dir``: N new datetime folders of the tree). Every loop is
+    validated (as ``--what-if`` does) before the first one runs, so a bad ``--loops`` or an
+    earlier run in any loop folder stops everything up front; the hosts are read once."""
     loops = None if args.loops is None else _flag_int("--loops", args.loops, 1)
     w = workload(args.model, _default_accelerator(args.model, args.accelerator))
     kwargs = _dlio_kwargs(args)
     what_if = kwargs.pop("what_if")
-    run_dirs = (
-        [args.run_dir]
-        if loops is None
-        else [os.path.join(args.run_dir, f"loop-{i}") for i in range(1, loops + 1)]
-    )
+    count = 1 if loops is None else loops
+    if args.results_dir is not None or loops is None:
+        places = [{}] * count  # the tree gives each run a new folder; else RUN_DIR itself
+    else:
+        places = [{"run_dir": os.path.join(args.run_dir, f"loop-{i}")} for i in range(1, count + 1)]
 
-    def training(run_dir: str, *, plan: bool) -> dict[str, Any]:
+    def training(place: Mapping[str, Any], *, plan: bool, memory: Any = None) -> dict[str, Any]:
         return run_training(
             w,
             division=args.division,
-            hosts=args.hosts,
             host_memory_gb=args.host_memory_gb,
-            **{**kwargs, "run_dir": run_dir, "what_if": plan},
+            host_memory=memory,
+            **{**kwargs, **place, "what_if": plan},
         )
 
-    plans = [training(run_dir, plan=True) for run_dir in run_dirs]
+    first = training(places[0], plan=True)
+    read = first["run_record"].get("host_memory")
+    memory = None if read is None else HostMemory.from_dict(read)
+    plans = [first, *(training(place, plan=True, memory=memory) for place in places[1:])]
     if what_if:
         for i, plan in enumerate(plans, 1):
             _print_plan(plan, f"loop {i} of {loops}" if loops is not None else "")
         _what_if_done()
         return 0
     passed = True
-    for i, run_dir in enumerate(run_dirs, 1):
+    for i, place in enumerate(places, 1):
         if loops is not None:
-            print(f"loop {i} of {loops}: {run_dir}", flush=True)
-        result = training(run_dir, plan=False)
+            print(f"loop {i} of {loops}", flush=True)
+        result = training(place, plan=False, memory=memory)
         print(_run_table(result), flush=True)
         passed = passed and bool(result["passed"])
     return 0 if passed else 1
@@ -1045,18 +1096,11 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
     c = checkpoint_workload(args.model)
     result = run_checkpointing(
         c,
-        run_dir=args.run_dir,
         checkpoint_folder=args.checkpoint_folder,
-        processes=args.processes,
         scale=scale,
         num_checkpoints_write=writes,
         num_checkpoints_read=reads,
-        dlio_venv=args.dlio_venv,
-        mpi=not args.no_mpi,
-        mpi_args=args.mpi_arg,
-        timeout_s=args.timeout,
-        log=_logger(args),
-        what_if=args.what_if,
+        **_launch_kwargs(args),
     )
     if args.what_if:
         _print_plan(result)
@@ -1075,7 +1119,8 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
         )
     print(
         f"{result['model']}, {result['processes']} process(es), "
-        f"{result['bytes_per_checkpoint']:,} B per checkpoint, {result['verdict']}"
+        f"{result['bytes_per_checkpoint']:,} B per checkpoint, {result['verdict']}; run folder "
+        f"{result['run_dir']}"
     )
     print(_columns(rows))
     return 0
@@ -1106,12 +1151,20 @@ def _run_table(result: Mapping[str, Any]) -> str:
     lines = [
         f"{result['model']} {result['accelerator']}, {result['num_accelerators']} accelerator(s): "
         f"{verdict} (AU {result['au_mean_percent']:.2f}% against {result['au_threshold_percent']:g}%),"
-        f" rules: {result['verdict']}",
+        f" rules: {result['verdict']}; run folder {result['run_dir']}",
         _columns(rows),
     ]
     if not result["consistent_with_summary"]:
         lines.append("warning: the rank files do not reproduce DLIO's summary.json figures")
     return "\n".join(lines)
+
+
+def _number(value: Any, spec: str) -> str:
+    return (
+        "-"
+        if not isinstance(value, int | float) or isinstance(value, bool)
+        else format(value, spec)
+    )
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -1121,28 +1174,56 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(report, indent=2))
         return 0
-    rows = [["run", "workload", "procs", "AU %", "samples/s", "MB/s", "passed", "rules"]]
-    for r in report["runs"]:
-        rows.append(
-            [
-                r["run"],
-                f"{r['model']} {r['accelerator']}",
-                str(r["processes"]),
-                f"{r['au_mean_percent']:.2f}",
-                f"{r['samples_per_s_mean']:,.2f}",
-                f"{r['mb_per_s_mean']:,.2f}",
-                str(r["passed"]),
-                str(r["verdict"]),
-            ]
+    if report["runs"]:
+        rows = [["run", "workload", "procs", "AU %", "samples/s", "MB/s", "passed", "rules"]]
+        for r in report["runs"]:
+            rows.append(
+                [
+                    r["run"],
+                    f"{r['model']} {r['accelerator']}",
+                    str(r["processes"]),
+                    _number(r["au_mean_percent"], ".2f"),
+                    _number(r["samples_per_s_mean"], ",.2f"),
+                    _number(r["mb_per_s_mean"], ",.2f"),
+                    str(r["passed"]),
+                    str(r["verdict"]),
+                ]
+            )
+        print(_columns(rows))
+        s = report["samples_per_s_mean"]
+        a = report["au_mean_percent"]
+        m = report["mb_per_s_mean"]
+        print(
+            f"{report['count']} run(s), all passed: {report['all_passed']}; AU mean "
+            f"{_number(a.get('mean'), '.2f')}% (min {_number(a.get('min'), '.2f')}, max "
+            f"{_number(a.get('max'), '.2f')}); samples/s mean {_number(s.get('mean'), ',.2f')} "
+            f"(min {_number(s.get('min'), ',.2f')}, max {_number(s.get('max'), ',.2f')}); MB/s "
+            f"mean {_number(m.get('mean'), ',.2f')}"
         )
-    print(_columns(rows))
-    s = report["samples_per_s_mean"]
-    a = report["au_mean_percent"]
-    print(
-        f"{report['count']} run(s), all passed: {report['all_passed']}; AU mean {a['mean']:.2f}% "
-        f"(min {a['min']:.2f}, max {a['max']:.2f}); samples/s mean {s['mean']:,.2f} "
-        f"(min {s['min']:,.2f}, max {s['max']:,.2f}); MB/s mean {report['mb_per_s_mean']['mean']:,.2f}"
-    )
+    if report["checkpoint_runs"]:
+        rows = [["run", "model", "procs", "write s", "write GB/s", "read s", "read GB/s"]]
+        for r in report["checkpoint_runs"]:
+            rows.append(
+                [
+                    r["run"],
+                    str(r["model"]),
+                    str(r["processes"]),
+                    _number(r["write_seconds_mean"], ".3f"),
+                    _number(r["write_gb_per_s_mean"], ",.3f"),
+                    _number(r["read_seconds_mean"], ".3f"),
+                    _number(r["read_gb_per_s_mean"], ",.3f"),
+                ]
+            )
+        if report["runs"]:
+            print()
+        print(_columns(rows))
+        wr, rd = report["checkpoint_write_gb_per_s"], report["checkpoint_read_gb_per_s"]
+        print(
+            f"{report['checkpoint_count']} checkpointing run(s); write GB/s mean "
+            f"{_number(wr.get('mean'), ',.3f')}, read GB/s mean {_number(rd.get('mean'), ',.3f')}"
+        )
+    for item in report["skipped"]:
+        print(f"skipped {item['run']}: {item['reason']}")
     return 0
 
 

@@ -2,26 +2,33 @@
 results and reports.
 
 DLIO (``dlio_benchmark``) is an external program, run as a subprocess from its own virtual
-environment (``scripts/install-dlio.sh`` makes one), under ``mpirun -n N`` or as one process.
-This module writes the workload YAML into a run directory, starts DLIO on it, checks that DLIO
-ran that config (its Hydra record ``dlio/.hydra/config.yaml``), checks what it wrote and turns
-DLIO's ``summary.json`` and per-rank ``<rank>_output.json`` into a result.
+environment (``scripts/install-dlio.sh`` makes one), under ``mpirun -n N`` (on the hosts of a
+``--hosts`` list: :mod:`storage_workloads.hosts`) or as one process. This module writes the
+workload YAML into a run directory, starts DLIO on it, checks that DLIO ran that config (its
+Hydra record ``dlio_config/config.yaml``), checks what it wrote and turns DLIO's
+``summary.json`` and per-rank ``<rank>_output.json`` into a result.
 
 Where DLIO 2.0.0 lacks something a workload needs (the parquet format, tfrecord generation
 without DALI, jpeg files of the declared size, the checkpointing workload), DLIO is started
 through the launcher of :mod:`storage_workloads.dlio_ext` with that package on its
 ``PYTHONPATH``; see there.
 
-A run directory holds:
+A run directory is laid out as mlpstorage lays out its run folders
+(:mod:`storage_workloads.layout`), and holds:
 
 - ``run.json``: what was run (the parameters the rules checker reads, the config name, the
-  Hydra overrides and the DLIO extensions used);
+  Hydra overrides, the DLIO extensions used, the hosts and the memory read from them);
 - ``configs/workload/storage_workloads_<name>.yaml``: the DLIO workload YAML;
-- ``dlio/``: DLIO's output folder (``summary.json``, ``per_epoch_stats.json``,
-  ``<rank>_output.json``, ``dlio.log``, the Hydra record ``.hydra/``);
+- DLIO's output (``summary.json``, ``per_epoch_stats.json``, ``<rank>_output.json``,
+  ``dlio.log``) and its Hydra record ``dlio_config/``;
 - ``dlio-console.log``: DLIO's stdout and stderr;
+- ``<training|checkpointing>_<datetime>_metadata.json`` and ``system-description.yaml``;
 - ``results.json`` and ``results.csv`` (runs), ``datagen.json`` (data generation) or
   ``checkpoint-results.json`` (checkpointing), each written atomically, last.
+
+With ``results_dir`` instead of ``run_dir`` the run directory is a new folder of a results
+tree, ``ROOT/training/<model>/<datagen|run>/<datetime>`` or
+``ROOT/checkpointing/<model>/<datetime>``.
 
 A run directory that already holds results is refused, and so is a datagen into a data folder
 that already holds files: nothing here overwrites an earlier run's results or dataset.
@@ -72,9 +79,32 @@ from storage_workloads.dlio_ext.sw_dlio_ext.formats import (
     compare_parquet,
     parquet_schema,
 )
-from storage_workloads.workloads import Datagen, Workload
+from storage_workloads.hosts import (
+    HostMemory,
+    HostSpec,
+    check_declared_memory,
+    check_host_list,
+    format_hosts,
+    host_options_in,
+    local_host_memory,
+    mpirun_prefix,
+    read_host_memory,
+    resolve_processes,
+)
+from storage_workloads.layout import (
+    HYDRA_SUBDIR,
+    METADATA_SUFFIX,
+    find_runs,
+    metadata,
+    run_datetime,
+    system_description,
+    tree_location,
+    write_run_files,
+)
+from storage_workloads.workloads import WORKLOADS, Datagen, Workload
 
 __all__ = [
+    "CHECKPOINT_REPORT_CSV_COLUMNS",
     "CONFIG_PREFIX",
     "DLIO_VENV_ENV",
     "REPORT_CSV_COLUMNS",
@@ -89,6 +119,7 @@ __all__ = [
     "find_dlio",
     "parse_dlio_output",
     "parse_param",
+    "read_hosts",
     "run_checkpointing",
     "run_datagen",
     "run_training",
@@ -193,44 +224,41 @@ def dlio_command(
     processes: int = 1,
     mpi: bool = True,
     mpi_args: Sequence[str] = (),
+    hosts: Sequence[HostSpec] = (),
     overrides: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """The command line that runs DLIO on ``config_dir/workload/<workload_name>.yaml``.
 
     ``dlio`` is the ``dlio_benchmark`` executable, or the program as a list (the extension
     launcher: ``[python, "-m", "sw_dlio_ext.launch"]``). With ``mpi`` (required for more than
-    one process) it is ``mpirun -n PROCESSES`` plus ``--allow-run-as-root`` when run as root,
-    ``--oversubscribe`` when there are more processes than CPUs, and ``mpi_args``. DLIO's
-    output folder and Hydra's run directory are both ``output_dir``; ``overrides`` are further
-    workload keys (``{"reader.reader_classname": ...}``), passed as ``++workload.KEY=VALUE``.
+    one process, and for a host list) it is :func:`storage_workloads.hosts.mpirun_prefix`:
+    ``mpirun -n PROCESSES``, ``--host h1:2,h2:2`` for ``hosts``, ``--allow-run-as-root`` when
+    run as root, ``--oversubscribe`` when more processes than CPUs run on this host, and
+    ``mpi_args``. Hydra's run directory is ``output_dir``, which is also DLIO's output folder
+    (DLIO's default, so no ``output.folder`` override is needed), with Hydra's record in its
+    ``dlio_config/``, as mlpstorage runs DLIO; ``overrides`` are further workload keys
+    (``{"reader.reader_classname": ...}``), passed as ``++workload.KEY=VALUE``.
     """
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         raise ValueError(f"processes must be an integer >= 1, got {processes!r}")
     if processes > 1 and not mpi:
         raise ValueError(f"{processes} processes need mpirun; drop --no-mpi")
+    check_host_list(hosts, mpi=mpi, mpi_args=mpi_args)
     out = Path(output_dir).resolve()
     cmd: list[str] = []
     if mpi:
-        mpirun = shutil.which("mpirun")
-        if mpirun is None:
-            raise DlioError(
-                "mpirun not found: install Open MPI (Debian: apt-get install openmpi-bin), or "
-                "run one process with --no-mpi"
-            )
-        cmd = [mpirun, "-n", str(processes)]
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            cmd.append("--allow-run-as-root")
-        if processes > (os.cpu_count() or 1):
-            cmd.append("--oversubscribe")
-        cmd.extend(mpi_args)
+        try:
+            cmd = mpirun_prefix(processes, hosts=hosts, mpi_args=mpi_args)
+        except RuntimeError as exc:
+            raise DlioError(str(exc)) from None
     program = [os.fspath(dlio)] if isinstance(dlio, str | os.PathLike) else list(dlio)
     cmd += [
         *program,
         "--config-dir",
         str(Path(config_dir).resolve()),
         f"workload={workload_name}",
-        f"++workload.output.folder={_hydra_value(out)}",
         f"hydra.run.dir={_hydra_value(out)}",
+        f"hydra.output_subdir={HYDRA_SUBDIR}",
     ]
     for key, value in (overrides or {}).items():
         cmd.append(f"++workload.{key}={_hydra_value(value)}")
@@ -281,13 +309,16 @@ def verify_effective_config(
 ) -> None:
     """Check that DLIO ran the workload config ``expected`` under the name ``name``.
 
-    Hydra records the config it composed in ``output_dir/.hydra/config.yaml`` (the workload
-    under ``workload``) and the config it chose in ``.hydra/hydra.yaml``
-    (``hydra.runtime.choices.workload``). Both must match: same name, and every key with the
-    same value, no key missing or added. Raises :class:`DlioError` naming the differences,
-    which is what happens when Hydra finds another config of the same name first.
+    Hydra records the config it composed in ``output_dir/dlio_config/config.yaml`` (the
+    workload under ``workload``; ``.hydra/`` in runs made before this layout) and the config
+    it chose in ``hydra.yaml`` beside it (``hydra.runtime.choices.workload``). Both must
+    match: same name, and every key with the same value, no key missing or added. Raises
+    :class:`DlioError` naming the differences, which is what happens when Hydra finds another
+    config of the same name first.
     """
-    record = Path(output_dir) / ".hydra"
+    record = Path(output_dir) / HYDRA_SUBDIR
+    if not record.is_dir() and (Path(output_dir) / ".hydra").is_dir():
+        record = Path(output_dir) / ".hydra"
     try:
         composed = yaml.safe_load((record / "config.yaml").read_text(encoding="utf-8"))
         hydra = yaml.safe_load((record / "hydra.yaml").read_text(encoding="utf-8"))
@@ -335,6 +366,96 @@ def verify_effective_config(
 
 
 @dataclass(frozen=True)
+class _Mpi:
+    """How DLIO is started: its environment, the process count and hosts, and MPI."""
+
+    processes: int
+    hosts: tuple[HostSpec, ...]
+    dlio_venv: str | os.PathLike[str] | None
+    mpi: bool
+    mpi_args: tuple[str, ...]
+
+
+def _mpi_options(
+    processes: int | None,
+    hosts: int | Sequence[HostSpec],
+    *,
+    dlio_venv: str | os.PathLike[str] | None,
+    mpi: bool,
+    mpi_args: Sequence[str],
+) -> tuple[_Mpi, int]:
+    """The launch options and the host count, validated: a host list needs mpirun and no
+    host option in ``mpi_args``, and its slots must add up to ``processes`` (when given)."""
+    host_list: tuple[HostSpec, ...] = ()
+    if isinstance(hosts, bool) or not isinstance(hosts, int | Sequence) or isinstance(hosts, str):
+        raise ValueError(f"hosts must be a host count or a list of HostSpec, got {hosts!r}")
+    if isinstance(hosts, int):
+        if hosts < 1:
+            raise ValueError(f"--hosts must be a host count >= 1, got {hosts}")
+        count = hosts
+    else:
+        host_list = tuple(hosts)
+        if not host_list or not all(isinstance(h, HostSpec) for h in host_list):
+            raise ValueError(f"hosts must be a host count or a list of HostSpec, got {hosts!r}")
+        count = len(host_list)
+        check_host_list(host_list, mpi=mpi, mpi_args=mpi_args)
+    n = resolve_processes(processes, host_list)
+    return _Mpi(n, host_list, dlio_venv, mpi, tuple(mpi_args)), count
+
+
+def _validated_run(
+    where: _Where,
+    options: _Mpi,
+    host_count: int,
+    hosts: int | Sequence[HostSpec],
+    *,
+    host_memory: HostMemory | None,
+    what_if: bool,
+    timeout_s: float | None,
+    log: Log,
+) -> _Run:
+    """The run, once DLIO has been found (a missing DLIO is the cheaper error to report) and
+    the hosts read (:func:`read_hosts`), unless ``host_memory`` holds a reading made before."""
+    find_dlio(options.dlio_venv)
+    if host_memory is None:
+        host_memory = read_hosts(hosts, mpi_args=options.mpi_args, log=log)
+    if host_memory is not None and len(host_memory.hosts) != host_count:
+        raise ValueError(
+            f"the memory reading covers {len(host_memory.hosts)} host(s), the run has {host_count}"
+        )
+    return _Run(where, options, host_count, host_memory, what_if, timeout_s, log)
+
+
+def read_hosts(
+    hosts: int | Sequence[HostSpec], *, mpi_args: Sequence[str] = (), log: Log = _quiet
+) -> HostMemory | None:
+    """The memory (and CPUs, OS) of the client hosts, read from them: for a host list, one
+    mpirun launch per host (:func:`storage_workloads.hosts.read_host_memory`; raises
+    :class:`DlioError` naming a host that cannot be read); otherwise this host, read
+    directly, when it is the only client (``hosts`` 1 and no host option in ``mpi_args``),
+    else ``None``: the other hosts are unknown here."""
+    if isinstance(hosts, int):
+        if hosts != 1 or host_options_in(mpi_args):
+            log(
+                f"{hosts} host(s) without a --hosts list: only a host list lets the hosts' "
+                "memory be read; the rules check uses --host-memory-gb or DLIO's own figures"
+            )
+            return None
+        return local_host_memory()
+    try:
+        memory = read_host_memory(hosts, mpi_args=mpi_args)
+    except RuntimeError as exc:
+        raise DlioError(str(exc)) from None
+    machine = {h.host: h.hostname for h in memory.hosts}
+    for names in memory.same_machine():
+        log(
+            f"hosts {', '.join(names)} are one machine ({machine[names[0]]}): its memory is "
+            "counted once per host named"
+        )
+    return memory
+
+
+@dataclass(frozen=True)
 class _Launch:
     """Everything needed to start DLIO, prepared (and validated) before any file is written."""
 
@@ -356,16 +477,12 @@ def _prepare(
     *,
     run_dir: Path,
     name: str,
-    processes: int,
-    dlio_venv: str | os.PathLike[str] | None,
-    mpi: bool,
-    mpi_args: Sequence[str],
+    mpi: _Mpi,
     extensions: Sequence[str] = (),
     overrides: Mapping[str, Any] | None = None,
 ) -> _Launch:
-    dlio = find_dlio(dlio_venv)
-    out = run_dir / "dlio"
-    all_overrides = {"output.folder": str(out.resolve()), **(overrides or {})}
+    dlio = find_dlio(mpi.dlio_venv)
+    all_overrides = dict(overrides or {})
     env = dict(os.environ)
     env["PATH"] = f"{dlio.parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -381,10 +498,11 @@ def _prepare(
         program,
         config_dir=run_dir / "configs",
         workload_name=name,
-        output_dir=out,
-        processes=processes,
-        mpi=mpi,
-        mpi_args=mpi_args,
+        output_dir=run_dir,
+        processes=mpi.processes,
+        mpi=mpi.mpi,
+        mpi_args=mpi.mpi_args,
+        hosts=mpi.hosts,
         overrides=overrides,
     )
     return _Launch(
@@ -405,11 +523,10 @@ def _execute(launch: _Launch, *, run_dir: Path, timeout_s: float | None, log: Lo
     write_text_atomic(
         run_dir / "configs" / "workload" / f"{launch.name}.yaml", dump_yaml(launch.config)
     )
-    out = run_dir / "dlio"
-    out.mkdir(parents=True, exist_ok=True)
+    out = run_dir
     console = run_dir / "dlio-console.log"
     log(f"running: {' '.join(launch.cmd)}")
-    record = out / ".hydra" / "config.yaml"
+    record = out / HYDRA_SUBDIR / "config.yaml"
     launched_at = time.time()
     started = time.monotonic()
     try:
@@ -510,18 +627,175 @@ def _write_record(run_dir: Path, record: Mapping[str, Any]) -> None:
     write_text_atomic(run_dir / RUN_RECORD, json.dumps(record, indent=2) + "\n")
 
 
-_RESULT_FILES: Final = ("results.json", "datagen.json", "checkpoint-results.json")
+_RESULT_FILES: Final = (
+    "results.json",
+    "datagen.json",
+    "checkpoint-results.json",
+    "summary.json",
+    "dlio/summary.json",
+)
 
 
 def _refuse_earlier_run(run_dir: Path) -> None:
-    """A run directory that holds an earlier run's results (or DLIO output) is not reused."""
+    """A run directory that holds an earlier run's results, DLIO output or metadata file is
+    not reused."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"--run-dir {run_dir} is a file, not a directory")
     found = [run_dir / f for f in _RESULT_FILES if (run_dir / f).exists()]
-    found += [p for p in (run_dir / "dlio" / "summary.json",) if p.exists()]
+    found += sorted(run_dir.glob(f"*{METADATA_SUFFIX}"))
     if found:
         raise DlioError(
             f"{run_dir} already holds an earlier run ({found[0].name}); give a new --run-dir "
             "(nothing is overwritten)"
         )
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Where a run goes: its directory, its datetime, and whether the directory must be new
+    (a results-tree folder, claimed when the run starts)."""
+
+    run: Path
+    stamp: str
+    new: bool
+
+
+def _where(
+    run_dir: str | os.PathLike[str] | None,
+    results_dir: str | os.PathLike[str] | None,
+    *,
+    command: str,
+    model: str,
+) -> _Where:
+    if (run_dir is None) == (results_dir is None):
+        raise ValueError("give a run directory (--run-dir) or a results tree (--results-dir)")
+    if results_dir is not None:
+        root = Path(results_dir)
+        if root.exists() and not root.is_dir():
+            raise ValueError(f"--results-dir {results_dir} is a file, not a directory")
+        try:
+            folder, stamp = tree_location(root, command=command, model=model)
+        except FileExistsError as exc:
+            raise DlioError(str(exc)) from None
+        return _Where(folder, stamp, True)
+    assert run_dir is not None
+    return _Where(Path(run_dir).resolve(), run_datetime(), False)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A run whose inputs are validated: where it goes, how DLIO starts, the hosts (their
+    count and what was read from them), and how the launch behaves."""
+
+    where: _Where
+    mpi: _Mpi
+    host_count: int
+    host_memory: HostMemory | None
+    what_if: bool
+    timeout_s: float | None
+    log: Log
+
+    @property
+    def hosts(self) -> int | tuple[HostSpec, ...]:
+        return self.mpi.hosts if self.mpi.hosts else self.host_count
+
+
+@dataclass(frozen=True)
+class _Started:
+    launch: _Launch
+    record: dict[str, Any]
+    wall: float
+
+
+def _start(
+    config: dict[str, Any],
+    run: _Run,
+    *,
+    command: str,
+    name: str,
+    engine: str,
+    params: Mapping[str, Any],
+    extensions: Sequence[str] = (),
+    overrides: Mapping[str, Any] | None = None,
+    schema: ParquetSchema | None = None,
+) -> _Started | dict[str, Any]:
+    """What :func:`run_datagen`, :func:`run_training` and :func:`run_checkpointing` share once
+    their inputs are validated: prepare the launch (finding DLIO and mpirun), build
+    ``run.json``, then either return the ``what_if`` plan, or create the run directory, write
+    ``run.json`` and run DLIO (:func:`_execute`)."""
+    where = run.where
+    launch = _prepare(
+        config,
+        run_dir=where.run,
+        name=name,
+        mpi=run.mpi,
+        extensions=extensions,
+        overrides=overrides,
+    )
+    record: dict[str, Any] = {
+        "command": command,
+        "engine": engine,
+        "config_file": f"configs/workload/{name}.yaml",
+        "params": dict(params),
+        "run_datetime": where.stamp,
+        "processes": run.mpi.processes,
+        "hosts": format_hosts(run.mpi.hosts) if run.mpi.hosts else run.host_count,
+        "host_memory": None if run.host_memory is None else run.host_memory.as_dict(),
+        "dlio_overrides": launch.overrides,
+        "dlio_extensions": list(extensions),
+    }
+    if schema is not None:
+        record["parquet_schema"] = schema.as_dict()
+    if run.what_if:
+        return _what_if(launch, where.run, record)
+    try:
+        where.run.mkdir(parents=True, exist_ok=not where.new)
+    except FileExistsError:
+        raise DlioError(f"{where.run} exists: another run started in the same second") from None
+    _write_record(where.run, record)
+    wall = _execute(launch, run_dir=where.run, timeout_s=run.timeout_s, log=run.log)
+    return _Started(launch, record, wall)
+
+
+def _write_mlperf_files(
+    run: _Run,
+    started: _Started,
+    *,
+    model: str,
+    params: Mapping[str, Any],
+    result_file: str,
+    accelerator: str | None = None,
+    end: str | None = None,
+) -> None:
+    """The metadata file and the system description of a finished run (before its result
+    file, which comes last)."""
+    record = started.record
+    command = str(record["command"])
+    meta = metadata(
+        command=command,
+        model=model,
+        stamp=run.where.stamp,
+        processes=run.mpi.processes,
+        parameters=started.launch.expected,
+        override_parameters={**started.launch.overrides, **params},
+        args={
+            **record["params"],
+            "command": command,
+            "engine": record["engine"],
+            "processes": run.mpi.processes,
+            "hosts": record["hosts"],
+            "num_hosts": run.host_count,
+            "mpi": run.mpi.mpi,
+            "mpi_args": list(run.mpi.mpi_args),
+        },
+        accelerator=accelerator,
+        host_memory=run.host_memory,
+        end=end,
+        runtime_s=started.wall,
+        result_file=result_file,
+    )
+    system = system_description(run.host_memory, run.hosts, mpi=run.mpi.mpi)
+    write_run_files(run.where.run, meta, system)
 
 
 def _refuse_existing_dataset(folder: Path) -> None:
@@ -672,12 +946,15 @@ def _extensions(fmt: str, *, generate: bool, train: bool) -> list[str]:
 def run_datagen(
     dataset: Workload | Datagen,
     *,
-    run_dir: str | os.PathLike[str],
+    run_dir: str | os.PathLike[str] | None = None,
+    results_dir: str | os.PathLike[str] | None = None,
     data_folder: str | os.PathLike[str],
     num_files: int | None = None,
     num_subfolders: int | None = None,
     engine: Engine = "dlio",
-    processes: int = 1,
+    processes: int | None = None,
+    hosts: int | Sequence[HostSpec] = 1,
+    host_memory: HostMemory | None = None,
     params: Mapping[str, Any] | None = None,
     dlio_venv: str | os.PathLike[str] | None = None,
     mpi: bool = True,
@@ -688,18 +965,22 @@ def run_datagen(
 ) -> dict[str, Any]:
     """Generate ``dataset`` with DLIO into ``data_folder`` and verify the files on disk.
 
-    Writes ``run.json``, the datagen YAML and, last, ``datagen.json`` (this function's return
-    value: the command, wall time and :func:`verify_dataset`'s findings, plus the parquet
-    footer check) into ``run_dir``. Parquet, tfrecord and jpeg datasets are written by the
-    generators of :mod:`storage_workloads.dlio_ext`. Everything is validated first: a
+    Writes ``run.json``, the datagen YAML, the metadata file, the system description and,
+    last, ``datagen.json`` (this function's return value: the command, wall time and
+    :func:`verify_dataset`'s findings, plus the parquet footer check) into ``run_dir``, or
+    into a new ``results_dir/training/<model>/datagen/<datetime>`` (give one of the two).
+    ``hosts`` is a host count or a host list (``HostSpec``), whose slots give the process
+    count when ``processes`` is ``None``. Parquet, tfrecord and jpeg datasets are written by
+    the generators of :mod:`storage_workloads.dlio_ext`. Everything is validated first: a
     ``run_dir`` with an earlier run's results, or a ``data_folder`` that already holds files,
-    is refused before any file is written. Raises :class:`DlioError` if DLIO fails or runs
-    another config; a failed verification is reported, not raised. With ``what_if``, returns
-    after that validation what the run would do (the command, the config and ``run.json``,
-    see ``_what_if``) without creating any file or folder.
+    is refused before any file is written. Then the hosts are read (:func:`read_hosts`;
+    ``host_memory`` gives a reading made before). Raises :class:`DlioError` if DLIO fails or
+    runs another config; a failed verification is reported, not raised. With ``what_if``,
+    returns after that validation what the run would do (the command, the config and
+    ``run.json``, see ``_what_if``) without creating any file or folder.
     """
     d = dataset.datagen if isinstance(dataset, Workload) else dataset
-    run = Path(run_dir).resolve()
+    where = _where(run_dir, results_dir, command="datagen", model=d.model)
     folder = Path(data_folder).resolve()
     config = to_datagen_config(
         d, data_folder=folder, num_files=num_files, num_subfolders=num_subfolders, engine=engine
@@ -707,40 +988,38 @@ def run_datagen(
     apply_params(config, params or {})
     fmt = str(config["dataset"].get("format", d.format))
     schema = _parquet(config)
-    _refuse_earlier_run(run)
+    _refuse_earlier_run(where.run)
     _refuse_existing_dataset(folder)
+    launch_options, host_count = _mpi_options(
+        processes, hosts, dlio_venv=dlio_venv, mpi=mpi, mpi_args=mpi_args
+    )
+    ctx = _validated_run(
+        where,
+        launch_options,
+        host_count,
+        hosts,
+        host_memory=host_memory,
+        what_if=what_if,
+        timeout_s=timeout_s,
+        log=log,
+    )
     name = config_name(d.model, "datagen")
     extensions = _extensions(fmt, generate=True, train=False)
-    launch = _prepare(
+    record_params: dict[str, Any] = {"model": d.model}
+    if isinstance(dataset, Workload):
+        record_params["accelerator"] = dataset.accelerator
+    started = _start(
         config,
-        run_dir=run,
+        ctx,
+        command="datagen",
         name=name,
-        processes=processes,
-        dlio_venv=dlio_venv,
-        mpi=mpi,
-        mpi_args=mpi_args,
+        engine=engine,
+        params=record_params,
         extensions=extensions,
+        schema=schema,
     )
-    record: dict[str, Any] = {
-        "command": "datagen",
-        "engine": engine,
-        "config_file": f"configs/workload/{name}.yaml",
-        "params": {
-            "model": d.model,
-            "accelerator": dataset.accelerator if isinstance(dataset, Workload) else None,
-        },
-        "dlio_overrides": launch.overrides,
-        "dlio_extensions": list(extensions),
-    }
-    if record["params"]["accelerator"] is None:
-        del record["params"]["accelerator"]
-    if schema is not None:
-        record["parquet_schema"] = schema.as_dict()
-    if what_if:
-        return _what_if(launch, run, record)
-    run.mkdir(parents=True, exist_ok=True)
-    _write_record(run, record)
-    wall = _execute(launch, run_dir=run, timeout_s=timeout_s, log=log)
+    if isinstance(started, dict):
+        return started
     files = config["dataset"]["num_files_train"]
     shape = Datagen(
         model=d.model,
@@ -758,9 +1037,9 @@ def run_datagen(
         ),
     )
     verification = verify_dataset(folder, shape, num_files=files)
-    if schema is not None and launch.python is not None:
+    if schema is not None and started.launch.python is not None:
         checked, problems = _check_parquet_files(
-            launch.python,
+            started.launch.python,
             _dataset_files(folder, fmt),
             schema,
             shape.num_samples_per_file,
@@ -771,16 +1050,26 @@ def run_datagen(
         verification["passed"] = not verification["problems"]
     result = {
         "schema": _DATAGEN_SCHEMA,
-        "command": launch.cmd,
-        "wall_s": wall,
+        "command": started.launch.cmd,
+        "wall_s": started.wall,
         "engine": engine,
-        "processes": processes,
+        "processes": launch_options.processes,
+        "hosts": started.record["hosts"],
+        "run_dir": str(where.run),
         "dlio_extensions": list(extensions),
         "verification": verification,
     }
     if schema is not None:
         result["parquet_schema"] = schema.as_dict()
-    write_text_atomic(run / "datagen.json", json.dumps(result, indent=2) + "\n")
+    _write_mlperf_files(
+        ctx,
+        started,
+        model=d.model,
+        params=params or {},
+        result_file="datagen.json",
+        accelerator=record_params.get("accelerator"),
+    )
+    write_text_atomic(where.run / "datagen.json", json.dumps(result, indent=2) + "\n")
     return result
 
 
@@ -973,15 +1262,17 @@ def write_results(run_dir: str | os.PathLike[str], result: Mapping[str, Any]) ->
 def run_training(
     workload: Workload,
     *,
-    run_dir: str | os.PathLike[str],
+    run_dir: str | os.PathLike[str] | None = None,
+    results_dir: str | os.PathLike[str] | None = None,
     data_folder: str | os.PathLike[str],
     num_files: int | None = None,
     num_subfolders: int | None = None,
     engine: Engine = "dlio",
-    processes: int = 1,
+    processes: int | None = None,
     division: str = "closed",
-    hosts: int = 1,
+    hosts: int | Sequence[HostSpec] = 1,
     host_memory_gb: float | None = None,
+    host_memory: HostMemory | None = None,
     params: Mapping[str, Any] | None = None,
     dlio_venv: str | os.PathLike[str] | None = None,
     mpi: bool = True,
@@ -995,15 +1286,23 @@ def run_training(
     ``params`` are dotted DLIO parameters set on top of the workload (``train.epochs``; the
     rules checker judges them). The result (:func:`parse_dlio_output` plus the workload, the
     command, the wall time and the checker's verdict on the run) is written to
-    ``results.json``/``results.csv`` in ``run_dir`` and returned. A parquet workload is read
-    by the reader of :mod:`storage_workloads.dlio_ext`, named to DLIO by the Hydra override
-    ``reader.reader_classname`` (recorded in ``run.json``, not in the workload YAML).
-    Everything is validated before any file is written: the dataset must hold the files the
-    run reads, and ``run_dir`` must not hold an earlier run's results. With ``what_if``,
-    returns after that validation what the run would do (the command, the config and
-    ``run.json``) without creating any file or folder.
+    ``results.json``/``results.csv`` in ``run_dir``, or in a new
+    ``results_dir/training/<model>/run/<datetime>`` (give one of the two), after the metadata
+    file and the system description, and returned. ``hosts`` is a host count or a host list
+    (``HostSpec``), whose slots give the process count when ``processes`` is ``None``.
+
+    The memory of the client hosts is read from them before the run (:func:`read_hosts`;
+    ``host_memory`` gives a reading made before) and recorded in ``run.json``; the rules
+    check sizes the dataset on its sum. A ``host_memory_gb`` (per host, GiB) whose total is
+    below it by more than 5% is refused with ``ValueError``; one above it is reported through
+    ``log``. A parquet workload is read by the reader of :mod:`storage_workloads.dlio_ext`,
+    named to DLIO by the Hydra override ``reader.reader_classname`` (recorded in ``run.json``,
+    not in the workload YAML). Everything is validated before any file is written: the dataset
+    must hold the files the run reads, and ``run_dir`` must not hold an earlier run's results.
+    With ``what_if``, returns after that validation what the run would do (the command, the
+    config and ``run.json``) without creating any file or folder.
     """
-    run = Path(run_dir).resolve()
+    where = _where(run_dir, results_dir, command="run", model=workload.model)
     folder = Path(data_folder).resolve()
     config = to_dlio_config(
         workload,
@@ -1016,7 +1315,7 @@ def run_training(
     dataset = config.get("dataset", {})
     fmt = str(dataset.get("format", workload.format))
     schema = _parquet(config)
-    _refuse_earlier_run(run)
+    _refuse_earlier_run(where.run)
     storage = config.get("storage") if isinstance(config.get("storage"), Mapping) else {}
     if storage.get("storage_type", "local_fs") in ("local_fs", "parallel_fs"):
         needed = int(dataset.get("num_files_train", workload.num_files_train))
@@ -1026,6 +1325,30 @@ def run_training(
                 f"{folder / 'train'} holds {found:,} .{fmt} files and the run reads {needed:,}: "
                 "generate them first (storage-workloads datagen, same --data-dir and --num-files)"
             )
+    if host_memory_gb is not None and (
+        isinstance(host_memory_gb, bool)
+        or not isinstance(host_memory_gb, int | float)
+        or not math.isfinite(host_memory_gb)
+        or host_memory_gb <= 0
+    ):
+        raise ValueError(f"--host-memory-gb must be a number > 0, got {host_memory_gb!r}")
+    launch_options, host_count = _mpi_options(
+        processes, hosts, dlio_venv=dlio_venv, mpi=mpi, mpi_args=mpi_args
+    )
+    ctx = _validated_run(
+        where,
+        launch_options,
+        host_count,
+        hosts,
+        host_memory=host_memory,
+        what_if=what_if,
+        timeout_s=timeout_s,
+        log=log,
+    )
+    memory = ctx.host_memory
+    warning = check_declared_memory(host_memory_gb, host_count, memory)
+    if warning:
+        log(f"warning: {warning}")
     overrides: dict[str, Any] = {}
     reader = config.get("reader") if isinstance(config.get("reader"), Mapping) else {}
     if schema is not None and "reader_classname" not in reader:
@@ -1035,64 +1358,65 @@ def run_training(
     extensions = _extensions(
         fmt, generate=bool(workflow.get("generate_data")), train=bool(workflow.get("train", True))
     )
-    launch = _prepare(
-        config,
-        run_dir=run,
-        name=name,
-        processes=processes,
-        dlio_venv=dlio_venv,
-        mpi=mpi,
-        mpi_args=mpi_args,
-        extensions=extensions,
-        overrides=overrides,
-    )
     run_params: dict[str, Any] = {
         "model": workload.model,
         "accelerator": workload.accelerator,
         "division": division,
-        "num_accelerators": processes,
-        "hosts": hosts,
+        "num_accelerators": launch_options.processes,
+        "hosts": host_count,
     }
     if host_memory_gb is not None:
         run_params["host_memory_gb"] = host_memory_gb
-    record: dict[str, Any] = {
-        "command": "run",
-        "engine": engine,
-        "config_file": f"configs/workload/{name}.yaml",
-        "params": run_params,
-        "dlio_overrides": launch.overrides,
-        "dlio_extensions": list(extensions),
-    }
-    if schema is not None:
-        record["parquet_schema"] = schema.as_dict()
-    if what_if:
-        return _what_if(launch, run, record)
-    run.mkdir(parents=True, exist_ok=True)
-    _write_record(run, record)
-    wall = _execute(launch, run_dir=run, timeout_s=timeout_s, log=log)
+    if memory is not None:
+        run_params["measured_host_memory_gb"] = memory.per_host_gib
+    started = _start(
+        config,
+        ctx,
+        command="run",
+        name=name,
+        engine=engine,
+        params=run_params,
+        extensions=extensions,
+        overrides=overrides,
+        schema=schema,
+    )
+    if isinstance(started, dict):
+        return started
     record_key = RECORD_LENGTH_KEYS[engine][0]
     length = dataset.get(record_key, workload.record_length_bytes)
     result = parse_dlio_output(
-        run / "dlio",
+        where.run,
         au_threshold=workload.au_threshold,
         record_length_bytes=int(length),
     )
-    report = check_path(run)
+    report = check_path(where.run)
     result = {
         "schema": _RESULTS_SCHEMA,
         "model": workload.model,
         "accelerator": workload.accelerator,
         "engine": engine,
-        "processes": processes,
+        "processes": launch_options.processes,
+        "hosts": started.record["hosts"],
+        "measured_host_memory_gib": None if memory is None else memory.per_host_gib,
+        "run_dir": str(where.run),
         "params": dict(params or {}),
-        "command": launch.cmd,
-        "wall_s": wall,
+        "command": started.launch.cmd,
+        "wall_s": started.wall,
         "dlio_extensions": list(extensions),
         **result,
         "verdict": report.verdict,
         "issues": [issue.as_dict() for issue in report.issues],
     }
-    write_results(run, result)
+    _write_mlperf_files(
+        ctx,
+        started,
+        model=workload.model,
+        params=params or {},
+        result_file="results.json",
+        accelerator=workload.accelerator,
+        end=result.get("end"),
+    )
+    write_results(where.run, result)
     return result
 
 
@@ -1195,9 +1519,12 @@ def _phase(durations: object, bytes_per_checkpoint: int, what: str) -> dict[str,
 def run_checkpointing(
     workload: CheckpointWorkload,
     *,
-    run_dir: str | os.PathLike[str],
+    run_dir: str | os.PathLike[str] | None = None,
+    results_dir: str | os.PathLike[str] | None = None,
     checkpoint_folder: str | os.PathLike[str],
-    processes: int = 1,
+    processes: int | None = None,
+    hosts: int | Sequence[HostSpec] = 1,
+    host_memory: HostMemory | None = None,
     scale: float = 1.0,
     num_checkpoints_write: int = NUM_CHECKPOINTS,
     num_checkpoints_read: int = NUM_CHECKPOINTS,
@@ -1210,23 +1537,31 @@ def run_checkpointing(
 ) -> dict[str, Any]:
     """Run a checkpointing workload with dlio-benchmark 2.0.0 (:func:`checkpoint_config`).
 
-    Writes ``run.json``, the config, DLIO's output and, last, ``checkpoint-results.json``:
-    per phase (``write``, ``read``) the seconds of each checkpoint over all ranks, between
-    barriers, and GB/s (10^9 bytes), plus DLIO's own checkpoint durations from
-    ``per_epoch_stats.json`` (rank 0, two decimals) as a cross-check. ``checkpoint_folder``
-    must be empty or missing: earlier checkpoints are never overwritten. A run with ``scale``
-    below 1 or with fewer processes than the closed count is no submission; the rules checker
-    is not run on it (it judges configs of the MLPerf DLIO, which this engine lacks). With
-    ``what_if``, returns after validation what the run would do (the command, the config and
-    ``run.json``) without creating any file or folder.
+    Writes ``run.json``, the config, DLIO's output, the metadata file, the system description
+    and, last, ``checkpoint-results.json`` into ``run_dir`` or a new
+    ``results_dir/checkpointing/<model>/<datetime>`` (give one of the two): per phase
+    (``write``, ``read``) the seconds of each checkpoint over all ranks, between barriers, and
+    GB/s (10^9 bytes), plus DLIO's own checkpoint durations from ``per_epoch_stats.json``
+    (rank 0, two decimals) as a cross-check. ``hosts`` is a host count or a host list
+    (``HostSpec``), whose slots give the process count when ``processes`` is ``None``; the
+    hosts are read (:func:`read_hosts`) and recorded. ``checkpoint_folder`` must be empty or
+    missing: earlier checkpoints are never overwritten. A run with ``scale`` below 1 or with
+    fewer processes than the closed count is no submission; the rules checker is not run on
+    it (it judges configs of the MLPerf DLIO, which this engine lacks). With ``what_if``,
+    returns after validation what the run would do (the command, the config and ``run.json``)
+    without creating any file or folder.
     """
-    run = Path(run_dir).resolve()
+    where = _where(run_dir, results_dir, command="checkpoint", model=workload.name)
+    run = where.run
     folder = Path(checkpoint_folder).resolve()
+    launch_options, host_count = _mpi_options(
+        processes, hosts, dlio_venv=dlio_venv, mpi=mpi, mpi_args=mpi_args
+    )
     config = checkpoint_config(
         workload,
         checkpoint_folder=folder,
         steps_folder=run / "steps-data",
-        processes=processes,
+        processes=launch_options.processes,
         scale=scale,
         num_checkpoints_write=num_checkpoints_write,
         num_checkpoints_read=num_checkpoints_read,
@@ -1238,31 +1573,37 @@ def run_checkpointing(
         )
     if (run / "steps-data").exists():
         raise DlioError(f"{run / 'steps-data'} exists: give a new run directory")
+    ctx = _validated_run(
+        where,
+        launch_options,
+        host_count,
+        hosts,
+        host_memory=host_memory,
+        what_if=what_if,
+        timeout_s=timeout_s,
+        log=log,
+    )
     name = config_name(workload.name, "checkpoint")
-    launch = _prepare(
+    record_params = {
+        "model": workload.name,
+        "num_processes": launch_options.processes,
+        "hosts": host_count,
+        "scale": scale,
+    }
+    started = _start(
         config,
-        run_dir=run,
+        ctx,
+        command="checkpoint",
         name=name,
-        processes=processes,
-        dlio_venv=dlio_venv,
-        mpi=mpi,
-        mpi_args=mpi_args,
+        engine="dlio",
+        params=record_params,
         extensions=["checkpoint-mechanism"],
     )
-    record = {
-        "command": "checkpoint",
-        "engine": "dlio",
-        "config_file": f"configs/workload/{name}.yaml",
-        "params": {"model": workload.name, "num_processes": processes, "scale": scale},
-        "dlio_overrides": launch.overrides,
-        "dlio_extensions": ["checkpoint-mechanism"],
-    }
-    if what_if:
-        return _what_if(launch, run, record)
-    run.mkdir(parents=True, exist_ok=True)
-    _write_record(run, record)
-    wall = _execute(launch, run_dir=run, timeout_s=timeout_s, log=log)
-    timings = _load_json(run / "dlio" / CHECKPOINT_TIMINGS)
+    if isinstance(started, dict):
+        return started
+    processes = launch_options.processes
+    wall = started.wall
+    timings = _load_json(run / CHECKPOINT_TIMINGS)
     total = timings.get("bytes_per_checkpoint")
     if isinstance(total, bool) or not isinstance(total, int) or total < 1:
         raise DlioError(f"{CHECKPOINT_TIMINGS}: bytes_per_checkpoint is {total!r}")
@@ -1273,7 +1614,7 @@ def run_checkpointing(
             f"DLIO wrote {write['count']} and read {read['count']} checkpoints, expected "
             f"{num_checkpoints_write} and {num_checkpoints_read}"
         )
-    stats_path = run / "dlio" / "per_epoch_stats.json"
+    stats_path = run / "per_epoch_stats.json"
     dlio_durations: list[float] = []
     if stats_path.is_file():
         stats = _load_json(stats_path)
@@ -1301,11 +1642,16 @@ def run_checkpointing(
         "dlio_checkpoint_durations_s": dlio_durations,
         "files_written": len(files),
         "bytes_on_disk": sum(p.stat().st_size for p in files),
-        "command": launch.cmd,
+        "hosts": started.record["hosts"],
+        "run_dir": str(run),
+        "command": started.launch.cmd,
         "wall_s": wall,
         "verdict": "not checked: a dlio-benchmark 2.0.0 emulation"
         + (f" at scale {scale:g}" if scale != 1 else ""),
     }
+    _write_mlperf_files(
+        ctx, started, model=workload.name, params={}, result_file="checkpoint-results.json"
+    )
     write_text_atomic(
         run / "checkpoint-results.json", json.dumps(result, indent=2, allow_nan=False) + "\n"
     )
@@ -1317,6 +1663,7 @@ def run_checkpointing(
 
 REPORT_CSV_COLUMNS: Final = (
     "run",
+    "source",
     "model",
     "accelerator",
     "processes",
@@ -1327,77 +1674,226 @@ REPORT_CSV_COLUMNS: Final = (
     "passed",
     "verdict",
 )
+#: Columns of ``checkpoint-report.csv``: one row per checkpointing run.
+CHECKPOINT_REPORT_CSV_COLUMNS: Final = (
+    "run",
+    "model",
+    "processes",
+    "hosts",
+    "scale",
+    "bytes_per_checkpoint",
+    "write_count",
+    "write_seconds_mean",
+    "write_gb_per_s_mean",
+    "read_count",
+    "read_seconds_mean",
+    "read_gb_per_s_mean",
+    "verdict",
+)
+
+
+def _training_row(path: Path) -> dict[str, Any]:
+    data = _load_json(path / "results.json")
+    return {
+        "run": str(path),
+        "source": "storage-workloads",
+        "model": data.get("model"),
+        "accelerator": data.get("accelerator"),
+        "processes": data.get("processes"),
+        "hosts": data.get("hosts"),
+        "epochs": len(data.get("epochs", [])),
+        "au_mean_percent": data.get("au_mean_percent"),
+        "samples_per_s_mean": data.get("samples_per_s_mean"),
+        "mb_per_s_mean": data.get("mb_per_s_mean"),
+        "passed": data.get("passed"),
+        "verdict": data.get("verdict"),
+    }
+
+
+def _metadata_of(path: Path) -> dict[str, Any]:
+    for candidate in sorted(path.glob(f"*{METADATA_SUFFIX}")):
+        with contextlib.suppress(DlioError):
+            return _load_json(candidate)
+    return {}
+
+
+def _dlio_row(path: Path) -> dict[str, Any] | str:
+    """A report row from DLIO's ``summary.json`` of a run folder that has no ``results.json``
+    (as mlpstorage leaves one), or why it is no training run."""
+    meta = _metadata_of(path)
+    if meta.get("command") == "datagen":
+        return "data generation"
+    if meta.get("benchmark_type") not in (None, "training") or meta.get("command") not in (
+        None,
+        "run",
+        "run_benchmark",
+    ):
+        return (
+            f"a {meta.get('benchmark_type')} {meta.get('command')} run: its summary.json is "
+            "not read here"
+        )
+    summary = _load_json(path / "summary.json")
+    metric = summary.get("metric") if isinstance(summary.get("metric"), Mapping) else {}
+    au = metric.get("train_au_mean_percentage")
+    if isinstance(au, bool) or not isinstance(au, int | float):
+        return "summary.json holds no training metrics (train_au_mean_percentage)"
+    checked = check_path(path)
+    model = checked.model or meta.get("model")
+    accelerator = checked.accelerator or meta.get("accelerator")
+    workload = WORKLOADS.get((str(model), str(accelerator)))
+    passed = (
+        au >= workload.au_threshold * 100
+        if workload is not None
+        else metric.get("train_au_meet_expectation") == "success"
+    )
+    epochs = metric.get("train_au_percentage")
+    return {
+        "run": str(path),
+        "source": "dlio-summary",
+        "model": model,
+        "accelerator": accelerator,
+        "processes": summary.get("num_accelerators"),
+        "hosts": summary.get("num_hosts"),
+        "epochs": len(epochs) if isinstance(epochs, list) else None,
+        "au_mean_percent": au,
+        "samples_per_s_mean": metric.get("train_throughput_mean_samples_per_second"),
+        "mb_per_s_mean": metric.get("train_io_mean_MB_per_second"),
+        "passed": passed,
+        "verdict": checked.verdict,
+    }
+
+
+def _checkpoint_row(path: Path) -> dict[str, Any]:
+    data = _load_json(path / "checkpoint-results.json")
+    if data.get("schema") != _CHECKPOINT_SCHEMA:
+        raise DlioError(f"{path / 'checkpoint-results.json'} is not a storage-workloads result")
+    write = data.get("write") if isinstance(data.get("write"), Mapping) else {}
+    read = data.get("read") if isinstance(data.get("read"), Mapping) else {}
+    return {
+        "run": str(path),
+        "model": data.get("model"),
+        "processes": data.get("processes"),
+        "hosts": data.get("hosts", 1),
+        "scale": data.get("scale"),
+        "bytes_per_checkpoint": data.get("bytes_per_checkpoint"),
+        "write_count": write.get("count"),
+        "write_seconds_mean": write.get("seconds_mean"),
+        "write_gb_per_s_mean": write.get("gb_per_s_mean"),
+        "read_count": read.get("count"),
+        "read_seconds_mean": read.get("seconds_mean"),
+        "read_gb_per_s_mean": read.get("gb_per_s_mean"),
+        "verdict": data.get("verdict"),
+    }
+
+
+def _stats(rows: Sequence[Mapping[str, Any]], key: str) -> dict[str, float]:
+    values = [
+        float(r[key])
+        for r in rows
+        if isinstance(r.get(key), int | float) and not isinstance(r.get(key), bool)
+    ]
+    if not values:
+        return {}
+    return {"mean": statistics.fmean(values), "min": min(values), "max": max(values)}
 
 
 def aggregate_results(run_dirs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
-    """Gather the ``results.json`` of several runs into one report.
+    """Gather the results of runs into one report.
 
-    A directory without ``results.json`` whose subfolders have one (a submission) contributes
-    those subfolders. The report lists each run and, over all runs, the count, whether all
-    passed, the mean, minimum and maximum of the mean AU, samples/s and MB/s, and the workloads
-    seen. Raises :class:`DlioError` when a run has no readable ``results.json``.
+    Each path is a run directory or any folder above run directories: a submission, the
+    ``loop-1`` .. folders of ``run --loops``, or the root (or any part) of a results tree
+    (``training/<model>/<command>/<datetime>``, ``checkpointing/<model>/<datetime>``), walked
+    down to its run folders (:func:`storage_workloads.layout.find_runs`). A training run
+    contributes its ``results.json`` or, where it has none but a ``summary.json`` and a
+    ``*_metadata.json`` (a run mlpstorage made), DLIO's own figures and the rules checker's
+    verdict; a checkpointing run its ``checkpoint-results.json``. Data generation runs and
+    runs without results are listed under ``skipped``.
+
+    The report lists each run and, over the training runs, the count, whether all passed
+    (``None`` without training runs), the mean, minimum and maximum of the mean AU, samples/s
+    and MB/s, and the workloads seen; over the checkpointing runs, their count and the mean,
+    minimum and maximum of the write and read GB/s. Raises :class:`DlioError` for a path that
+    does not exist, holds no run, or a result file that cannot be read.
     """
-    paths: list[Path] = []
+    found: list[tuple[Path, str]] = []
     for given in run_dirs:
         p = Path(given)
         if not p.exists():
             raise DlioError(f"{p}: does not exist")
-        if (p / "results.json").is_file():
-            paths.append(p)
-            continue
-        children = (
-            sorted(c for c in p.iterdir() if (c / "results.json").is_file()) if p.is_dir() else []
+        runs = find_runs(p) if p.is_dir() else []
+        if not runs:
+            raise DlioError(
+                f"{p} has no results.json, checkpoint-results.json or DLIO summary.json with a "
+                f"*{METADATA_SUFFIX} (in it or below)"
+            )
+        found.extend(runs)
+    rows: list[dict[str, Any]] = []
+    checkpoints: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    for path, kind in found:
+        if kind == "training":
+            rows.append(_training_row(path))
+        elif kind == "checkpoint":
+            checkpoints.append(_checkpoint_row(path))
+        elif kind == "dlio":
+            row = _dlio_row(path)
+            if isinstance(row, str):
+                skipped.append({"run": str(path), "reason": row})
+            else:
+                rows.append(row)
+        else:
+            reason = (
+                "data generation"
+                if (path / "datagen.json").is_file()
+                or _metadata_of(path).get("command") == "datagen"
+                else "no results (an unfinished or failed run)"
+            )
+            skipped.append({"run": str(path), "reason": reason})
+    if not rows and not checkpoints:
+        names = ", ".join(str(Path(g)) for g in run_dirs)
+        raise DlioError(
+            f"{names} has no results.json, checkpoint-results.json or DLIO summary.json with a "
+            f"*{METADATA_SUFFIX} (in it or below)"
+            + (f"; skipped: {skipped[0]['run']} ({skipped[0]['reason']})" if skipped else "")
         )
-        if not children:
-            raise DlioError(f"{p} has no results.json (and no run folders that have one)")
-        paths.extend(children)
-    runs = []
-    for p in paths:
-        data = _load_json(p / "results.json")
-        if data.get("schema") != _RESULTS_SCHEMA:
-            raise DlioError(f"{p / 'results.json'} is not a storage-workloads DLIO result")
-        runs.append(
-            {
-                "run": str(p),
-                "model": data.get("model"),
-                "accelerator": data.get("accelerator"),
-                "processes": data.get("processes"),
-                "epochs": len(data.get("epochs", [])),
-                "au_mean_percent": data.get("au_mean_percent"),
-                "samples_per_s_mean": data.get("samples_per_s_mean"),
-                "mb_per_s_mean": data.get("mb_per_s_mean"),
-                "passed": data.get("passed"),
-                "verdict": data.get("verdict"),
-            }
-        )
-
-    def stats(key: str) -> dict[str, float]:
-        values = [float(r[key]) for r in runs if isinstance(r[key], int | float)]
-        if not values:
-            return {}
-        return {"mean": statistics.fmean(values), "min": min(values), "max": max(values)}
-
     return {
-        "runs": runs,
-        "count": len(runs),
-        "all_passed": all(r["passed"] is True for r in runs),
-        "workloads": sorted({f"{r['model']} {r['accelerator']}" for r in runs}),
-        "au_mean_percent": stats("au_mean_percent"),
-        "samples_per_s_mean": stats("samples_per_s_mean"),
-        "mb_per_s_mean": stats("mb_per_s_mean"),
+        "runs": rows,
+        "count": len(rows),
+        "all_passed": all(r["passed"] is True for r in rows) if rows else None,
+        "workloads": sorted({f"{r['model']} {r['accelerator']}" for r in rows}),
+        "au_mean_percent": _stats(rows, "au_mean_percent"),
+        "samples_per_s_mean": _stats(rows, "samples_per_s_mean"),
+        "mb_per_s_mean": _stats(rows, "mb_per_s_mean"),
+        "checkpoint_runs": checkpoints,
+        "checkpoint_count": len(checkpoints),
+        "checkpoint_write_gb_per_s": _stats(checkpoints, "write_gb_per_s_mean"),
+        "checkpoint_read_gb_per_s": _stats(checkpoints, "read_gb_per_s_mean"),
+        "skipped": skipped,
     }
 
 
-def write_report(out_dir: str | os.PathLike[str], report: Mapping[str, Any]) -> dict[str, Path]:
-    """Write ``report.csv`` (one row per run) and then ``report.json``, each atomically."""
-    out = Path(out_dir)
+def _csv(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(REPORT_CSV_COLUMNS)
-    for r in report["runs"]:
-        writer.writerow([_fmt(r[c]) for c in REPORT_CSV_COLUMNS])
-    paths = {"report.csv": out / "report.csv", "report.json": out / "report.json"}
-    write_text_atomic(paths["report.csv"], buf.getvalue())
+    writer.writerow(columns)
+    for r in rows:
+        writer.writerow([_fmt(r.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+def write_report(out_dir: str | os.PathLike[str], report: Mapping[str, Any]) -> dict[str, Path]:
+    """Write ``report.csv`` (one row per training run), ``checkpoint-report.csv`` (one row per
+    checkpointing run, when there are any) and then ``report.json``, each atomically."""
+    out = Path(out_dir)
+    paths = {"report.csv": out / "report.csv"}
+    write_text_atomic(paths["report.csv"], _csv(REPORT_CSV_COLUMNS, report["runs"]))
+    if report.get("checkpoint_runs"):
+        paths["checkpoint-report.csv"] = out / "checkpoint-report.csv"
+        write_text_atomic(
+            paths["checkpoint-report.csv"],
+            _csv(CHECKPOINT_REPORT_CSV_COLUMNS, report["checkpoint_runs"]),
+        )
+    paths["report.json"] = out / "report.json"
     write_text_atomic(paths["report.json"], json.dumps(report, indent=2, allow_nan=False) + "\n")
     return paths
 

@@ -1,0 +1,74 @@
+"""Fixtures shared by the tests of DLIO runs that need no DLIO."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storage_workloads import dliorun
+from storage_workloads.dlio import dump_yaml
+from storage_workloads.dlio_ext import CHECKPOINT_TIMINGS
+from storage_workloads.dliorun import DLIO_VENV_ENV
+
+
+@pytest.fixture
+def venv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A DLIO environment as far as finding it goes (``dlio_benchmark`` and ``python`` files),
+    and an ``mpirun`` on PATH (every program is found as ``/opt/bin/<name>``)."""
+    monkeypatch.delenv(DLIO_VENV_ENV, raising=False)
+    monkeypatch.setattr(shutil, "which", lambda name: f"/opt/bin/{name}")
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("dlio_benchmark", "python"):
+        (bin_dir / name).write_text("#!/bin/sh\nexit 1\n")
+    return tmp_path / "venv"
+
+
+@pytest.fixture
+def npz_dataset() -> Callable[[Path, int], None]:
+    """Writes ``n`` small ``.npz`` files into ``folder/train``, as a generated dataset."""
+
+    def write(folder: Path, n: int) -> None:
+        (folder / "train").mkdir(parents=True)
+        for i in range(n):
+            (folder / "train" / f"img_{i}_of_{n}.npz").write_bytes(b"\0" * 16)
+
+    return write
+
+
+FIXTURE = Path(__file__).parent / "data" / "dlio-2ranks-2epochs"
+
+
+def _fake_execute(launch: Any, *, run_dir: Path, timeout_s: float | None, log: Any) -> float:
+    """Stand-in for the DLIO launch (``dliorun._execute``): writes the workload YAML as the
+    real one does, leaves a recorded two-rank run as DLIO's output and, for checkpointing,
+    the mechanism's timings (2 MB a checkpoint, 10 ms a write, 5 ms a read)."""
+    (run_dir / "configs" / "workload").mkdir(parents=True)
+    (run_dir / "configs" / "workload" / f"{launch.name}.yaml").write_text(dump_yaml(launch.config))
+    shutil.copytree(FIXTURE, run_dir, dirs_exist_ok=True)
+    section = launch.config.get("checkpoint", {})
+    if "num_checkpoints_write" in section:
+        (run_dir / CHECKPOINT_TIMINGS).write_text(
+            json.dumps(
+                {
+                    "bytes_per_checkpoint": 2_000_000,
+                    "writes_s": [0.01] * section["num_checkpoints_write"],
+                    "reads_s": [0.005] * section["num_checkpoints_read"],
+                    "model_bytes_per_rank": section["model_bytes_per_rank"],
+                    "optimizer_bytes_per_rank": section["optimizer_bytes_per_rank"],
+                    "fsync": True,
+                }
+            )
+        )
+    return 1.5
+
+
+@pytest.fixture
+def fake_dlio(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DLIO's launch replaced by :func:`_fake_execute`."""
+    monkeypatch.setattr(dliorun, "_execute", _fake_execute)
