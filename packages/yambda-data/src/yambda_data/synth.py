@@ -733,7 +733,7 @@ in order, so a uid-filtered scan reads only its own)."""
 
 
 def _stream_events(cat: _Catalogue, cfg: SynthConfig, target: Path) -> None:
-    parts = Path(tempfile.mkdtemp(prefix=f".{target.name}.parts-", dir=target.parent))
+    parts = Path(tempfile.mkdtemp(prefix=f"{target.name}.parts-", dir=target.parent))
     try:
         files = []
         for block, uid0 in enumerate(range(0, cfg.users, _USERS_PER_BLOCK)):
