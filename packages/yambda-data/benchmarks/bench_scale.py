@@ -176,17 +176,38 @@ def main(argv: list[str] | None = None) -> None:
     run = work / f"run-{config.size}-u{config.users}-s{config.seed}"
     prepared = run / "prepared"
     steps: list[Step] = []
+    events = 0
+
+    def done(step: Step) -> None:
+        # Each step's figures are printed and saved as soon as it ends: a long run that is
+        # stopped later keeps what it measured.
+        steps.append(step)
+        print(
+            f"{step.name}: {step.wall_s:.1f} s wall, {step.cpu_s:.1f} CPU s, peak RSS "
+            f"{step.peak_rss_mib:.0f} MiB, tree anon {step.tree_anon_mib:.0f} MiB",
+            flush=True,
+        )
+        if args.json is not None:
+            figures = {
+                "config": wanted,
+                "events": events,
+                "steps": [dataclasses.asdict(s) for s in steps],
+            }
+            partial = args.json.with_name(args.json.name + ".tmp")
+            partial.write_text(json.dumps(figures, indent=2) + "\n")
+            partial.replace(args.json)
+
     stamp = raw / _common.SYNTH_STAMP
     wanted = dataclasses.asdict(config)
     if not (stamp.is_file() and json.loads(stamp.read_text()) == wanted):
         shutil.rmtree(raw, ignore_errors=True)
         raw.mkdir(parents=True)
-        steps.append(measured("synth", ["-c", _SYNTH, str(raw), json.dumps(wanted)], raw))
+        done(measured("synth", ["-c", _SYNTH, str(raw), json.dumps(wanted)], raw))
         stamp.write_text(json.dumps(wanted, indent=2) + "\n")
     events = count_events(multi_event_path(raw, config.size))
     if not args.reuse:
         shutil.rmtree(run, ignore_errors=True)
-    steps.append(
+    done(
         measured(
             "preprocess",
             ["-c", _PREPROCESS, str(raw), config.size, str(prepared)],
@@ -194,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     )
     store_args = [str(raw), config.size, str(prepared), str(args.min_history)]
-    steps.append(measured("build-store", ["-c", _STORE, *store_args], prepared / "store"))
+    done(measured("build-store", ["-c", _STORE, *store_args], prepared / "store"))
     if args.train_steps:
         train = [str(ROOT / "tools" / "train.py"), "--data", str(raw), "--size", config.size]
         train += ["--out", str(run), "--preset", args.preset, "--steps", str(args.train_steps)]
@@ -202,15 +223,8 @@ def main(argv: list[str] | None = None) -> None:
         train += ["--overwrite"]
         step = measured("train", train, run)
         step.disk_bytes -= _common.dir_bytes(prepared)
-        steps.append(step)
+        done(step)
     print_table(config, events, steps)
-    if args.json is not None:
-        figures = {
-            "config": wanted,
-            "events": events,
-            "steps": [dataclasses.asdict(s) for s in steps],
-        }
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
 
 
 def count_events(path: Path) -> int:
