@@ -19,7 +19,8 @@ def test_a_tiny_500m_shaped_run_measures_every_step(tmp_path):
     figures = tmp_path / "figures.json"
     argv = [sys.executable, str(SCRIPT), "--users", "12", "--train-steps", "4"]
     argv += ["--work", str(tmp_path / "work"), "--json", str(figures)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    quiet = {"capture_output": True, "text": True, "timeout": 600, "cwd": ROOT}
+    done = subprocess.run(argv, **quiet)
     assert done.returncode == 0, done.stderr[-2000:]
 
     saved = json.loads(figures.read_text())
@@ -37,3 +38,16 @@ def test_a_tiny_500m_shaped_run_measures_every_step(tmp_path):
     table = lines[lines.index(next(line for line in lines if line.startswith("step "))) :]
     assert [row.split()[0] for row in table[1:5]] == list(steps)
     assert not list(figures.parent.glob("*.tmp"))
+
+    # A later start measures again from that step and reuses what came before.
+    again = subprocess.run([*argv[:5], "0", *argv[6:], "--from", "build-store"], **quiet)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert [step["name"] for step in json.loads(figures.read_text())["steps"]] == ["build-store"]
+
+
+def test_a_later_start_without_the_earlier_outputs_is_refused(tmp_path):
+    argv = [sys.executable, str(SCRIPT), "--users", "12", "--work", str(tmp_path / "work")]
+    done = subprocess.run([*argv, "--from", "build-store"], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "--from build-store:" in done.stderr and "output of synth" in done.stderr
+    assert not (tmp_path / "work").exists() or not any((tmp_path / "work").iterdir())

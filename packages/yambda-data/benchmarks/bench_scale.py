@@ -19,7 +19,9 @@ memory only (Pss_Anon): the memory-mapped store's pages are file-backed, so the 
 reclaim them; anonymous memory is what must fit.
 
 The raw dataset is cached in ``--work`` (reused while its stamp matches the config); every
-other step is run again unless ``--reuse`` is given. ``--json FILE`` also writes the figures.
+other step is run again, from scratch. ``--from STEP`` starts at a later step, reusing what the
+steps before it wrote (they must have run), to measure again after a change. ``--json FILE``
+also writes the figures, after each step.
 
 Run from the repository root (each line about ten times the events of the one before)::
 
@@ -61,6 +63,9 @@ _STORE = (
 )
 
 
+STEPS = ("synth", "preprocess", "build-store", "train")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shape", default="500m", help="published Yambda size to imitate")
@@ -70,13 +75,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--train-steps", type=int, default=0, help="0 skips the training step")
     parser.add_argument("--preset", default="tiny", help="model preset of the training step")
     parser.add_argument("--min-history", type=int, default=16)
-    parser.add_argument("--reuse", action="store_true", help="keep the previous step outputs")
+    parser.add_argument(
+        "--from",
+        dest="first",
+        choices=STEPS,
+        default=STEPS[0],
+        help="start at this step, reusing the outputs of the steps before it",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     if args.users is not None and args.users < 1:
         parser.error(f"--users: must be >= 1, got {args.users}")
     if args.train_steps < 0:
         parser.error(f"--train-steps: must be >= 0, got {args.train_steps}")
+    if args.first == "train" and not args.train_steps:
+        parser.error("--from train: needs --train-steps N")
     return args
 
 
@@ -199,23 +212,36 @@ def main(argv: list[str] | None = None) -> None:
 
     stamp = raw / _common.SYNTH_STAMP
     wanted = dataclasses.asdict(config)
-    if not (stamp.is_file() and json.loads(stamp.read_text()) == wanted):
+    first = STEPS.index(args.first)
+    synthesized = stamp.is_file() and json.loads(stamp.read_text()) == wanted
+    # What a later start reuses must be there before anything is removed.
+    needed = [(1, synthesized, raw), (2, (prepared / "preprocessed").is_dir(), prepared)]
+    needed.append((3, (prepared / "store").is_dir(), prepared / "store"))
+    for step, there, path in needed:
+        if first >= step and not there:
+            raise SystemExit(
+                f"bench_scale: --from {args.first}: {path} has no output of "
+                f"{STEPS[step - 1]} for this config; start from an earlier step"
+            )
+    if not synthesized:
         shutil.rmtree(raw, ignore_errors=True)
         raw.mkdir(parents=True)
         done(measured("synth", ["-c", _SYNTH, str(raw), json.dumps(wanted)], raw))
         stamp.write_text(json.dumps(wanted, indent=2) + "\n")
     events = count_events(multi_event_path(raw, config.size))
-    if not args.reuse:
+    if first <= STEPS.index("preprocess"):
         shutil.rmtree(run, ignore_errors=True)
-    done(
-        measured(
-            "preprocess",
-            ["-c", _PREPROCESS, str(raw), config.size, str(prepared)],
-            prepared / "preprocessed",
+        done(
+            measured(
+                "preprocess",
+                ["-c", _PREPROCESS, str(raw), config.size, str(prepared)],
+                prepared / "preprocessed",
+            )
         )
-    )
-    store_args = [str(raw), config.size, str(prepared), str(args.min_history)]
-    done(measured("build-store", ["-c", _STORE, *store_args], prepared / "store"))
+    if first <= STEPS.index("build-store"):
+        shutil.rmtree(prepared / "store", ignore_errors=True)
+        store_args = [str(raw), config.size, str(prepared), str(args.min_history)]
+        done(measured("build-store", ["-c", _STORE, *store_args], prepared / "store"))
     if args.train_steps:
         train = [str(ROOT / "tools" / "train.py"), "--data", str(raw), "--size", config.size]
         train += ["--out", str(run), "--preset", args.preset, "--steps", str(args.train_steps)]

@@ -5,6 +5,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -85,6 +86,50 @@ def test_samples_follow_the_requested_order(built_store):
         store.samples(anchors, config).take(order), store.samples(anchors[order], config)
     )
     assert len(store.samples(anchors[:0], config)) == 0
+
+
+def _store_resident_kib(store: SampleStore) -> int:
+    """Resident KiB of this process's mappings of the store's files (Linux smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+            inside = line.rstrip().endswith(tuple(str(store.path / n) for n in store.arrays))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_mapped_pages_are_released_and_samples_stay_the_same(built_store):
+    store = SampleStore.open(built_store[2])
+    store.mapped_budget_bytes = 0
+    config = SampleConfig(history_length=24, min_history=16)
+    anchors = np.sort(store.train_anchors)
+    before = store.samples(anchors, config)
+    assert _store_resident_kib(store) > 0
+    store.release_mapped_pages()
+    assert _store_resident_kib(store) == 0
+    _assert_same_samples(before, store.samples(anchors, config))
+    assert _store_resident_kib(store) > 0
+
+
+def test_mapped_pages_are_released_past_the_budget(built_store, monkeypatch):
+    store = SampleStore.open(built_store[2])
+    releases = []
+    real_release = store.release_mapped_pages
+    monkeypatch.setattr(store, "release_mapped_pages", lambda: releases.append(1) or real_release())
+    config = SampleConfig(history_length=12, min_history=16)
+    anchors = np.asarray(store.train_anchors[:40])
+    expected = store.samples(anchors, config)  # the tiny store is far below the 1 GiB budget
+    assert releases == []
+    store.mapped_budget_bytes = 1
+    _assert_same_samples(expected, store.samples(anchors, config))
+    if sys.platform.startswith("linux"):  # before the cut, each pool and each event gather
+        assert len(releases) == 1 + 3 + 4
+    store.mapped_budget_bytes = 0
+    releases.clear()
+    store.samples(anchors, config)
+    assert releases == []
 
 
 def test_windows_partition_train_anchors_by_time(built_store):
@@ -225,6 +270,7 @@ def test_bad_inputs_name_what_is_wrong(built_store, tmp_path):
 
 _BUILD = """
 import sys
+from pathlib import Path
 from yambda_data.store import build_store
 store = build_store(sys.argv[1], sys.argv[2], sys.argv[3], min_history=16)
 print(store.manifest["files"]["train_anchor"]["sha256"])

@@ -59,6 +59,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import mmap
 import os
 import shutil
 import tempfile
@@ -487,7 +488,8 @@ def _group_by_window(
     path = tmp / "train_anchor"
     if total:
         with writing(path, target):
-            anchors = np.memmap(path, dtype="<i8", mode="w+", shape=(total,))
+            with open(path, "wb") as f:
+                f.truncate(total * 8)
             for k in range(num_parts):
                 w = windows(k)
                 event = np.load(staged / f"{k}-event.npy")
@@ -495,9 +497,13 @@ def _group_by_window(
                 w_sorted = w[order]
                 first_of_window = np.searchsorted(w_sorted, w_sorted, side="left")
                 rank = np.arange(w_sorted.size) - first_of_window
+                # A mapping per partition: the pages a partition wrote leave this process
+                # with it (written back and kept in the page cache), so the peak RSS is one
+                # partition's pages, not the whole file's (3.7 GB at Yambda-500m size).
+                anchors = np.memmap(path, dtype="<i8", mode="r+", shape=(total,))
                 anchors[cursor[k][w_sorted] + rank] = event[order]
-            anchors.flush()
-            del anchors
+                anchors.flush()
+                del anchors
     else:
         with writing(path, target):
             path.write_bytes(b"")
@@ -508,12 +514,27 @@ def _group_by_window(
 
 
 class SampleStore:
-    """A built store, memory-mapped read-only; cut samples with :meth:`samples`."""
+    """A built store, memory-mapped read-only; cut samples with :meth:`samples`.
+
+    Memory: samples are read all over the event arrays, and on kernels whose page cache holds
+    large folios (Linux 6.x on ext4, for one) a read maps the whole folio around it, up to
+    2 MiB. Without a bound, a reader's RSS would grow towards the store's size (9.9 GB at
+    Yambda-500m size) with clean file pages. So between the steps of a cut, once this
+    process's file-backed resident memory passes :attr:`mapped_budget_bytes`, the store's
+    mapped pages are released (:meth:`release_mapped_pages`). They stay in the page cache;
+    the next read maps them again.
+    """
+
+    mapped_budget_bytes: int = 1 << 30
+    """File-backed resident bytes of this process (Linux: the shared pages of
+    ``/proc/self/statm``) above which the store's mapped pages are released; 0: never. Where
+    ``/proc`` does not exist they are never released."""
 
     def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
         self.path = path
         self.manifest = manifest
         self.arrays: dict[str, np.ndarray] = {}
+        self._mappings: list[mmap.mmap] = []
         for name, entry in manifest["files"].items():
             file = path / name
             if not file.is_file():
@@ -526,8 +547,11 @@ class SampleStore:
             if entry["length"] == 0:
                 self.arrays[name] = np.zeros(0, dtype=entry["dtype"])
             else:
-                self.arrays[name] = np.memmap(
-                    file, dtype=entry["dtype"], mode="r", shape=(entry["length"],)
+                with open(file, "rb") as f:
+                    mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                self._mappings.append(mapping)
+                self.arrays[name] = np.frombuffer(
+                    mapping, dtype=entry["dtype"], count=entry["length"]
                 )
         self.vocab = VocabSizes(**manifest["vocab"])
         self.split = SplitMeta(**manifest["split"])
@@ -567,6 +591,17 @@ class SampleStore:
             raise StoreError(
                 f"{manifest_file}: malformed ({type(exc).__name__}: {exc}); rebuild the store"
             ) from None
+
+    def release_mapped_pages(self) -> None:
+        """Drop this process's mappings of the store's pages (``MADV_DONTNEED``; the data
+        stays on disk and in the page cache, and reads map it again)."""
+        if hasattr(mmap, "MADV_DONTNEED"):
+            for mapping in self._mappings:
+                mapping.madvise(mmap.MADV_DONTNEED)
+
+    def _keep_mapped_pages_within_budget(self) -> None:
+        if self.mapped_budget_bytes and _file_backed_resident_bytes() > self.mapped_budget_bytes:
+            self.release_mapped_pages()
 
     def verify(self) -> None:
         """Recompute the sha256 of every array; StoreError naming the first mismatch."""
@@ -640,6 +675,7 @@ class SampleStore:
                 f"SampleConfig.min_history={config.min_history}, but the store at {self.path} "
                 f"was built with min_history={self.min_history}; rebuild it or match it"
             )
+        self._keep_mapped_pages_within_budget()
         a = self.arrays
         anchors = np.asarray(anchors, dtype=np.int64)
         user = self.users_of(anchors)
@@ -656,24 +692,32 @@ class SampleStore:
         offsets = np.zeros(anchors.size + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         history = np.repeat(first, lengths) + positions
-        item = a["event_item_id"][anchors]
-        history_item = a["event_item_id"][history]
+        # Each gather of an event array may map up to a folio per event read: the budget is
+        # checked between them, so a large batch cannot map several arrays whole.
+        gathered = {}
+        for name in ("event_item_id", "event_action", "event_timestamp"):
+            self._keep_mapped_pages_within_budget()
+            gathered[name] = a[name][anchors], a[name][history]
+        self._keep_mapped_pages_within_budget()
+        (item, history_item), (action, history_action), (timestamp, history_timestamp) = (
+            gathered.values()
+        )
         artist, album = self._item_features.lookup(item)
         history_artist, history_album = self._item_features.lookup(history_item)
         return Samples(
             uid=a["user_uid"][user],
-            anchor_timestamp=a["event_timestamp"][anchors],
+            anchor_timestamp=timestamp,
             item_id=item,
             artist_id=artist,
             album_id=album,
-            label=(a["event_action"][anchors] == ACTION_LISTEN_PLUS).astype(np.uint8),
+            label=(action == ACTION_LISTEN_PLUS).astype(np.uint8),
             is_organic=a["event_is_organic"][anchors],
             history_offsets=offsets,
             history_item_id=history_item,
             history_artist_id=history_artist,
             history_album_id=history_album,
-            history_action_weight=a["event_action"][history],
-            history_timestamp=a["event_timestamp"][history],
+            history_action_weight=history_action,
+            history_timestamp=history_timestamp,
         )
 
     def _pool_tail(
@@ -686,6 +730,7 @@ class SampleStore:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Positions of the last ``k`` pool events in ``[window_lo, pos)`` of each anchor
         (concatenated, oldest first) and their counts."""
+        self._keep_mapped_pages_within_budget()
         name = pool[0]
         positions = self.arrays[f"pool_{name}_position"]
         offsets = self.arrays[f"pool_{name}_offset"]
@@ -699,6 +744,18 @@ class SampleStore:
             int(run_offsets[-1]), dtype=np.int64
         )
         return positions[flat].astype(np.int64), lengths
+
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _file_backed_resident_bytes() -> int:
+    """This process's resident file-backed and shared memory (Linux); 0 elsewhere."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[2]) * _PAGE_BYTES
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def _segment_searchsorted(
