@@ -5,7 +5,7 @@ work (issue 18), so any change to how it reads, splits, sessionizes or writes mu
 outputs exactly as they were. Inputs: a few hundred synthetic users written with small row
 groups (so a uid range spans several of them and a row group can straddle two ranges), once
 with ``event_type`` as the Enum and once as strings (the cast path), preprocessed in one and in
-several partitions.
+several partitions, and once with a gap in the uids that leaves two partitions empty.
 """
 
 from __future__ import annotations
@@ -79,6 +79,22 @@ EXPECTED_SHA256: dict[str, dict[str, str]] = {
         "train_sessions/part-00001.parquet": "5dd4348711dda978c3feacc1877e4c41b555b3e02aa7099e62eed49c3adf2e89",
         "train_sessions/part-00002.parquet": "c4ec7dd4cf97d47fd27894a8897c4fd26895dbd28c2d382adcd3b46c92458f1f",
     },
+    "gap-4": {
+        "item_popularity.npy": "a8b999bb706f4c4c168213fc29db9d3e02185d15cdcac10a5da8f2c5ae1ac73a",
+        "session_index/part-00000.parquet": "ccb6a30d3563d9ad8dbde561625c1df5f036543d08d7ab136c6027e1d8679a4e",
+        "session_index/part-00001.parquet": "adf9a63aa2d97b53833f0c082ea9ecc57727efe0a22580d590a3f92f520784c4",
+        "session_index/part-00002.parquet": "adf9a63aa2d97b53833f0c082ea9ecc57727efe0a22580d590a3f92f520784c4",
+        "session_index/part-00003.parquet": "d1e855081ceade36dcacf0deb37456f97bcdf7f9afb6ab6a8ff552051c2683af",
+        "split_meta.json": "5ad41c4acb0aaee35ab09b757a679042dc9b9778ccd1fa0802c92f3807cea98a",
+        "test_events/part-00000.parquet": "21a0ce2cf5c67470ffa6aab98731105234774109564aac8182e8077f6b63806e",
+        "test_events/part-00001.parquet": "82c49a55d5b5c92caf391f3f2b497302bc1ff1ef1ec6a8b6249ab2f5c00179b1",
+        "test_events/part-00002.parquet": "82c49a55d5b5c92caf391f3f2b497302bc1ff1ef1ec6a8b6249ab2f5c00179b1",
+        "test_events/part-00003.parquet": "97eb1ca13e49d013386881e6437ce2018dc82cd1662e6cfb4adaf7304b6ea77f",
+        "train_sessions/part-00000.parquet": "268a2638cc739a1506d8f465884220b95b49d0321fb5c53f498de499f49f3c27",
+        "train_sessions/part-00001.parquet": "533603e76ee0c26ab42f10f35c89fbe3a765fc75c462c216c796160060d149f1",
+        "train_sessions/part-00002.parquet": "533603e76ee0c26ab42f10f35c89fbe3a765fc75c462c216c796160060d149f1",
+        "train_sessions/part-00003.parquet": "75c7afe7e406d4d04b54123b70f05bfeca2b83fbf6ce4cdc65fd14ad8d09bd50",
+    },
 }
 
 
@@ -94,9 +110,11 @@ def _sha256_of_tree(out: Path) -> dict[str, str]:
 def raw_roots(tmp_path_factory) -> dict[str, Path]:
     events = generate(CONFIG).events
     roots = {}
+    uid_gap = pl.when(pl.col("uid") >= 150).then(pl.col("uid") + 1_000).otherwise(pl.col("uid"))
     for name, frame in (
         ("enum", events),
         ("string", events.with_columns(pl.col("event_type").cast(pl.String))),
+        ("gap", events.with_columns(uid_gap.cast(pl.UInt32))),
     ):
         root = tmp_path_factory.mktemp(f"raw-{name}")
         path = multi_event_path(root, "50m")
@@ -106,7 +124,7 @@ def raw_roots(tmp_path_factory) -> dict[str, Path]:
     return roots
 
 
-CASES = [("enum", None), ("enum", 4), ("string", 3)]
+CASES = [("enum", None), ("enum", 4), ("string", 3), ("gap", 4)]
 
 
 @pytest.mark.parametrize(("event_type", "partitions"), CASES)
