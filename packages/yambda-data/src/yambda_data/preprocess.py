@@ -20,8 +20,9 @@ rule and yields ``t_min``/``t_max`` and the uid and item_id bounds, a second one
 ``[uid_min, uid_max]`` is cut into ``partitions`` equal-width ranges and each range is read on
 its own with a lazy scan filtered on ``uid`` (polars pushes the filter down to the parquet row
 groups, which are sorted by uid), split, sessionized and written before the next one is read.
-Peak memory is that of one partition (read once, then its train and test rows) plus the
-item-popularity array.
+Within a partition, the split, the sessions, the session index and the popularity are flat
+numpy passes over the sorted rows. Peak memory is that of one partition (read once, then its
+train and test rows) plus the item-popularity array.
 
 Validation comes first: the arguments (``partitions``, ``out_dir``), then the whole file (the
 two streaming passes above: nulls, listen-only nullability, is_organic 0 or 1, the 5-second
@@ -161,8 +162,12 @@ def _normalized(part: pl.DataFrame) -> pl.DataFrame:
     """The partition as :func:`~yambda_data.schema.normalize_multi_event` gives it, without the
     round trip through strings when ``event_type`` already is the Enum."""
     if part.schema["event_type"] == EVENT_TYPE_DTYPE:
-        return part.select(list(MULTI_EVENT_SCHEMA))
-    return normalize_multi_event(part.lazy()).collect()
+        part = part.select(list(MULTI_EVENT_SCHEMA))
+    else:
+        part = normalize_multi_event(part.lazy()).collect()
+    # One contiguous chunk per column (the parquet reader hands back dozens): numpy then reads
+    # the columns in place, and the filtered outputs need no further copy before writing.
+    return part.rechunk()
 
 
 def _run_starts(values: np.ndarray) -> np.ndarray:
@@ -184,26 +189,32 @@ def _split_partition(part: pl.DataFrame, t_max: int) -> _Partition:
     """
     test_start = t_max - TEST_SECONDS
     train_end = test_start - GAP_SECONDS
+    # Few, narrow temporaries: each fresh array of a partition's length costs page faults
+    # (system time) about as much as the arithmetic on it.
     uid = part["uid"].to_numpy()
     ts = part["timestamp"].to_numpy()
     is_train = ts < train_end
     user_first_row = np.flatnonzero(_run_starts(uid))
     rows_per_user = np.diff(user_first_row, append=len(uid))
-    user_has_train = np.repeat(is_train[user_first_row], rows_per_user)
-    is_test = (ts >= test_start) & (ts < t_max) & user_has_train
+    is_test = np.repeat(is_train[user_first_row], rows_per_user)  # the uid has train events
+    is_test &= ts >= test_start
+    is_test &= ts < t_max
     train_uid = uid[is_train]
-    train_ts = ts[is_train].astype(np.int64)
+    train_ts = ts[is_train]
     n = len(train_uid)
     starts_user = _run_starts(train_uid)
     starts_session = starts_user.copy()
+    # uint32 differences wrap where the uid changes, but those rows start a session anyway, and
+    # within a uid the times never decrease.
     starts_session[1:] |= np.diff(train_ts) > SESSION_GAP_SECONDS
-    session_number = np.cumsum(starts_session, dtype=np.int64) - 1
     user_row = np.flatnonzero(starts_user)
-    user_of_row = np.cumsum(starts_user, dtype=np.int64) - 1
-    session_id = (session_number - session_number[user_row][user_of_row]).astype(np.uint32)
-
     session_row = np.flatnonzero(starts_session)
-    user_of_session = user_of_row[session_row]
+    # Session ordinal within the uid = running count of session starts minus the count at the
+    # uid's first row; in uint32 the difference is exact even if the running count wraps.
+    session_id = np.cumsum(starts_session, dtype=np.uint32)
+    session_id -= np.repeat(session_id[user_row], np.diff(user_row, append=n))
+    user_of_session = np.searchsorted(user_row, session_row, side="right") - 1
+
     sessions = pl.DataFrame(
         {
             "user": user_of_session,
