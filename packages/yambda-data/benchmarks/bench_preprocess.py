@@ -16,9 +16,21 @@ the fastest run is reported (with the largest peak RSS of the N). Each row also 
 child's CPU time and how many cores other processes kept busy meanwhile (``/proc/stat``): on a
 small shared machine that is the main source of noise.
 
+With ``--reference PATH`` (a checkout of the MLPerf training repository, or its
+``recommendation_v4`` directory), each size is also preprocessed by the reference's Yambda
+processor on the same raw file (its download step skipped: the file is in place), in its own
+child process as well. Project and reference runs alternate (project, reference, project, ...)
+so that both see the same load, each reports its best of ``--repeat`` runs, and a ratio row per
+size gives project over reference in events/s (wall), events per CPU second, and peak RSS; the
+split figures of the two outputs (event, session and user counts, the time bounds) are compared
+and printed.
+
 Run from the repository root::
 
     uv run python packages/yambda-data/benchmarks/bench_preprocess.py 2000 --partitions default 8
+    uv run python packages/yambda-data/benchmarks/bench_preprocess.py 2000 40000 --median 500 \\
+        --partitions default --no-validate --repeat 3 --work /tmp/yambda-bench \\
+        --reference ../training
     uv run python packages/yambda-data/benchmarks/bench_preprocess.py 200 2000 10000 \\
         --median 2900 --partitions default rows:1000000 --repeat 2 --work /tmp/yambda-bench
 """
@@ -26,6 +38,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import tempfile
 from contextlib import nullcontext
@@ -37,6 +50,29 @@ from yambda_data.preprocess import default_partitions
 from yambda_data.schema import multi_event_path
 
 _IMPORT = "import yambda_data.preprocess"
+_REFERENCE = (
+    "import logging, sys\n"
+    "logging.disable(logging.CRITICAL)\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "import preprocess_public_data as reference\n"
+    "processor = reference.DLRMYambdaProcessor(sys.argv[2], sys.argv[3])\n"
+    "processor.download = lambda: None  # the raw file is in place\n"
+    "processor.preprocess()\n"
+)
+_REFERENCE_SCRIPT = "preprocess_public_data.py"
+SPLIT_FIGURES = (
+    "num_train_events",
+    "num_test_events",
+    "num_sessions",
+    "num_users",
+    "t_min",
+    "t_max",
+    "train_end",
+    "test_start",
+    "test_end",
+)
+"""split_meta.json fields that mean the same in both outputs (the reference's train_start is
+train_end minus 300 days, the project's the first train event)."""
 _VALIDATE = (
     "import sys\n"
     "from yambda_data.schema import multi_event_path, validate_multi_event\n"
@@ -65,7 +101,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--repeat", type=int, default=1, help="runs per case; the fastest is reported"
     )
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        help=(
+            "a checkout of the MLPerf training repository (or its recommendation_v4 directory):"
+            " also run its Yambda preprocessing on the same input and print the ratios"
+        ),
+    )
     args = parser.parse_args(argv)
+    if args.reference is not None:
+        found = reference_module_dir(args.reference)
+        if found is None:
+            parser.error(f"--reference: no {_REFERENCE_SCRIPT} under {args.reference}")
+        args.reference = found
     for p in args.partitions:
         if resolve_partitions(p, 1) is None:
             parser.error(
@@ -94,16 +143,85 @@ def resolve_partitions(spec: str, rows: int) -> int | None:
     return -(-rows // int(count)) if spec.startswith("rows:") else int(count)
 
 
+def reference_module_dir(path: Path) -> Path | None:
+    """The directory that holds the reference's preprocessing script under ``path``."""
+    for where in (
+        "recommendation_v4/generative_recommenders/dlrm_v4",
+        "generative_recommenders/dlrm_v4",
+        ".",
+    ):
+        if (path / where / _REFERENCE_SCRIPT).is_file():
+            return (path / where).resolve()
+    return None
+
+
+def reference_layout(work: Path, raw: Path) -> Path:
+    """The reference's data root for ``raw``: its ``raw/<size>/multi_event.parquet`` is a link
+    to the project's input, so both read the same bytes."""
+    root = work / f"reference-data-{raw.name}"
+    link = root / "raw" / _common.SIZE / "multi_event.parquet"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.unlink(missing_ok=True)
+    link.symlink_to(multi_event_path(raw, _common.SIZE).resolve())
+    return root
+
+
+def run_reference(work: Path, raw: Path, module_dir: Path) -> tuple[_common.ChildResult, dict]:
+    """One run of the reference's preprocessing of ``raw`` in a child; (result, its split
+    metadata). Its output is removed afterwards."""
+    root = reference_layout(work, raw)
+    out = root / f"processed_{_common.SIZE}"
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        result = _common.run_code(_REFERENCE, [str(module_dir), str(root), _common.SIZE])
+        return result, json.loads((out / "split_meta.json").read_text())
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def run_project(work: Path, raw: Path, partitions: str) -> tuple[_common.ChildResult, dict]:
+    """One project preprocess run of ``raw`` in a child; (result, its split metadata)."""
+    out = work / f"bench-preprocess-out-{raw.name}"
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        result = _common.run_preprocess(raw, out, partitions)
+        return result, json.loads((out / "split_meta.json").read_text())
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def split_agreement(project: dict, reference: dict) -> str:
+    """One line: how many of :data:`SPLIT_FIGURES` the two split metadata agree on, and the
+    values (or, for those that differ, both values)."""
+    differ = [f for f in SPLIT_FIGURES if project[f] != reference[f]]
+    line = f"split figures, project and reference: {len(SPLIT_FIGURES) - len(differ)} of "
+    line += f"{len(SPLIT_FIGURES)} agree"
+    if differ:
+        return (
+            line + "; differ: " + ", ".join(f"{f} {project[f]} vs {reference[f]}" for f in differ)
+        )
+    return line + " (" + ", ".join(f"{f} {project[f]:,}" for f in SPLIT_FIGURES[:4]) + ")"
+
+
+def compare_with_reference(
+    work: Path, raw: Path, parts: str, args: argparse.Namespace
+) -> tuple[_common.ChildResult, _common.ChildResult]:
+    """Project and reference runs of one input, alternating; the best of each."""
+    project_runs, reference_runs = [], []
+    for _ in range(args.repeat):
+        result, project_meta = run_project(work, raw, parts)
+        project_runs.append(result)
+        result, reference_meta = run_reference(work, raw, args.reference)
+        reference_runs.append(result)
+    print(split_agreement(project_meta, reference_meta))
+    return _common.best_of(project_runs), _common.best_of(reference_runs)
+
+
 def run_case(work: Path, raw: Path, partitions: str | None) -> _common.ChildResult:
     """Whole-file validation (``partitions`` None) or one preprocess run, in a child."""
     if partitions is None:
         return _common.run_code(_VALIDATE, [str(raw), _common.SIZE])
-    out = work / f"bench-preprocess-out-{raw.name}"
-    shutil.rmtree(out, ignore_errors=True)
-    try:
-        return _common.run_preprocess(raw, out, partitions)
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
+    return run_project(work, raw, partitions)[0]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -124,21 +242,42 @@ def main(argv: list[str] | None = None) -> None:
                 shown = str(parts) if spec.isdigit() else f"{parts} ({spec})"
                 cases.append(("preprocess", shown, str(parts)))
             for case, shown, parts in cases:
+                if args.reference is not None and parts is not None:
+                    project, reference = compare_with_reference(work, raw, parts, args)
+                    table.append((users, rows, "preprocess (project)", shown, rows, project))
+                    table.append((users, rows, "reference", "-", rows, reference))
+                    table.append((users, rows, "ratio", "-", rows, (project, reference)))
+                    continue
                 r = _common.best_of([run_case(work, raw, parts) for _ in range(args.repeat)])
                 table.append((users, rows, case, shown, rows, r))
+    print_table(table)
 
+
+def print_table(table: list[tuple]) -> None:
     print(
-        "\n| users | events | case | partitions | wall s | events/s | CPU s | peak RSS MiB "
-        "| other load |\n|---:|---:|---|---|---:|---:|---:|---:|---:|"
+        "\n| users | events | case | partitions | wall s | events/s | CPU s | events per CPU s "
+        "| peak RSS MiB | other load |\n|---:|---:|---|---|---:|---:|---:|---:|---:|---:|"
     )
     for users, rows, case, parts, events, r in table:
         users_s = users if users == "-" else f"{users:,}"
         rows_s = rows if rows == "-" else f"{rows:,}"
+        if case == "ratio":
+            project, reference = r
+            print(
+                f"| {users_s} | {rows_s} | project / reference | - | "
+                f"{project.wall_s / reference.wall_s:.2f}x | "
+                f"**{reference.wall_s / project.wall_s:.2f}x** | "
+                f"{project.cpu_s / reference.cpu_s:.2f}x | "
+                f"**{reference.cpu_s / project.cpu_s:.2f}x** | "
+                f"{project.peak_rss_mib / reference.peak_rss_mib:.2f}x | - |"
+            )
+            continue
         rate_s = "-" if events is None else f"{events / r.wall_s / 1e6:.2f}M"
+        per_cpu_s = "-" if events is None else f"{events / r.cpu_s / 1e6:.2f}M"
         load_s = "-" if r.others_cores is None else f"{r.others_cores:.2f}"
         print(
             f"| {users_s} | {rows_s} | {case} | {parts} | {r.wall_s:.2f} | {rate_s} | "
-            f"{r.cpu_s:.1f} | {r.peak_rss_mib:,.0f} | {load_s} |"
+            f"{r.cpu_s:.1f} | {per_cpu_s} | {r.peak_rss_mib:,.0f} | {load_s} |"
         )
     print(
         "\nother load: mean cores kept busy by other processes during the case "

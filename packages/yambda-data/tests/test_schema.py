@@ -290,3 +290,40 @@ def test_mappings(tmp_path: Path):
         read_mapping(tmp_path, "album")
     with pytest.raises(ValueError, match="mapping kind"):
         validate_mapping(artist, "genre")  # type: ignore[arg-type]
+
+
+BAD_ROWS = [
+    ("uid", 3, None),
+    ("is_organic", 4, 2),
+    ("played_ratio_pct", 1, None),
+    ("track_length_seconds", 2, 7),
+    ("timestamp", 5, 22),
+    ("timestamp", 3, 0),  # out of order within uid 1
+]
+
+
+@pytest.mark.parametrize("event_type", ["enum", "string"])
+@pytest.mark.parametrize(("column", "row", "value"), BAD_ROWS)
+def test_row_checks_without_summary_raise_the_same_error(event_type, column, row, value):
+    """summary=False (the flags first, the search only when one is set) returns None for valid
+    rows and raises exactly the error of the full check for invalid ones, Enum or string."""
+    cast = {"enum": EVENT_TYPE_DTYPE, "string": pl.String}[event_type]
+    valid = valid_frame().with_columns(pl.col("event_type").cast(cast))
+    assert check_multi_event_rows(valid, "ok", summary=False) is None
+    bad = _set(valid, column, row, value).with_columns(
+        pl.int_range(100, 107, dtype=pl.UInt32).alias("file_row")
+    )
+    with pytest.raises(SchemaError) as full:
+        check_multi_event_rows(bad, "part", row_index="file_row")
+    with pytest.raises(SchemaError) as flags_first:
+        check_multi_event_rows(bad, "part", row_index="file_row", summary=False)
+    assert str(flags_first.value) == str(full.value)
+    assert flags_first.value.column == full.value.column == column
+
+
+def test_unknown_event_type_string_without_summary():
+    bad = _set(
+        valid_frame().with_columns(pl.col("event_type").cast(pl.String)), "event_type", 2, "skip"
+    )
+    with pytest.raises(SchemaError, match=r"unknown event_type value 'skip' \(first at row 2\)"):
+        check_multi_event_rows(bad, "part", summary=False)

@@ -20,8 +20,9 @@ rule and yields ``t_min``/``t_max`` and the uid and item_id bounds, a second one
 ``[uid_min, uid_max]`` is cut into ``partitions`` equal-width ranges and each range is read on
 its own with a lazy scan filtered on ``uid`` (polars pushes the filter down to the parquet row
 groups, which are sorted by uid), split, sessionized and written before the next one is read.
-Peak memory is that of one partition (read once, then its train and test rows) plus the
-item-popularity array.
+Within a partition, the split, the sessions, the session index and the popularity are flat
+numpy passes over the sorted rows. Peak memory is that of one partition (read once, then its
+train and test rows) plus the item-popularity array.
 
 Validation comes first: the arguments (``partitions``, ``out_dir``), then the whole file (the
 two streaming passes above: nulls, listen-only nullability, is_organic 0 or 1, the 5-second
@@ -67,6 +68,8 @@ import polars as pl
 from ._atomic import exclusive_lock, fsync_tree, replace_dir
 from ._io import reading, writing
 from .schema import (
+    EVENT_TYPE_DTYPE,
+    MULTI_EVENT_SCHEMA,
     SchemaError,
     check_multi_event_file,
     check_multi_event_rows,
@@ -78,8 +81,6 @@ from .split import (
     SESSION_GAP_SECONDS,
     TEST_SECONDS,
     SplitMeta,
-    session_ids,
-    split_at,
 )
 
 __all__ = [
@@ -144,22 +145,105 @@ def _uid_edges(uid_min: int, uid_max: int, partitions: int) -> list[int]:
     return [uid_min + (span * k) // partitions for k in range(partitions + 1)]
 
 
-def _session_index(train: pl.DataFrame) -> pl.DataFrame:
-    row = pl.int_range(pl.len(), dtype=pl.Int64)
-    sessions = (
-        train.select("uid", "session_id")
-        .with_columns(row.alias("row"))
-        .group_by("uid", "session_id", maintain_order=True)
-        .agg(pl.col("row").first(), pl.len().cast(pl.Int64).alias("session_length"))
+@dataclass(frozen=True)
+class _Partition:
+    """One uid range, split and sessionized: the three frames written for it and the figures
+    the split metadata adds up."""
+
+    train: pl.DataFrame
+    test: pl.DataFrame
+    index: pl.DataFrame
+    train_item_ids: np.ndarray
+    num_sessions: int
+    train_start: int | None
+
+
+def _normalized(part: pl.DataFrame) -> pl.DataFrame:
+    """The partition as :func:`~yambda_data.schema.normalize_multi_event` gives it, without the
+    round trip through strings when ``event_type`` already is the Enum."""
+    if part.schema["event_type"] == EVENT_TYPE_DTYPE:
+        part = part.select(list(MULTI_EVENT_SCHEMA))
+    else:
+        part = normalize_multi_event(part.lazy()).collect()
+    # One contiguous chunk per column (the parquet reader hands back dozens): numpy then reads
+    # the columns in place, and the filtered outputs need no further copy before writing.
+    return part.rechunk()
+
+
+def _run_starts(values: np.ndarray) -> np.ndarray:
+    """True at each row whose value differs from the previous row's (and at row 0)."""
+    starts = np.empty(len(values), dtype=bool)
+    starts[:1] = True
+    np.not_equal(values[1:], values[:-1], out=starts[1:])
+    return starts
+
+
+def _split_partition(part: pl.DataFrame, t_max: int) -> _Partition:
+    """The rules of :func:`~yambda_data.split.split_at`, :func:`~yambda_data.split.session_ids`
+    and the session index, on a partition sorted by (uid, timestamp), with numpy.
+
+    Sorted rows make each rule a pass over flat arrays instead of a polars group-by over uids
+    (which cost most of the CPU time): a uid's train rows are a prefix of its rows, so it has
+    train events iff its first row is a train row; a session starts where the uid changes or the
+    time gap exceeds the session gap.
+    """
+    test_start = t_max - TEST_SECONDS
+    train_end = test_start - GAP_SECONDS
+    # Few, narrow temporaries: each fresh array of a partition's length costs page faults
+    # (system time) about as much as the arithmetic on it.
+    uid = part["uid"].to_numpy()
+    ts = part["timestamp"].to_numpy()
+    is_train = ts < train_end
+    user_first_row = np.flatnonzero(_run_starts(uid))
+    rows_per_user = np.diff(user_first_row, append=len(uid))
+    is_test = np.repeat(is_train[user_first_row], rows_per_user)  # the uid has train events
+    is_test &= ts >= test_start
+    is_test &= ts < t_max
+    train_uid = uid[is_train]
+    train_ts = ts[is_train]
+    n = len(train_uid)
+    starts_user = _run_starts(train_uid)
+    starts_session = starts_user.copy()
+    # uint32 differences wrap where the uid changes, but those rows start a session anyway, and
+    # within a uid the times never decrease.
+    starts_session[1:] |= np.diff(train_ts) > SESSION_GAP_SECONDS
+    user_row = np.flatnonzero(starts_user)
+    session_row = np.flatnonzero(starts_session)
+    # Session ordinal within the uid = running count of session starts minus the count at the
+    # uid's first row; in uint32 the difference is exact even if the running count wraps.
+    session_id = np.cumsum(starts_session, dtype=np.uint32)
+    session_id -= np.repeat(session_id[user_row], np.diff(user_row, append=n))
+    user_of_session = np.searchsorted(user_row, session_row, side="right") - 1
+
+    sessions = pl.DataFrame(
+        {
+            "user": user_of_session,
+            "session_id": session_id[session_row],
+            "session_offset": session_row - user_row[user_of_session],
+            "session_length": np.diff(session_row, append=n),
+        }
     )
-    per_uid = sessions.group_by("uid", maintain_order=True).agg(
-        pl.col("row").first().alias("row_start"),
-        pl.col("session_length").sum().alias("num_events"),
-        pl.col("session_id"),
-        (pl.col("row") - pl.col("row").first()).alias("session_offset"),
-        pl.col("session_length"),
+    lists = sessions.group_by("user", maintain_order=True).agg(pl.exclude("user"))
+    index = pl.DataFrame(
+        {
+            "uid": train_uid[user_row],
+            "row_start": user_row,
+            "num_events": np.diff(user_row, append=n),
+        }
+    ).hstack(lists.drop("user"))
+    index = index.select(list(SESSION_INDEX_SCHEMA)).cast(dict(SESSION_INDEX_SCHEMA))
+
+    # A boolean filter copies the rows several times faster than a gather of their indices.
+    train = part.filter(pl.Series(is_train))
+    train = train.with_columns(pl.Series("session_id", session_id, dtype=pl.UInt32))
+    return _Partition(
+        train=train,
+        test=part.filter(pl.Series(is_test)),
+        index=index,
+        train_item_ids=part["item_id"].to_numpy()[is_train],
+        num_sessions=len(session_row),
+        train_start=int(train_ts.min()) if n else None,
     )
-    return per_uid.select(list(SESSION_INDEX_SCHEMA)).cast(dict(SESSION_INDEX_SCHEMA))
 
 
 def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
@@ -226,6 +310,10 @@ def _check_block(rows: pl.Series, next_row: int, lo: int, hi: int, src: str) -> 
     ``next_row, next_row + 1, ...``: otherwise rows of other uid ranges sit before or among them
     and the file is not sorted by uid."""
     first = int(rows[0])
+    # The indices increase, so they are one block exactly when the last is first + count - 1;
+    # only a file that fails this needs the search for where the block breaks.
+    if first == next_row and int(rows[-1]) - first == len(rows) - 1:
+        return
     if first != next_row:
         raise SchemaError(
             src,
@@ -320,30 +408,28 @@ def _preprocess_locked(
             uid = pl.col("uid").cast(pl.Int64)
             with reading(path):
                 part = scan.with_row_index(_ROW).filter((uid >= lo) & (uid < hi)).collect()
-            check_multi_event_rows(part, src, row_index=_ROW)
+            check_multi_event_rows(part, src, row_index=_ROW, summary=False)
             if part.height:
                 _check_block(part[_ROW], next_row, lo, hi, src)
                 next_row += part.height
-            train, test = split_at(normalize_multi_event(part.lazy()), t_max)
+            split = _split_partition(_normalized(part), t_max)
             del part
-            train = train.with_columns(session_ids())
-            index = _session_index(train)
-            for frame, sub in ((train, TRAIN_SESSIONS_DIR), (test, TEST_EVENTS_DIR)):
+            for frame, sub in (
+                (split.train, TRAIN_SESSIONS_DIR),
+                (split.test, TEST_EVENTS_DIR),
+                (split.index, SESSION_INDEX_DIR),
+            ):
                 with writing(tmp / sub / part_name(k), output=out):
                     _write_parquet(frame, tmp / sub / part_name(k))
-            with writing(tmp / SESSION_INDEX_DIR / part_name(k), output=out):
-                _write_parquet(index, tmp / SESSION_INDEX_DIR / part_name(k))
-            counts = train.group_by("item_id").len()
-            # group_by gives each item once, so plain fancy-index addition is exact.
-            popularity[counts["item_id"].to_numpy().astype(np.int64)] += counts["len"].to_numpy()
-            num_train += train.height
-            num_test += test.height
-            num_users += index.height
-            num_sessions += int(index["session_id"].list.len().sum() or 0)
-            if train.height:
-                first = int(train["timestamp"].min())
+            popularity += np.bincount(split.train_item_ids, minlength=len(popularity))
+            num_train += split.train.height
+            num_test += split.test.height
+            num_users += split.index.height
+            num_sessions += split.num_sessions
+            if split.train_start is not None:
+                first = split.train_start
                 train_start = first if train_start is None else min(train_start, first)
-            del train, test, index, counts
+            del split
         if next_row != bounds.num_rows:  # unreachable with a non-null uid; kept as the proof
             raise SchemaError(src, "uid", f"partitions cover {next_row} of {bounds.num_rows} rows")
         if train_start is None:

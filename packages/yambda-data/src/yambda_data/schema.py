@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import polars as pl
 
@@ -248,15 +248,19 @@ def _event_type(schema: pl.Schema) -> pl.Expr:
     return pl.col("event_type").cast(pl.String)
 
 
-def _row_checks(etype: pl.Expr) -> list[_RowCheck]:
+def _row_checks(schema: pl.Schema) -> list[_RowCheck]:
     """The checks of single rows, in the order their errors are reported."""
+    etype = _event_type(schema)
     is_listen = etype == "listen"
+    if schema.get("event_type") == EVENT_TYPE_DTYPE:
+        # The public Enum holds no other value, and comparing its values as strings would
+        # cost most of a validation pass.
+        unknown = pl.lit(False)
+    else:
+        unknown = etype.is_not_null() & ~etype.cast(pl.String).is_in(list(EVENT_TYPES))
     checks = [
         _RowCheck(
-            "event_type",
-            "unknown event_type value {value!r}",
-            etype.is_not_null() & ~etype.cast(pl.String).is_in(list(EVENT_TYPES)),
-            etype.cast(pl.String),
+            "event_type", "unknown event_type value {value!r}", unknown, etype.cast(pl.String)
         ),
     ]
     for name in ("uid", "timestamp", "item_id", "is_organic", "event_type"):
@@ -335,9 +339,35 @@ def _summary(source: str, row: dict) -> MultiEventSummary:
     )
 
 
+def _any_bad_flags(checks: Sequence[_RowCheck]) -> list[pl.Expr]:
+    """Per check, whether any row fails it (``__c<i>``): far cheaper than finding the first
+    offending row, which is only worth doing once a flag says there is one."""
+    return [c.bad.fill_null(False).any().alias(f"__c{i}") for i, c in enumerate(checks)]
+
+
+@overload
 def check_multi_event_rows(
-    frame: pl.DataFrame | pl.LazyFrame, source: str, *, row_index: str | None = None
-) -> MultiEventSummary:
+    frame: pl.DataFrame | pl.LazyFrame,
+    source: str,
+    *,
+    row_index: str | None = None,
+    summary: Literal[True] = True,
+) -> MultiEventSummary: ...
+@overload
+def check_multi_event_rows(
+    frame: pl.DataFrame | pl.LazyFrame,
+    source: str,
+    *,
+    row_index: str | None = None,
+    summary: Literal[False],
+) -> None: ...
+def check_multi_event_rows(
+    frame: pl.DataFrame | pl.LazyFrame,
+    source: str,
+    *,
+    row_index: str | None = None,
+    summary: bool = True,
+) -> MultiEventSummary | None:
     """The row checks of a multi_event frame whose columns and dtypes are already valid.
 
     Checks, in order: event_type values known; no nulls in uid/timestamp/item_id/is_organic/
@@ -347,12 +377,19 @@ def check_multi_event_rows(
     value is what is wrong, that value. Rows are numbered by their position in ``frame``, or,
     with ``row_index``, by that column's value (e.g. the row's index in the file when
     ``frame`` is one partition of it); that column is otherwise ignored. The checks and the
-    summary run as one lazy query.
+    summary run as one lazy query. With ``summary=False`` it returns None and runs only a
+    pass of yes/no flags (several times cheaper), then, when one is set, the full query for the
+    same error.
     """
     lazy = frame.lazy()
-    etype = _event_type(lazy.collect_schema())
-    checks = _row_checks(etype)
+    schema = lazy.collect_schema()
+    etype = _event_type(schema)
+    checks = _row_checks(schema)
     unsorted, order_values = _order_exprs()
+    if not summary:
+        flags = lazy.select(*_any_bad_flags(checks), unsorted.any().alias("__unsorted"))
+        if not any(flags.collect().row(0)):
+            return None
 
     if row_index is None:
         index = pl.int_range(pl.len(), dtype=pl.Int64)
@@ -375,7 +412,7 @@ def check_multi_event_rows(
             raise SchemaError(source, check.column, check.message(bad, row.get(f"__v{i}")))
     if row["__unsorted"] is not None:
         raise _order_error(source, row["__unsorted"], *(row[n] for n in _ORDER_COLUMNS))
-    return _summary(source, row)
+    return _summary(source, row) if summary else None
 
 
 _ROW = "__file_row"
@@ -403,9 +440,12 @@ def check_multi_event_file(
         scan = pl.scan_parquet(path)
         schema = scan.collect_schema()
         check_multi_event_columns(schema, src)
-        checks = _row_checks(_event_type(schema))
-        flags = [c.bad.fill_null(False).any().alias(f"__c{i}") for i, c in enumerate(checks)]
-        row = scan.select(*aggs, *flags).collect(engine="streaming").row(0, named=True)
+        checks = _row_checks(schema)
+        row = (
+            scan.select(*aggs, *_any_bad_flags(checks))
+            .collect(engine="streaming")
+            .row(0, named=True)
+        )
         for i, check in enumerate(checks):
             if row[f"__c{i}"]:
                 bad = check.bad.fill_null(False)
