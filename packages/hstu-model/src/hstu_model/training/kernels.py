@@ -23,6 +23,7 @@ __all__ = [
     "check_kernel",
     "interpreting",
     "resolve_kernel",
+    "why_not",
 ]
 
 AUTO = "auto"
@@ -65,18 +66,18 @@ def resolve_kernel(kernel: str, device_type: str) -> str:
 def check_kernel(kernel: str, device_type: str, asked: str | None = None) -> None:
     """KernelUnavailableError when the model's `kernel` cannot run on a `device_type` device;
     `asked`: what the user passed (`auto` is named with what it chose)."""
-    why = _why_not(kernel, device_type)
+    why = why_not(kernel, device_type)
     if why is None:
         return
     what = f"--kernel {kernel}" if asked in (None, kernel) else f"--kernel {asked} (here {kernel})"
-    others = [k for k in ("native", "triton") if k != kernel and _why_not(k, device_type) is None]
+    others = [k for k in ("native", "triton") if k != kernel and why_not(k, device_type) is None]
     instead = " or ".join(f"--kernel {k}" for k in (*others, "pytorch"))
     raise KernelUnavailableError(
         f"{what} cannot run on the {device_type} device: {why}; use {instead}"
     )
 
 
-def _why_not(kernel: str, device_type: str) -> str | None:
+def why_not(kernel: str, device_type: str) -> str | None:
     """Why `kernel` cannot run on the device, or None when it can."""
     if kernel == "pytorch":
         return None
