@@ -40,37 +40,37 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FAMILIES = (
-    "jagged 1-D",
+    "jagged-1d",
     "attention",
-    "layer projections",
+    "layer-projections",
     "norms",
-    "jagged 2-D",
-    "positional embeddings",
+    "jagged-2d",
+    "positional-embeddings",
     "addmm",
-    "model step",
+    "model-step",
 )
 """What is timed: the hstu-ops op families, then the model's whole training step."""
 
 FAMILY_OPS = {
-    "jagged 1-D": "concat_1d_jagged of the contextual and history rows",
+    "jagged-1d": "concat_1d_jagged of the contextual and history rows",
     "attention": "hstu_mha, causal, one target per sequence",
-    "layer projections": "hstu_compute_uqvk + hstu_compute_output (dropout as the preset's)",
+    "layer-projections": "hstu_compute_uqvk + hstu_compute_output (dropout as the preset's)",
     "norms": "layer_norm over the width",
-    "jagged 2-D": "concat_2D_jagged of the contextual and history rows",
-    "positional embeddings": "add_timestamp_positional_embeddings",
+    "jagged-2d": "concat_2D_jagged of the contextual and history rows",
+    "positional-embeddings": "add_timestamp_positional_embeddings",
     "addmm": "bias + tokens @ W (width x width)",
-    "model step": "Trainer.train_step: forward, backward, dense Adam, sparse row-wise Adagrad",
+    "model-step": "Trainer.train_step: forward, backward, dense Adam, sparse row-wise Adagrad",
 }
 
 FAMILY_KERNELS = {
-    "jagged 1-D": ("pytorch", "native"),
+    "jagged-1d": ("pytorch", "native"),
     "attention": ("pytorch", "native", "triton"),
-    "layer projections": ("pytorch", "triton"),
+    "layer-projections": ("pytorch", "triton"),
     "norms": ("pytorch", "triton"),
-    "jagged 2-D": ("pytorch", "triton"),
-    "positional embeddings": ("pytorch", "triton"),
+    "jagged-2d": ("pytorch", "triton"),
+    "positional-embeddings": ("pytorch", "triton"),
     "addmm": ("pytorch", "triton"),
-    "model step": ("pytorch", "native", "triton"),
+    "model-step": ("pytorch", "native", "triton"),
 }
 """The kernels each family has (hstu_ops' per-op kernels; the model's `ModelConfig.kernel`)."""
 
@@ -96,6 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, help="untimed runs (default 3, tiny 1)")
     parser.add_argument("--iters", type=int, help="timed runs, the median kept (default 10)")
     parser.add_argument("--max-rows", type=int, default=1_000_000, help="rows per table")
+    parser.add_argument(
+        "--history-length",
+        type=int,
+        help="history events per sample instead of the preset's (2039: 2,048 tokens, the "
+        "length of the published bf16 Triton figure)",
+    )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
     if args.tiny and "TRITON_INTERPRET" not in os.environ and not _gpu_visible():
@@ -106,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     setting = tiny_setting() if args.tiny else yambda_5b_setting(args.max_rows)
+    if args.history_length:
+        setting = setting.with_history(args.history_length)
     batch_sizes = args.batch_sizes or setting.batch_sizes
     warmup = setting.warmup if args.warmup is None else args.warmup
     iters = args.iters or setting.iters
@@ -144,6 +152,13 @@ class Setting:
     batch_sizes: tuple[int, ...]
     warmup: int
     iters: int
+
+    def with_history(self, history_length: int) -> Setting:
+        """The same model with `history_length` events per sample (max_seq_len follows)."""
+        m = self.cfg.model
+        tokens = m.contextual_seq_len + history_length + m.num_candidates
+        model = {"history_length": history_length, "max_seq_len": tokens}
+        return dataclasses.replace(self, cfg=self.cfg.replace(model=model))
 
     @property
     def tokens(self) -> int:
@@ -248,7 +263,7 @@ def bench_family(
     m = setting.cfg.model
     shape = (
         f"B={batch} N={setting.tokens}"
-        if family == "model step"
+        if family == "model-step"
         else f"B={batch} N={setting.tokens} D={m.embedding_dim}"
     )
     if family == "attention":
@@ -334,9 +349,9 @@ def unavailable(family: str, kernel: str, device_type: str) -> str | None:
     import hstu_ops
     from hstu_model.training.kernels import why_not
 
-    if family == "model step":
+    if family == "model-step":
         return why_not(kernel, device_type)
-    if kernel == "native" and family == "jagged 1-D" and device_type != "cpu":
+    if kernel == "native" and family == "jagged-1d" and device_type != "cpu":
         info = hstu_ops.native_build_info()
         if info["cuda"] or info["hip"]:
             return None
@@ -351,7 +366,7 @@ def unavailable(family: str, kernel: str, device_type: str) -> str | None:
 # ------------------------------------------------------------------------------------------
 def make_runners(family: str, batch: int, setting: Setting, device) -> Callable:
     """kernel -> a function that runs the family once (forward + backward) on shared inputs."""
-    if family == "model step":
+    if family == "model-step":
         return model_step_runners(batch, setting, device)
     import torch
 
@@ -378,13 +393,13 @@ def make_runners(family: str, batch: int, setting: Setting, device) -> Callable:
     seq_lengths, seq_offsets = lengths_offsets(n)
     num_targets = torch.full((batch,), m.num_candidates, dtype=torch.int64, device=device)
 
-    if family in ("jagged 1-D", "jagged 2-D"):
+    if family in ("jagged-1d", "jagged-2d"):
         _, ctx_offsets = lengths_offsets(ctx)
         _, hist_offsets = lengths_offsets(hist)
         left, right = tensor(batch * ctx, d), tensor(batch * hist, d)
 
         def run(kernel):
-            if family == "jagged 1-D":
+            if family == "jagged-1d":
                 return lambda: backward(
                     hstu_ops.concat_1d_jagged(
                         left, ctx_offsets, right, hist_offsets, kernel=kernel
@@ -411,7 +426,7 @@ def make_runners(family: str, batch: int, setting: Setting, device) -> Callable:
 
         return run
 
-    if family == "layer projections":
+    if family == "layer-projections":
         width = heads * (2 * dv + 2 * dqk)
         x = tensor(total, d)
         norm_w, norm_b = tensor(d), tensor(d, scale=0.1)
@@ -439,7 +454,7 @@ def make_runners(family: str, batch: int, setting: Setting, device) -> Callable:
         x, w, b = tensor(total, d), tensor(d), tensor(d, scale=0.1)
         return lambda kernel: lambda: backward(hstu_ops.layer_norm(x, w, b, 1e-6, kernel=kernel))
 
-    if family == "positional embeddings":
+    if family == "positional-embeddings":
         x = tensor(total, d)
         pos, ts = tensor(m.position_buckets, d), tensor(m.time_buckets + 1, d)
         times = torch.randint(0, 10**8, (total,), generator=gen).to(device)

@@ -110,6 +110,6 @@ def test_a_kernel_that_fails_otherwise_is_a_failure(monkeypatch):
 
 def test_kernels_that_cannot_run_on_the_device_are_named():
     assert "CPU tensors only" in bench.unavailable("attention", "native", "cuda")
-    assert bench.unavailable("model step", "native", "cuda") is not None
-    assert bench.unavailable("layer projections", "pytorch", "cuda") is None
-    assert bench.unavailable("model step", "triton", "cuda") is None
+    assert bench.unavailable("model-step", "native", "cuda") is not None
+    assert bench.unavailable("layer-projections", "pytorch", "cuda") is None
+    assert bench.unavailable("model-step", "triton", "cuda") is None
