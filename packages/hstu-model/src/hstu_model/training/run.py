@@ -139,7 +139,7 @@ class RunConfig:
     """hstu-ops kernel family of the model (`hstu_model.training.kernels`): pytorch, native,
     triton, or auto: triton on a CUDA or ROCm device, native on the CPU. One that cannot run on
     the run's device is refused (ConfigError) when the config is built; the run replaces
-    `auto` with what it chose, so its config.json, checkpoints and summary name that kernel."""
+    `auto` with what it chose, so its config.json and checkpoints name that kernel."""
     workers: int = 1
     """Data loader worker processes (0: load in the training process)."""
     target_auc: float | None = None
@@ -194,6 +194,11 @@ class RunConfig:
         if isinstance(self.overrides, list):
             object.__setattr__(self, "overrides", tuple(self.overrides))
         require(self.preset in PRESETS, "preset", f"unknown preset {self.preset!r}")
+        require(
+            self.kernel in KERNELS,
+            "kernel",
+            f"must be one of {', '.join(KERNELS)}, got {self.kernel!r}",
+        )
         require(self.steps is None or self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
         require(
             1 <= self.evals <= (self.steps or self.evals),
@@ -251,11 +256,6 @@ class RunConfig:
         )
         require(self.users >= 1, "users", f"must be >= 1, got {self.users}")
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
-        require(
-            self.kernel in KERNELS,
-            "kernel",
-            f"must be one of {', '.join(KERNELS)}, got {self.kernel!r}",
-        )
         require(self.workers >= 0, "workers", f"must be >= 0, got {self.workers}")
         require(
             self.checkpoint_every >= 0, "checkpoint_every", f"must be >= 0: {self.checkpoint_every}"
