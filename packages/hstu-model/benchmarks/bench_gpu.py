@@ -259,15 +259,12 @@ def bench_family(
     family: str, batch: int, setting: Setting, device, warmup: int, iters: int
 ) -> list[Row]:
     """One row per kernel of `family` at `batch`, pytorch first."""
-
     m = setting.cfg.model
-    shape = (
-        f"B={batch} N={setting.tokens}"
-        if family == "model-step"
-        else f"B={batch} N={setting.tokens} D={m.embedding_dim}"
-    )
+    shape = f"B={batch} N={setting.tokens}"
     if family == "attention":
-        shape = f"B={batch} N={setting.tokens} H={m.num_heads} D={m.attention_dim}"
+        shape += f" H={m.num_heads} D={m.attention_dim}"
+    elif family != "model-step":
+        shape += f" D={m.embedding_dim}"
     try:
         runners = make_runners(family, batch, setting, device)
     except Exception as error:  # the inputs themselves may not fit
@@ -304,6 +301,7 @@ def bench_family(
 
 
 def time_ms(run: Callable[[], object], device, warmup: int, iters: int) -> float:
+    synchronize = train_step_bench().synchronize
     for _ in range(warmup):
         run()
     synchronize(device)
@@ -316,11 +314,15 @@ def time_ms(run: Callable[[], object], device, warmup: int, iters: int) -> float
     return 1000 * statistics.median(times)
 
 
-def synchronize(device) -> None:
-    import torch
+def train_step_bench():
+    """bench_train_step, whose model setup and device sync this script shares; imported late,
+    as it imports triton (through torchrec), which must see TRITON_INTERPRET first."""
+    here = str(Path(__file__).parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import bench_train_step
 
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    return bench_train_step
 
 
 def release(device) -> None:
@@ -479,8 +481,7 @@ def make_runners(family: str, batch: int, setting: Setting, device) -> Callable:
 def model_step_runners(batch: int, setting: Setting, device) -> Callable:
     """kernel -> one training step of a freshly seeded model with that kernel, cycling over
     two random batches of full histories (bench_train_step's setup)."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from bench_train_step import training_setup
+    training_setup = train_step_bench().training_setup
 
     def run(kernel):
         cfg = setting.cfg.replace(
