@@ -45,7 +45,7 @@ def test_command_line_surface_is_frozen():
         "seed": 0,
         "steps": 600,
         "evals": 3,
-        "kernel": "native",
+        "kernel": "auto",
         "workers": 1,
         "target_auc": None,
         "out": None,
@@ -130,18 +130,50 @@ def test_bad_checkpoint_flags_are_refused(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_auto_kernel_is_native_on_the_cpu_and_resumes_native_checkpoints():
+    """The identity a checkpoint stores names the kernel that ran: a run started with the old
+    default (native) resumes under auto on the CPU, and only there."""
+    auto, native = train.run_config(train.parse_args([])), train.RunConfig(kernel="native")
+    assert auto.kernel == "auto" and auto.resolved().model.kernel == "native"
+    assert auto.identity()["kernel"] == "native"
+    assert auto.identity() == native.identity()
+
+
+def test_triton_on_the_cpu_without_the_interpreter_is_one_line_and_creates_nothing(tmp_path):
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    command = [sys.executable, str(ROOT / "tools" / "train.py"), "--kernel", "triton"]
+    result = subprocess.run(
+        [*command, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,  # where a fresh runs/ folder would appear
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("train.py: error: --kernel triton cannot run on the cpu device: ")
+    assert (
+        "TRITON_INTERPRET=1" in lines[0] and "use --kernel native or --kernel pytorch" in lines[0]
+    )
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
 SHORT = ["--users", "80", "--steps", "12", "--evals", "2"]
 """A short run: 12 steps of 256 samples, evaluated at steps 6 and 12. With 80 users the time
 window of steps 10 and 11 holds two batches, so a checkpoint at step 10 is mid-window."""
 
 
-def short_run(out: Path, seed: int = 0, kernel: str = "native", extra: tuple = ()) -> dict:
+def short_run(out: Path, seed: int = 0, kernel: str = "auto", extra: tuple = ()) -> dict:
     args = [*SHORT, "--seed", str(seed), "--kernel", kernel]
     return train.main([*args, "--out", str(out), *extra])
 
 
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory):
+    """The default kernel, auto: native on the CPU."""
     out = tmp_path_factory.mktemp("run")
     return out, short_run(out)
 
@@ -175,6 +207,8 @@ def test_short_run_reports_and_logs(first_run, capsys):
     config = json.loads((out / "config.json").read_text())
     assert config["model"]["history_length"] == 32 and config["run"]["seed"] == 0
     assert config["run"]["history_strategy"] == "interleaved"
+    # What auto chose is recorded, so that a reader (and a resume) knows what ran.
+    assert config["run"]["kernel"] == config["model"]["kernel"] == "native"
 
 
 def test_log_passes_the_dev_ruleset(first_run):
@@ -670,6 +704,8 @@ def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_pa
         train.main(argv)
     with pytest.raises(RunRefused, match="--seed 0 then, 1 now"):
         train.main([*argv, "--resume", "auto", "--seed", "1"])
+    with pytest.raises(RunRefused, match="--kernel native then, pytorch now"):
+        train.main([*argv, "--resume", "auto", "--kernel", "pytorch"])
     assert (out / "mlperf.log").stat().st_size == size
 
 

@@ -36,6 +36,7 @@ from hstu_model import ConfigError
 from hstu_model.checkpoint import CheckpointError
 from hstu_model.config import PRESETS
 from hstu_model.training.distributed import RankLostError
+from hstu_model.training.kernels import KERNELS
 from hstu_model.training.run import REFERENCE_MIN_HISTORY, RunConfig, RunRefused, train
 from mlperf_compliance import RunInterrupted
 from yambda_data import HISTORY_STRATEGIES
@@ -71,7 +72,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "anchor count is then the logged train_samples)",
     )
     add("--evals", type=int, default=DEFAULTS.evals, help="evaluations, evenly spaced")
-    add("--kernel", choices=("pytorch", "native"), default=DEFAULTS.kernel)
+    add(
+        "--kernel",
+        choices=KERNELS,
+        default=DEFAULTS.kernel,
+        help="hstu-ops kernel family of the model; auto: triton on a CUDA or ROCm GPU, native "
+        "on the CPU (triton on the CPU only under TRITON_INTERPRET=1, for tests)",
+    )
     add("--workers", type=int, default=DEFAULTS.workers, help="data loader worker processes")
     add(
         "--target-auc",

@@ -103,6 +103,27 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def training_setup(
+    cfg: hstu_model.HSTUConfig,
+    vocab: dict[str, int],
+    batch_size: int,
+    count: int,
+    device: torch.device,
+) -> tuple[hstu_model.Trainer, list[Batch]]:
+    """A freshly seeded model of `cfg` on `device` with its trainer, and `count` random batches
+    of full histories (history_length events each, the worst case of a batch) on `device`."""
+    hstu_model.seed_everything(0)
+    model = hstu_model.HSTURanker(cfg.model, vocab, device=device)
+    trainer = hstu_model.Trainer(model, cfg)
+    lengths = [cfg.model.history_length] * batch_size
+    tables = cfg.model.contextual_tables()
+    batches = [
+        to_device(random_batch(lengths, vocab, seed=i, contextual_tables=tables), device)
+        for i in range(count)
+    ]
+    return trainer, batches
+
+
 def measure(
     cfg: hstu_model.HSTUConfig,
     vocab: dict[str, int],
@@ -112,15 +133,7 @@ def measure(
     device: torch.device,
 ) -> Result:
     """One run: `warmup` untimed steps, `steps` timed steps, one timed evaluation."""
-    hstu_model.seed_everything(0)
-    model = hstu_model.HSTURanker(cfg.model, vocab, device=device)
-    trainer = hstu_model.Trainer(model, cfg)
-    lengths = [cfg.model.history_length] * batch_size
-    tables = cfg.model.contextual_tables()
-    batches = [
-        to_device(random_batch(lengths, vocab, seed=i, contextual_tables=tables), device)
-        for i in range(steps + warmup)
-    ]
+    trainer, batches = training_setup(cfg, vocab, batch_size, steps + warmup, device)
     for batch in batches[:warmup]:
         trainer.train_step(batch)
     synchronize(device)

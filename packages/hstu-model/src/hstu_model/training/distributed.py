@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-__all__ = ["Distributed", "RankLostError", "init_distributed"]
+__all__ = ["Distributed", "RankLostError", "device_type", "init_distributed"]
 
 # How gloo and NCCL word the failure of a collective whose peer died or hung.
 _LOST_PEER = ("connection closed by peer", "connection reset by peer", "timed out", "timeout")
@@ -100,6 +100,13 @@ def _env_int(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
 
 
+def device_type() -> str:
+    """The type of device a run trains on: "cuda" when CUDA (or ROCm) devices are visible, else
+    "cpu". `init_distributed` picks its devices by it, and the kernel is checked against it
+    before the run starts."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 @contextmanager
 def init_distributed(timeout_seconds: float = 300.0) -> Iterator[Distributed]:
     """The run's `Distributed`, with a process group while the block runs when WORLD_SIZE > 1.
@@ -112,7 +119,7 @@ def init_distributed(timeout_seconds: float = 300.0) -> Iterator[Distributed]:
     local_rank = _env_int("LOCAL_RANK", 0)
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"RANK={rank} and WORLD_SIZE={world_size} do not describe a rank")
-    use_cuda = torch.cuda.is_available()
+    use_cuda = device_type() == "cuda"
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)

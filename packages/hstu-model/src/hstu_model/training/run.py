@@ -44,7 +44,8 @@ from hstu_model.config import (
 from hstu_model.model import HSTURanker
 from hstu_model.overrides import resolve_config
 from hstu_model.sharding import shard_model
-from hstu_model.training.distributed import Distributed, init_distributed
+from hstu_model.training.distributed import Distributed, device_type, init_distributed
+from hstu_model.training.kernels import KERNELS, resolve_kernel
 from hstu_model.training.recorder import MetricsRecorder
 from hstu_model.training.trainer import Trainer, seed_everything
 from mlperf_compliance import (
@@ -134,8 +135,11 @@ class RunConfig:
     evals: int = 3
     """Evaluations, evenly spaced over the run (eval_every_data_pct = 1 / evals; the last one
     at the end)."""
-    kernel: str = "native"
-    """hstu-ops kernel of the model (pytorch, native, triton)."""
+    kernel: str = "auto"
+    """hstu-ops kernel family of the model (`hstu_model.training.kernels`): pytorch, native,
+    triton, or auto: triton on a CUDA or ROCm device, native on the CPU. One that cannot run on
+    the run's device is refused (ConfigError) when the config is built; the run replaces
+    `auto` with what it chose, so its config.json and checkpoints name that kernel."""
     workers: int = 1
     """Data loader worker processes (0: load in the training process)."""
     target_auc: float | None = None
@@ -190,6 +194,11 @@ class RunConfig:
         if isinstance(self.overrides, list):
             object.__setattr__(self, "overrides", tuple(self.overrides))
         require(self.preset in PRESETS, "preset", f"unknown preset {self.preset!r}")
+        require(
+            self.kernel in KERNELS,
+            "kernel",
+            f"must be one of {', '.join(KERNELS)}, got {self.kernel!r}",
+        )
         require(self.steps is None or self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
         require(
             1 <= self.evals <= (self.steps or self.evals),
@@ -296,10 +305,16 @@ class RunConfig:
         variables of the environment and `overrides`, then `kernel` and `seed`; raises
         ConfigError naming the file, variable or item at fault."""
         hstu = resolve_config(self.preset, file=self.config_file, cli=self.overrides).replace(
-            model={"kernel": self.kernel}, train={"seed": self.seed}
+            model={"kernel": self.model_kernel()}, train={"seed": self.seed}
         )
         model_crosses(hstu.model)  # yambda-data must know every contextual feature
         return hstu
+
+    def model_kernel(self, device: str | None = None) -> str:
+        """The model's kernel: `kernel` with `auto` resolved for a `device` device (default:
+        the one the run trains on, `device_type()`); KernelUnavailableError (a ConfigError that
+        names --kernel, the kernel and the device) when it cannot run there."""
+        return resolve_kernel(self.kernel, device or device_type())
 
     @property
     def effective_target_auc(self) -> float:
@@ -309,8 +324,10 @@ class RunConfig:
 
     def identity(self, world_size: int = 1) -> dict[str, str | None]:
         """The fields that fix the result, and the number of ranks, as strings (stored in every
-        checkpoint)."""
+        checkpoint). The kernel is the one that runs: `auto` resumes a checkpoint of the kernel
+        it picks here, and only that."""
         values = {name: getattr(self, name) for name in RUN_IDENTITY}
+        values["kernel"] = self.model_kernel()
         values["target_auc"] = self.effective_target_auc
         values["world_size"] = world_size
         return {name: None if v is None else str(v) for name, v in values.items()}
@@ -577,6 +594,8 @@ def _train_run(config: RunConfig, log: Callable[[str], None] = _stderr) -> dict:
     """
     check_inputs(config)
     with init_distributed(config.dist_timeout_seconds) as ctx:
+        # Before anything is created: a kernel the device cannot run is a bad input.
+        config = dataclasses.replace(config, kernel=config.model_kernel(ctx.device.type))
         say = log if ctx.is_main else lambda message: None
         resume, skipped = _agree(ctx, lambda: find_resume_point(config, ctx.world_size))
         for path, why in skipped:

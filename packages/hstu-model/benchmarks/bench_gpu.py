@@ -1,0 +1,498 @@
+"""Kernel families and the full training step at the yambda-5b layer shape, per kernel.
+
+On a GPU machine, from the workspace root (with the CUDA stack, see the root README):
+    uv run --no-sync python packages/hstu-model/benchmarks/bench_gpu.py --json gpu.json
+On the CPU at tiny shapes in Triton's interpreter (what CI runs, so that the script cannot
+rot; the figures mean nothing):
+    uv run python packages/hstu-model/benchmarks/bench_gpu.py --tiny
+(--tiny sets TRITON_INTERPRET=1 itself when no GPU is visible.)
+
+For each hstu-ops op family and for the model's training step (forward, backward, dense Adam
+and sparse row-wise Adagrad), at each batch size, every kernel the family has is timed on the
+same inputs: forward + backward of the family's ops at the token count of a full yambda-5b
+sample (8 contextual + 4,086 history + 1 candidate = 4,095 tokens), heads, head dims and width
+of the yambda-5b preset, in bf16 (the model step under the preset's bf16 autocast). Columns:
+family, kernel, shape, ms (median of --iters after --warmup), samples/s (batch / time), and
+the speed-up over the family's pytorch kernel at the same batch. A batch size that runs out of
+memory is skipped with a note; a kernel that cannot run on the device (native attention on a
+GPU, triton on a CPU without the interpreter) is listed with the reason. The model step's
+embedding tables are capped at --max-rows rows each (yambda-5b's need about 600 GB and several
+GPUs; their size does not change the dense work timed here, only the sparse update's reach).
+
+Published figures to compare with (the MLPerf DLRMv4 reference): 8x MI350X about 14,222
+samples/s at batch 1024 per rank; bf16 Triton about 2,787 samples/s at batch 32, L=2048.
+Exit status 1 when a kernel failed with anything but running out of memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+FAMILIES = (
+    "jagged-1d",
+    "attention",
+    "layer-projections",
+    "norms",
+    "jagged-2d",
+    "positional-embeddings",
+    "addmm",
+    "model-step",
+)
+"""What is timed: the hstu-ops op families, then the model's whole training step."""
+
+FAMILY_OPS = {
+    "jagged-1d": "concat_1d_jagged of the contextual and history rows",
+    "attention": "hstu_mha, causal, one target per sequence",
+    "layer-projections": "hstu_compute_uqvk + hstu_compute_output (dropout as the preset's)",
+    "norms": "layer_norm over the width",
+    "jagged-2d": "concat_2D_jagged of the contextual and history rows",
+    "positional-embeddings": "add_timestamp_positional_embeddings",
+    "addmm": "bias + tokens @ W (width x width)",
+    "model-step": "Trainer.train_step: forward, backward, dense Adam, sparse row-wise Adagrad",
+}
+
+FAMILY_KERNELS = {
+    "jagged-1d": ("pytorch", "native"),
+    "attention": ("pytorch", "native", "triton"),
+    "layer-projections": ("pytorch", "triton"),
+    "norms": ("pytorch", "triton"),
+    "jagged-2d": ("pytorch", "triton"),
+    "positional-embeddings": ("pytorch", "triton"),
+    "addmm": ("pytorch", "triton"),
+    "model-step": ("pytorch", "native", "triton"),
+}
+"""The kernels each family has (hstu_ops' per-op kernels; the model's `ModelConfig.kernel`)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    family: str
+    kernel: str
+    batch: int
+    shape: str
+    ms: float | None = None
+    samples_per_s: float | None = None
+    speedup: float | None = None
+    note: str = ""
+    failed: bool = False
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiny", action="store_true", help="tiny shapes (CPU CI)")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", help="default: 32 1024 (tiny: 2)")
+    parser.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
+    parser.add_argument("--warmup", type=int, help="untimed runs (default 3, tiny 1)")
+    parser.add_argument("--iters", type=int, help="timed runs, the median kept (default 10)")
+    parser.add_argument("--max-rows", type=int, default=1_000_000, help="rows per table")
+    parser.add_argument(
+        "--history-length",
+        type=int,
+        help="history events per sample instead of the preset's (2039: 2,048 tokens, the "
+        "length of the published bf16 Triton figure)",
+    )
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    args = parser.parse_args(argv)
+    if args.tiny and "TRITON_INTERPRET" not in os.environ and not _gpu_visible():
+        # Before triton is first imported: it reads the variable then.
+        os.environ["TRITON_INTERPRET"] = "1"
+
+    import torch
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    setting = tiny_setting() if args.tiny else yambda_5b_setting(args.max_rows)
+    if args.history_length:
+        setting = setting.with_history(args.history_length)
+    batch_sizes = args.batch_sizes or setting.batch_sizes
+    warmup = setting.warmup if args.warmup is None else args.warmup
+    iters = args.iters or setting.iters
+    header = describe(device, setting, warmup, iters)
+    print(header, flush=True)
+    for family in args.families:
+        print(f"  {family}: {FAMILY_OPS[family]}")
+    print(f"{'family':<22}{'kernel':<9}{'shape':<34}{'ms':>11}{'samples/s':>12}{'vs pytorch':>12}")
+    rows: list[Row] = []
+    for family in args.families:
+        for batch in batch_sizes:
+            for row in bench_family(family, batch, setting, device, warmup, iters):
+                rows.append(row)
+                print(format_row(row), flush=True)
+    if args.json:
+        record = {"header": header, "rows": [dataclasses.asdict(r) for r in rows]}
+        args.json.write_text(json.dumps(record, indent=2) + "\n")
+    return 1 if any(r.failed for r in rows) else 0
+
+
+def _gpu_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# ------------------------------------------------------------------------------------------
+# settings: the layer shape and batch sizes
+# ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    cfg: object
+    """hstu_model.HSTUConfig: the model whose layer shape every family is timed at."""
+    vocab: dict[str, int]
+    batch_sizes: tuple[int, ...]
+    warmup: int
+    iters: int
+
+    def with_history(self, history_length: int) -> Setting:
+        """The same model with `history_length` events per sample (max_seq_len follows)."""
+        m = self.cfg.model
+        tokens = m.contextual_seq_len + history_length + m.num_candidates
+        model = {"history_length": history_length, "max_seq_len": tokens}
+        return dataclasses.replace(self, cfg=self.cfg.replace(model=model))
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one full sample: contextual, history, candidates."""
+        m = self.cfg.model
+        return m.contextual_seq_len + m.history_length + m.num_candidates
+
+
+def yambda_5b_setting(max_rows: int) -> Setting:
+    import hstu_model
+    from hstu_model.config import DEFAULT_VOCABS
+
+    cfg = hstu_model.preset("yambda-5b")
+    cfg = cap_tables(cfg, max_rows)
+    vocab = {k: min(v, max_rows) for k, v in DEFAULT_VOCABS["yambda-5b"].items()}
+    return Setting("yambda-5b", cfg, vocab, (32, 1024), warmup=3, iters=10)
+
+
+def tiny_setting() -> Setting:
+    """The tiny preset shortened to a few tokens per sample: the interpreter runs every
+    program instance in Python."""
+    import hstu_model
+    from hstu_model.config import DEFAULT_VOCABS
+
+    cfg = hstu_model.preset("tiny").replace(
+        model={
+            "history_length": 7,
+            "max_seq_len": 16,
+            "num_layers": 1,
+            "linear_dropout": 0.1,
+            "position_buckets": 16,
+            "time_buckets": 16,
+        },
+        train={"autocast_bf16": True},
+    )
+    return Setting("tiny", cfg, DEFAULT_VOCABS["tiny"], (2,), warmup=1, iters=1)
+
+
+def cap_tables(cfg, max_rows: int):
+    """`cfg` with every contextual table cut to `max_rows` rows."""
+    features = tuple(
+        dataclasses.replace(f, num_embeddings=min(f.num_embeddings, max_rows))
+        for f in cfg.model.contextual_features
+    )
+    return cfg.replace(model={"contextual_features": features})
+
+
+def describe(device, setting: Setting, warmup: int, iters: int) -> str:
+    import torch
+
+    import hstu_ops
+
+    if device.type == "cuda":
+        where = f"{torch.cuda.get_device_name(device)} ({'ROCm' if torch.version.hip else 'CUDA'})"
+    else:
+        where = f"CPU ({os.cpu_count()} cores, {torch.get_num_threads()} threads)"
+    triton = "not installed"
+    if hstu_ops.triton_available():
+        import triton
+
+        interpreted = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+        triton = f"{triton.__version__}{' (interpreter)' if interpreted else ''}"
+    m = setting.cfg.model
+    return (
+        f"{setting.name} layer shape: {setting.tokens} tokens/sample, {m.num_layers} layers, "
+        f"width {m.embedding_dim}, {m.num_heads} heads of {m.attention_dim}/{m.linear_dim}, "
+        f"bf16; {where}; torch {torch.__version__}, triton {triton}; commit {commit()}; "
+        f"median of {iters} after {warmup} warm-up"
+    )
+
+
+def commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parent,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return out.stdout.strip()
+
+
+def format_row(row: Row) -> str:
+    ms = "-" if row.ms is None else f"{row.ms:.3f}"
+    rate = "-" if row.samples_per_s is None else f"{row.samples_per_s:,.1f}"
+    speedup = "" if row.speedup is None else f"{row.speedup:.2f}x"
+    text = f"{row.family:<22}{row.kernel:<9}{row.shape:<34}{ms:>11}{rate:>12}{speedup:>12}"
+    return f"{text}  {row.note}" if row.note else text
+
+
+# ------------------------------------------------------------------------------------------
+# timing
+# ------------------------------------------------------------------------------------------
+def bench_family(
+    family: str, batch: int, setting: Setting, device, warmup: int, iters: int
+) -> list[Row]:
+    """One row per kernel of `family` at `batch`, pytorch first."""
+    m = setting.cfg.model
+    shape = f"B={batch} N={setting.tokens}"
+    if family == "attention":
+        shape += f" H={m.num_heads} D={m.attention_dim}"
+    elif family != "model-step":
+        shape += f" D={m.embedding_dim}"
+    try:
+        runners = make_runners(family, batch, setting, device)
+    except Exception as error:  # the inputs themselves may not fit
+        out_of_memory = is_out_of_memory(error)
+        release(device)
+        note = "skipped: out of memory for the inputs" if out_of_memory else failure(error)
+        return [
+            Row(family, kernel, batch, shape, note=note, failed=not out_of_memory)
+            for kernel in FAMILY_KERNELS[family]
+        ]
+    rows: list[Row] = []
+    baseline: float | None = None
+    for kernel in FAMILY_KERNELS[family]:
+        why = unavailable(family, kernel, device.type)
+        if why:
+            rows.append(Row(family, kernel, batch, shape, note=f"not run: {why}"))
+            continue
+        try:  # the run (a model, for the step) is freed before the next kernel's
+            ms = time_ms(runners(kernel), device, warmup, iters)
+        except Exception as error:
+            out_of_memory = is_out_of_memory(error)
+            note = "skipped: out of memory" if out_of_memory else failure(error)
+            rows.append(Row(family, kernel, batch, shape, note=note, failed=not out_of_memory))
+            release(device)
+            continue
+        if kernel == "pytorch":
+            baseline = ms
+        speedup = None if baseline is None else baseline / ms
+        rows.append(Row(family, kernel, batch, shape, ms, batch / (ms / 1000), speedup))
+        release(device)
+    del runners
+    release(device)
+    return rows
+
+
+def time_ms(run: Callable[[], object], device, warmup: int, iters: int) -> float:
+    synchronize = train_step_bench().synchronize
+    for _ in range(warmup):
+        run()
+    synchronize(device)
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        run()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def train_step_bench():
+    """bench_train_step, whose model setup and device sync this script shares; imported late,
+    as it imports triton (through torchrec), which must see TRITON_INTERPRET first."""
+    here = str(Path(__file__).parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import bench_train_step
+
+    return bench_train_step
+
+
+def release(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    import torch
+
+    if isinstance(error, torch.cuda.OutOfMemoryError):
+        return True
+    text = str(error).lower()
+    return "out of memory" in text or "can't allocate memory" in text
+
+
+def failure(error: BaseException) -> str:
+    first = (str(error).strip().splitlines() or [""])[0]
+    return f"FAILED: {type(error).__name__}: {first[:200]}"
+
+
+def unavailable(family: str, kernel: str, device_type: str) -> str | None:
+    """Why `kernel` of `family` cannot run on the device, or None."""
+    import hstu_ops
+    from hstu_model.training.kernels import why_not
+
+    if family == "model-step":
+        return why_not(kernel, device_type)
+    if kernel == "native" and family == "jagged-1d" and device_type != "cpu":
+        info = hstu_ops.native_build_info()
+        if info["cuda"] or info["hip"]:
+            return None
+        return "the extension was built without CUDA/HIP (HSTU_OPS_CUDA=ON builds them)"
+    if kernel in ("native", "triton"):
+        return why_not(kernel, device_type)
+    return None
+
+
+# ------------------------------------------------------------------------------------------
+# the families' inputs and calls
+# ------------------------------------------------------------------------------------------
+def make_runners(family: str, batch: int, setting: Setting, device) -> Callable:
+    """kernel -> a function that runs the family once (forward + backward) on shared inputs."""
+    if family == "model-step":
+        return model_step_runners(batch, setting, device)
+    import torch
+
+    import hstu_ops
+
+    m = setting.cfg.model
+    dtype = torch.bfloat16
+    gen = torch.Generator().manual_seed(batch)
+    ctx, hist, n = m.contextual_seq_len, m.history_length, setting.tokens
+    d, heads, dqk, dv = m.embedding_dim, m.num_heads, m.attention_dim, m.linear_dim
+    total = batch * n
+
+    def tensor(*shape, grad=True, scale=1.0, dt=dtype):
+        t = (torch.randn(*shape, generator=gen) * scale).to(device=device, dtype=dt)
+        return t.requires_grad_(grad)
+
+    def lengths_offsets(length: int):
+        lengths = torch.full((batch,), length, dtype=torch.int64, device=device)
+        return lengths, hstu_ops.complete_cumsum(lengths)
+
+    def backward(out):
+        out.backward(torch.ones_like(out))
+
+    seq_lengths, seq_offsets = lengths_offsets(n)
+    num_targets = torch.full((batch,), m.num_candidates, dtype=torch.int64, device=device)
+
+    if family in ("jagged-1d", "jagged-2d"):
+        _, ctx_offsets = lengths_offsets(ctx)
+        _, hist_offsets = lengths_offsets(hist)
+        left, right = tensor(batch * ctx, d), tensor(batch * hist, d)
+
+        def run(kernel):
+            if family == "jagged-1d":
+                return lambda: backward(
+                    hstu_ops.concat_1d_jagged(
+                        left, ctx_offsets, right, hist_offsets, kernel=kernel
+                    )[0]
+                )
+            return lambda: backward(
+                hstu_ops.concat_2D_jagged(
+                    ctx + hist, left, right, ctx, hist, ctx_offsets, hist_offsets, kernel=kernel
+                )
+            )
+
+        return run
+
+    if family == "attention":
+        q, k, v = tensor(total, heads, dqk), tensor(total, heads, dqk), tensor(total, heads, dv)
+        alpha = 1.0 / math.sqrt(dqk)
+
+        def run(kernel):
+            return lambda: backward(
+                hstu_ops.hstu_mha(
+                    n, alpha, q, k, v, seq_offsets, num_targets=num_targets, kernel=kernel
+                )
+            )
+
+        return run
+
+    if family == "layer-projections":
+        width = heads * (2 * dv + 2 * dqk)
+        x = tensor(total, d)
+        norm_w, norm_b = tensor(d), tensor(d, scale=0.1)
+        uvqk_w, uvqk_b = tensor(d, width, scale=d**-0.5), tensor(width, scale=0.1)
+        out_norm_w, out_norm_b = tensor(heads * dv), tensor(heads * dv, scale=0.1)
+        out_w = tensor(3 * heads * dv, d, scale=(3 * heads * dv) ** -0.5)
+        attn = tensor(total, heads * dv)
+
+        def run(kernel):
+            def once():
+                u, q, k, v = hstu_ops.hstu_compute_uqvk(
+                    x, norm_w, norm_b, 1e-6, heads, dqk, dv, uvqk_w, uvqk_b, kernel=kernel
+                )
+                out = hstu_ops.hstu_compute_output(
+                    attn, u, x, out_norm_w, out_norm_b, 1e-6, out_w, heads, dv,
+                    m.linear_dropout, True, True, False, kernel=kernel,
+                )  # fmt: skip
+                backward(out + (q.sum() + k.sum() + v.sum()) * 0)
+
+            return once
+
+        return run
+
+    if family == "norms":
+        x, w, b = tensor(total, d), tensor(d), tensor(d, scale=0.1)
+        return lambda kernel: lambda: backward(hstu_ops.layer_norm(x, w, b, 1e-6, kernel=kernel))
+
+    if family == "positional-embeddings":
+        x = tensor(total, d)
+        pos, ts = tensor(m.position_buckets, d), tensor(m.time_buckets + 1, d)
+        times = torch.randint(0, 10**8, (total,), generator=gen).to(device)
+
+        def run(kernel):
+            return lambda: backward(
+                hstu_ops.add_timestamp_positional_embeddings(
+                    math.sqrt(d), m.max_seq_len, ctx, pos, ts, seq_offsets, seq_lengths, x,
+                    times, num_targets, interleave_targets=False, kernel=kernel,
+                )
+            )  # fmt: skip
+
+        return run
+
+    if family == "addmm":
+        bias, x, w = tensor(d, scale=0.1), tensor(total, d), tensor(d, d, scale=d**-0.5)
+        return lambda kernel: lambda: backward(hstu_ops.addmm(bias, x, w, kernel=kernel))
+
+    raise ValueError(f"unknown family {family!r}")
+
+
+def model_step_runners(batch: int, setting: Setting, device) -> Callable:
+    """kernel -> one training step of a freshly seeded model with that kernel, cycling over
+    two random batches of full histories (bench_train_step's setup)."""
+    training_setup = train_step_bench().training_setup
+
+    def run(kernel):
+        cfg = setting.cfg.replace(
+            model={"kernel": kernel}, sharding={"compute_device": device.type}
+        )
+        trainer, batches = training_setup(cfg, setting.vocab, batch, 2, device)
+        steps = iter(range(10**9))
+        return lambda: trainer.train_step(batches[next(steps) % len(batches)])
+
+    return run
+
+
+if __name__ == "__main__":
+    sys.exit(main())
