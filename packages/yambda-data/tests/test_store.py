@@ -377,3 +377,16 @@ def test_a_malformed_manifest_is_a_store_error(built_store, tmp_path):
     (copy / READY_FILE).write_text(hashlib.sha256(text.encode()).hexdigest() + "\n")
     with pytest.raises(StoreError, match=r"manifest\.json: malformed \(KeyError"):
         SampleStore.open(copy)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_the_store_memory_benchmark_runs(built_store):
+    script = Path(__file__).parents[1] / "benchmarks" / "bench_store_memory.py"
+    argv = [sys.executable, str(script), str(built_store[2]), "--batch-size", "8"]
+    argv += ["--batches", "3", "--repeat", "1", "--budget", "0", "1"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split() for line in done.stdout.splitlines()[2:]]
+    assert [row[0] for row in rows] == ["off", "0"] and all(
+        float(r[1].replace(",", "")) > 0 for r in rows
+    )

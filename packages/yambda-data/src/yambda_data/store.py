@@ -518,7 +518,7 @@ class SampleStore:
 
     Memory: samples are read all over the event arrays, and on kernels whose page cache holds
     large folios (Linux 6.x on ext4, for one) a read maps the whole folio around it, up to
-    2 MiB. Without a bound, a reader's RSS would grow towards the store's size (9.9 GB at
+    2 MiB. Without a bound, a reader's RSS would grow towards the store's size (9.8 GiB at
     Yambda-500m size) with clean file pages. So between the steps of a cut, once this
     process's file-backed resident memory passes :attr:`mapped_budget_bytes`, the store's
     mapped pages are released (:meth:`release_mapped_pages`). They stay in the page cache;
