@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -31,18 +32,55 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = [sys.executable, str(ROOT / "tools" / "train.py")]
+YAMBDA_DATA = [sys.executable, "-m", "yambda_data"]
 RUN = ["--users", "40", "--steps", "6", "--evals", "1", "--workers", "0"]
 CHECKPOINTED = [*RUN, "--checkpoint-every", "2", "--keep-checkpoints", "5"]
+LOCK_FILE = ".lock"
+"""A run's lock file (hstu_model.training.folder_lock): its content names the last holder."""
 
 
-def train(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+def train(
+    *args: str, env: dict | None = None, timeout: float = 600, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [*TRAIN, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         env={**os.environ, **(env or {})},
+        cwd=cwd,
     )
+
+
+def yambda_data(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*YAMBDA_DATA, *args], capture_output=True, text=True, timeout=600)
+
+
+def digest(*paths: Path) -> dict[str, str]:
+    """sha256 of every file under `paths` (a file or a folder), lock files aside."""
+    found = {}
+    for root in paths:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for path in files:
+            if path.name != LOCK_FILE:
+                found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+def kept(before: dict[str, str], *paths: Path) -> str:
+    """ "every file kept" or what changed, comparing `before` with the files under `paths`."""
+    after = digest(*paths)
+    changed = sorted(p for p in before if after.get(p) != before[p])
+    added = sorted(set(after) - set(before))
+    if not changed and not added:
+        return f"all {len(before)} files kept byte for byte"
+    return f"CHANGED {len(changed)} ({', '.join(changed[:3])}), ADDED {len(added)}"
+
+
+def one_line(result: subprocess.CompletedProcess) -> str | None:
+    """The only line of stderr (None when there are more or none)."""
+    lines = result.stderr.strip().splitlines()
+    return lines[0] if len(lines) == 1 else None
 
 
 def summary(result: subprocess.CompletedProcess) -> dict:

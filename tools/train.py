@@ -6,11 +6,21 @@ writes an MLPerf log. `--data ROOT --size SIZE` trains on a Yambda download inst
 
 Each run without `--out` gets a fresh folder, runs/train-<UTC date-time> (the synthetic data is
 shared through runs/cache/), so no run overwrites another; `--resume auto` without `--out`
-continues the newest unfinished one. An `--out` that holds a run is refused unless
-`--resume auto` continues it or `--overwrite` replaces it. Everything given (options, the config
-file, HSTU_* variables, --set items, the dataset) is checked before any file is created: a bad
-input is one line on stderr and exit status 2; a run that started and failed exits with 1 (its
-log ends with run_stop "aborted"). `--debug` or DLRMV4_DEBUG=1 adds the traceback.
+continues the newest unfinished one that no process is running. An `--out` that holds a run is
+refused unless `--resume auto` continues it or `--overwrite` replaces it; `--resume auto` on an
+unfinished run that saved no checkpoint yet starts it again (a requeued job repeats its command
+line). A run locks its folder and its --checkpoint-dir while it lives: a second process there is
+refused, naming the first. Everything given (options, the config file, HSTU_* variables, --set
+items, the dataset, the memory the model needs) is checked before any file is created.
+`--debug` or DLRMV4_DEBUG=1 adds the traceback to an error.
+
+Exit status:
+  0         the run ended: it reached the target AUC ("status": "success" in the JSON line) or
+            ran its steps without reaching it ("status": "aborted", as its MLPerf log says)
+  1         the run started and failed (its log ends with run_stop "aborted")
+  2         a bad input, or a folder in use by another run: refused in one line on stderr,
+            before anything was created or changed
+  130, 143  interrupted by SIGINT or SIGTERM (its log ends with run_stop "aborted")
 
 Under torchrun (`torchrun --nproc-per-node N tools/train.py ...`) every rank runs it: gloo on
 CPU, NCCL/RCCL with one GPU per rank, the embedding tables sharded by TorchRec, each rank
@@ -37,16 +47,18 @@ from hstu_model.checkpoint import CheckpointError
 from hstu_model.config import PRESETS
 from hstu_model.training.distributed import RankLostError
 from hstu_model.training.kernels import KERNELS
-from hstu_model.training.run import REFERENCE_MIN_HISTORY, RunConfig, RunRefused, train
+from hstu_model.training.run import REFERENCE_MIN_HISTORY, RunConfig, RunRefused, flag, train
 from mlperf_compliance import RunInterrupted
 from yambda_data import HISTORY_STRATEGIES
 
-DEFAULTS = RunConfig()
+DEFAULTS = argparse.Namespace(**{f.name: f.default for f in dataclasses.fields(RunConfig)})
+"""RunConfig's defaults, read without building one (that resolves the config, and a bad
+HSTU_* variable must not break --help)."""
 DEBUG_VARIABLE = "DLRMV4_DEBUG"
 """Set to 1 for tracebacks with errors, as --debug does."""
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add = p.add_argument
     # yambda-5b's tables (about 600 GB) need GPUs under torchrun (sharded by TorchRec).
@@ -146,6 +158,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help=f"print a traceback with an error (also with {DEBUG_VARIABLE}=1)",
     )
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
     try:
         run_config(args)
@@ -167,7 +184,7 @@ def flag_message(error: Exception) -> str:
     if not text.startswith("RunConfig."):
         return text
     field, _, message = text.removeprefix("RunConfig.").partition(": ")
-    return f"--{field.replace('_', '-')}: {message}"
+    return f"{flag(field)}: {message}"
 
 
 def steps_arg(text: str) -> int | None:

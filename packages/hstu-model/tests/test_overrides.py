@@ -4,8 +4,9 @@ import sys
 import pytest
 
 from hstu_model import ConfigError, HSTURanker, flops, preset
-from hstu_model.__main__ import build_parser, dense_parameter_count, main
+from hstu_model.__main__ import build_parser, main
 from hstu_model.config import SMALL_VOCAB, TINY_VOCAB, YAMBDA_5B_VOCAB
+from hstu_model.memory import dense_parameter_count
 from hstu_model.overrides import (
     env_overrides,
     load_overrides_file,

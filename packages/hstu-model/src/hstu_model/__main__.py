@@ -2,7 +2,9 @@
 
 Prints one JSON object: the effective config (preset < file < environment < --set), every
 embedding table (the id tables and one per contextual feature) with its rows, width and
-features, the parameter counts, and the analytical FLOPs per sample (`hstu_model.flops`). The
+features, the parameter counts, the memory floor of training (`hstu_model.memory`: tables with
+their Adagrad state, dense parameters with Adam's) and the analytical FLOPs per sample
+(`hstu_model.flops`). The
 counts come from building the whole model on the meta device, which allocates no storage (the
 yambda-5b tables alone would take about 600 GB).
 """
@@ -24,10 +26,9 @@ from hstu_model.config import (
     ID_TABLES,
     PRESETS,
     ConfigError,
-    ContextualFeature,
     HSTUConfig,
-    ModelConfig,
 )
+from hstu_model.memory import training_memory
 from hstu_model.model import HSTURanker
 from hstu_model.overrides import resolve_config
 
@@ -46,18 +47,6 @@ def parse_vocab(text: str) -> dict[str, int]:
         except ValueError:
             raise ConfigError(f"--vocab: expected table=rows, got {item!r}") from None
     return vocab
-
-
-def dense_parameter_count(model: ModelConfig) -> int:
-    """Parameters outside the embedding tables, counted on the meta device over one-row tables
-    (nothing is allocated; the dense part does not depend on the table sizes)."""
-    one_row = tuple(ContextualFeature(f.name, 1) for f in model.contextual_features)
-    ranker = HSTURanker(
-        dataclasses.replace(model, contextual_features=one_row),
-        dict.fromkeys(ID_TABLES, 1),
-        device=META,
-    )
-    return sum(p.numel() for p in ranker.dense_parameters())
 
 
 def describe(preset_name: str, config: HSTUConfig, vocab: Mapping[str, int]) -> dict[str, Any]:
@@ -95,6 +84,7 @@ def describe(preset_name: str, config: HSTUConfig, vocab: Mapping[str, int]) -> 
             "dense": dense,
             "total": embedding_total + dense,
         },
+        "memory_floor": dataclasses.asdict(training_memory(config.model, vocab)),
         "notes": notes,
         "flops_per_sample": flops.summary(config.model),
     }

@@ -65,6 +65,7 @@ __all__ = [
     "CheckpointSchedule",
     "Checkpointer",
     "StreamPosition",
+    "config_differences",
     "latest",
     "latest_verified",
     "list_checkpoint_dirs",
@@ -655,18 +656,21 @@ def _write_error(error: BaseException, tmp: Path, tensors: Mapping[str, Any]) ->
     )
 
 
-def _config_differences(saved: Mapping[str, Any], live: Mapping[str, Any]) -> list[str]:
+def config_differences(saved: Mapping[str, Any], live: Mapping[str, Any]) -> list[str]:
+    """`section.field: <saved> then, <live> now` for every field of `live`'s sections (a
+    config's `to_dict()`) that `saved` (its JSON form, as a checkpoint keeps it) holds
+    otherwise."""
     live = json.loads(json.dumps(live, default=str))
     out = []
     for section, values in live.items():
         if not isinstance(values, Mapping):
             continue
         stored = saved.get(section, {})
+        if not isinstance(stored, Mapping):
+            stored = {}
         for key in sorted(set(values) | set(stored)):
             if values.get(key) != stored.get(key):
-                out.append(
-                    f"{section}.{key}: checkpoint {stored.get(key)!r}, now {values.get(key)!r}"
-                )
+                out.append(f"{section}.{key}: {stored.get(key)!r} then, {values.get(key)!r} now")
     return out
 
 
@@ -731,7 +735,7 @@ def load_checkpoint(
     info = checkpoint if isinstance(checkpoint, CheckpointInfo) else read_checkpoint(checkpoint)
     rank, world = _rank_and_world()
     if check_config and info.config is not None:
-        differences = _config_differences(info.config, trainer.config.to_dict())
+        differences = config_differences(info.config, trainer.config.to_dict())
         if differences:
             raise CheckpointError(
                 f"{info.path} was saved with another config: " + "; ".join(differences[:5])

@@ -12,9 +12,10 @@ came from (file path, variable name or command-line item) and the field.
   `HSTU_` names without a double underscore (such as build switches) are ignored.
 - Command line: `section.field=value`, e.g. `model.num_layers=2`, `optimizer.betas=0.9,0.99`.
 
-Text values (environment, command line, and strings in a file for non-string fields) are parsed
-to the field's type: int, float, bool (true/false, 1/0, yes/no, on/off), str, and tuples written
-as comma-separated items (`1,2,4`, brackets optional). `model.contextual_features` items are
+Text values (environment, command line) are parsed to the field's type: int, float, bool
+(true/false, 1/0, yes/no, on/off), str, and tuples written as comma-separated items (`1,2,4`,
+brackets optional). A file gives values in its own types: a string where a number, a bool or a
+list belongs is refused (a quoted "3" is a typo as often as not), except the text forms below. `model.contextual_features` items are
 written `name=rows` (`user_x_artist=10000,user_x_hour=2400`); in a file they may also be tables
 `{name = "...", num_embeddings = ...}`. Changing their number needs the matching
 `model.contextual_seq_len` (1 + the number of items) in the same layer (each layer is
@@ -125,10 +126,23 @@ def parse_value(text: str, field_type: Any, where: str) -> Any:
     return _parse_scalar(text, field_type, where)
 
 
+_TEXT_FORMS = (ContextualFeature, TableOption)
+"""Field types a file may also give as text (`name=rows`, `table=value`, or lists of them)."""
+
+
 def _check_native(value: Any, field_type: Any, where: str) -> Any:
-    """A value read from a file, checked against (and lightly converted to) `field_type`."""
+    """A value read from a file, checked against (and lightly converted to) `field_type`. A
+    file has its own types: a string where a number, a bool or a list belongs is refused, as a
+    typo would be, rather than parsed."""
     if isinstance(value, str) and field_type is not str:
-        return parse_value(value, field_type, where)
+        element = typing.get_args(field_type)[0] if typing.get_origin(field_type) else None
+        if field_type in _TEXT_FORMS or element in _TEXT_FORMS:
+            return parse_value(value, field_type, where)
+        name = getattr(field_type, "__name__", str(field_type))
+        hint = "write the value unquoted"
+        if "e" in value.lower() and _is_float(value):
+            hint += " (YAML reads a number such as 1e-6 as a string: write 1.0e-6)"
+        raise ConfigError(f"{where}: expected {name}, got the string {value!r}; {hint}")
     if (
         isinstance(value, Mapping)
         and typing.get_origin(field_type) is tuple
@@ -178,6 +192,14 @@ def _check_native(value: Any, field_type: Any, where: str) -> Any:
     raise ConfigError(f"{where}: expected {name}, got {value!r}")
 
 
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _put(overrides: Overrides, path: _Path, value: Any) -> None:
     section = overrides.setdefault(path[0], {})
     if len(path) == 3:
@@ -191,6 +213,11 @@ def _flatten(data: Any, source: str, prefix: _Path = ()) -> Iterable[tuple[_Path
         raise ConfigError(f"{source}: expected a mapping of sections, got {type(data).__name__}")
     for key, value in data.items():
         path = (*prefix, str(key))
+        if not prefix and path[0] in SECTIONS and not isinstance(value, Mapping):
+            raise ConfigError(
+                f"{source}: {path[0]}: expected a mapping of its fields, got "
+                f"{type(value).__name__} {value!r}"
+            )
         if isinstance(value, Mapping) and path not in TABLE_MAPPINGS:
             yield from _flatten(value, source, path)
         else:

@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,15 +36,18 @@ import torch
 import yambda_data
 from hstu_model import checkpoint as ckpt
 from hstu_model.config import (
+    ID_TABLES,
     PRESETS,
     ConfigError,
     HSTUConfig,
     ModelConfig,
     reference_departures,
 )
+from hstu_model.memory import available_memory, format_bytes, training_memory
 from hstu_model.model import HSTURanker
 from hstu_model.overrides import resolve_config
 from hstu_model.sharding import shard_model
+from hstu_model.training import folder_lock
 from hstu_model.training.distributed import Distributed, device_type, init_distributed
 from hstu_model.training.kernels import KERNELS, resolve_kernel
 from hstu_model.training.recorder import MetricsRecorder
@@ -57,7 +61,7 @@ from mlperf_compliance import (
     eval_schedule,
 )
 from yambda_data.loader import make_loader
-from yambda_data.schema import multi_event_path
+from yambda_data.schema import mapping_path, multi_event_path
 
 __all__ = [
     "MIN_HISTORY",
@@ -256,6 +260,11 @@ class RunConfig:
         )
         require(self.users >= 1, "users", f"must be >= 1, got {self.users}")
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+        try:  # yambda-data's rules for the synthetic data, and for a size folder's name
+            self.synth_config()
+        except ValueError as error:
+            field, _, message = str(error).removeprefix("SynthConfig.").partition(": ")
+            require(False, field, message)
         require(self.workers >= 0, "workers", f"must be >= 0, got {self.workers}")
         require(
             self.checkpoint_every >= 0, "checkpoint_every", f"must be >= 0: {self.checkpoint_every}"
@@ -310,6 +319,12 @@ class RunConfig:
         model_crosses(hstu.model)  # yambda-data must know every contextual feature
         return hstu
 
+    def synth_config(self) -> yambda_data.SynthConfig:
+        """The synthetic dataset the run trains on without `data` (with it, only `seed` and
+        `size` are its own)."""
+        users = self.users if self.data is None else yambda_data.SynthConfig.users
+        return yambda_data.SynthConfig(users=users, seed=self.seed, size=self.size)
+
     def model_kernel(self, device: str | None = None) -> str:
         """The model's kernel: `kernel` with `auto` resolved for a `device` device (default:
         the one the run trains on, `device_type()`); KernelUnavailableError (a ConfigError that
@@ -357,31 +372,67 @@ def model_crosses(model: ModelConfig) -> tuple[yambda_data.CrossFeature, ...]:
     )
 
 
+FLAGS = {"config_file": "--config", "overrides": "--set", "world_size": "ranks"}
+"""The tools/train.py option of each RunConfig field that is not `--<field-with-dashes>`
+(`world_size`, a field of the run's identity, is the number of ranks torchrun starts)."""
+
+
+def flag(field: str) -> str:
+    """The command-line option that sets RunConfig `field`, as messages name it."""
+    return FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
+def run_hstu(config: RunConfig, device: torch.device, distributed: bool) -> HSTUConfig:
+    """The model and training config the run trains with: `config.resolved()`, its sharding
+    computed on `device` when the tables are sharded (`distributed`) or not on the CPU."""
+    hstu = config.resolved()
+    if distributed or device.type != "cpu":
+        hstu = hstu.replace(sharding={"compute_device": device.type})
+    return hstu
+
+
+def run_differences(
+    saved_identity: dict,
+    saved_config: dict | None,
+    config: RunConfig,
+    hstu: HSTUConfig,
+    world_size: int,
+) -> list[str]:
+    """What differs between a saved run (its identity and effective config, as a checkpoint
+    or a run folder's config.json holds them) and the run `config` would start."""
+    now = config.identity(world_size)
+    differ = [
+        f"{flag(k)} {saved_identity.get(k)} then, {now[k]} now"
+        for k in now
+        if saved_identity.get(k) != now[k]
+    ]
+    if saved_config is not None:
+        differ += ckpt.config_differences(saved_config, hstu.to_dict())
+    return differ
+
+
 def find_resume_point(
-    config: RunConfig, world_size: int = 1
+    config: RunConfig, hstu: HSTUConfig, world_size: int = 1
 ) -> tuple[ckpt.CheckpointInfo | None, list[tuple[Path, str]]]:
     """The checkpoint to resume from (None: start afresh) and the newer ones skipped because
-    they do not verify (path, what is wrong); refuses (RunRefused) a checkpoint of another run,
-    and to start afresh over an earlier run's checkpoints."""
+    they do not verify (path, what is wrong); refuses (RunRefused) a checkpoint of another run
+    (other settings, another effective config), and to start afresh over an earlier run's
+    checkpoints."""
     if config.checkpoint_dir is None:
         return None, []
     if config.resume == "never":
         existing = sorted(p.name for p in ckpt.list_checkpoint_dirs(config.checkpoint_dir))
         if existing:
             raise RunRefused(
-                f"{config.checkpoint_dir} holds checkpoints of an earlier run ({', '.join(existing)}); "
-                "pass --resume auto to continue it, or use an empty --checkpoint-dir"
+                f"--checkpoint-dir {config.checkpoint_dir} holds checkpoints of an earlier run "
+                f"({', '.join(existing)}); pass --resume auto to continue it, or use an empty "
+                "--checkpoint-dir"
             )
         return None, []
     found, skipped = ckpt.latest_verified(config.checkpoint_dir)
     if found is None:
         return None, skipped
-    saved, now = found.extra["run"], config.identity(world_size)
-    differ = [
-        f"--{k.replace('_', '-')} {saved.get(k)} then, {now[k]} now"
-        for k in now
-        if saved.get(k) != now[k]
-    ]
+    differ = run_differences(found.extra.get("run", {}), found.config, config, hstu, world_size)
     if differ:
         raise RunRefused(f"{found.path} is a checkpoint of another run: {'; '.join(differ)}")
     return found, skipped
@@ -401,7 +452,9 @@ SYNTHETIC_CACHE = RUNS_DIR / "cache" / "synthetic"
 """The synthetic datasets of runs without an explicit `out`, one folder per SynthConfig."""
 SUMMARY = "result.json"
 """Written into the run folder when a run ends (success or not): a finished run."""
-RUN_FILES = ("mlperf.log", "metrics.csv", "metrics.png", "config.json", SUMMARY)
+CONFIG = "config.json"
+"""The run's effective config, identity and id: the first file a run writes into its folder."""
+RUN_FILES = ("mlperf.log", "metrics.csv", "metrics.png", CONFIG, SUMMARY)
 """What a run writes into its folder besides the data and the prepared store."""
 
 
@@ -420,14 +473,24 @@ def run_state(out: Path) -> str:
     return "empty"
 
 
+def read_run_record(out: Path) -> dict | None:
+    """The config.json of the run in `out` (None when missing or unreadable)."""
+    try:
+        record = json.loads((out / CONFIG).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def newest_unfinished_run(checkpoint_dir: Path | None, base: Path = RUNS_DIR) -> Path | None:
     """The most recently changed `train-*` folder under `base` that holds an unfinished run
-    which saved its checkpoints into `checkpoint_dir` (its config.json says so)."""
+    which saved its checkpoints into `checkpoint_dir` (its config.json says so) and that no
+    other process is running."""
 
     def saved_into(folder: Path) -> str | None:
         try:
-            return json.loads((folder / "config.json").read_text())["run"]["checkpoint_dir"]
-        except (OSError, ValueError, KeyError, TypeError):
+            return read_run_record(folder)["run"]["checkpoint_dir"]
+        except (KeyError, TypeError):
             return None
 
     runs = [
@@ -436,6 +499,7 @@ def newest_unfinished_run(checkpoint_dir: Path | None, base: Path = RUNS_DIR) ->
         if p.is_dir()
         and run_state(p) == "unfinished"
         and saved_into(p) == (None if checkpoint_dir is None else str(checkpoint_dir))
+        and folder_lock.holder(p) is None
     ]
     return max(runs, key=lambda p: p.stat().st_mtime_ns, default=None)
 
@@ -454,49 +518,170 @@ def fresh_run_dir(base: Path = RUNS_DIR) -> Path:
     raise AssertionError("unreachable")
 
 
-def choose_run_dir(
-    config: RunConfig, has_checkpoint: bool, log: Callable[[str], None]
-) -> tuple[Path, bool]:
-    """The run folder of `config` and whether the run it holds must be cleared first; raises
-    RunRefused (creating nothing) when `out` holds another run. `has_checkpoint`: a checkpoint
-    to resume from was found."""
-    if config.out is None:
-        if config.resume == "auto":
-            unfinished = newest_unfinished_run(config.checkpoint_dir)
-            if unfinished is not None:
-                log(f"resuming the newest unfinished run, {unfinished}")
-                return unfinished, False
-        return fresh_run_dir(), False
-    out, state = config.out, run_state(config.out)
-    if state == "empty":
-        return out, False
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run does with its folders, decided before it writes anything."""
+
+    out: Path | None
+    """The run folder; None: a fresh `runs/train-<UTC date-time>`."""
+    resume: ckpt.CheckpointInfo | None
+    """The checkpoint the run continues from."""
+    skipped: tuple[tuple[Path, str], ...]
+    """Newer checkpoints that do not verify, with what is wrong with each."""
+    replace: bool
+    """The run files `out` holds are replaced: --overwrite, or an unfinished run that saved
+    no checkpoint starts again."""
+    run_id: str
+    """The run's id (config.json, every checkpoint): a resumed run keeps its own."""
+    notes: tuple[str, ...] = ()
+    """What to tell the user about the choice."""
+
+
+def plan_run(config: RunConfig, hstu: HSTUConfig, world_size: int = 1) -> RunPlan:
+    """Where and how `config` runs; RunRefused (having created nothing) when `out` holds
+    another run, or a run it cannot continue."""
+    resume, skipped = find_resume_point(config, hstu, world_size)
+    out, notes = config.out, []
+    if out is None and config.resume == "auto":
+        out = newest_unfinished_run(config.checkpoint_dir)
+        if out is not None:
+            notes.append(f"resuming the newest unfinished run, {out}")
+    fresh_id = uuid.uuid4().hex
+    state = "empty" if out is None else run_state(out)
+    if state == "empty" or (config.overwrite and resume is None):
+        if resume is not None:
+            raise RunRefused(
+                f"{resume.path} is a checkpoint of a run whose log is not in "
+                f"{out or 'a new run folder'}; pass that run's folder as --out"
+            )
+        if state != "empty":
+            notes.append(f"replacing the run in {out} (--overwrite)")
+        return RunPlan(out, None, tuple(skipped), state != "empty", fresh_id, tuple(notes))
     if config.overwrite:
-        return out, True
+        raise RunRefused(
+            f"--overwrite replaces the run in {out} and --resume auto continues it from "
+            f"{resume.path}: pass one of them"
+        )
     if state == "finished":
         raise RunRefused(
             f"--out {out} holds a finished run ({out / SUMMARY}); write elsewhere with another "
             "--out (or none: a fresh folder under runs/), or pass --overwrite to replace it"
         )
-    if config.resume == "auto" and has_checkpoint:
-        return out, False
-    how = (
-        f"--checkpoint-dir {config.checkpoint_dir} has no checkpoint that verifies to resume "
-        "it from"
-        if config.resume == "auto"
-        else "pass --resume auto with its --checkpoint-dir to continue it"
+    record = read_run_record(out)
+    if resume is not None:
+        saved_id = resume.extra.get("run_id")
+        if not (out / "mlperf.log").is_file() or (
+            record is not None and saved_id is not None and record.get("run_id") != saved_id
+        ):
+            raise RunRefused(
+                f"{resume.path} is a checkpoint of another run than the one in {out} (its log "
+                f"or id differs); pass that run's folder as --out"
+            )
+        return RunPlan(out, resume, tuple(skipped), False, saved_id or fresh_id, tuple(notes))
+    if config.resume != "auto":
+        raise RunRefused(
+            f"--out {out} holds an unfinished run; pass --resume auto with its --checkpoint-dir "
+            "to continue it; write elsewhere with another --out, or pass --overwrite to "
+            "replace it"
+        )
+    if skipped:
+        raise RunRefused(
+            f"--out {out} holds an unfinished run and --checkpoint-dir {config.checkpoint_dir} "
+            f"has no checkpoint that verifies ({'; '.join(f'{p}: {why}' for p, why in skipped)}"
+            "); move those away to start the run again, write elsewhere with another --out, "
+            "or pass --overwrite to replace it"
+        )
+    # Killed before its first checkpoint: the same command (a requeued job) starts it again.
+    if record is None or "identity" not in record:
+        raise RunRefused(
+            f"--out {out} holds an unfinished run whose {CONFIG} is missing or unreadable, so "
+            "it cannot be told to be this run; write elsewhere with another --out, or pass "
+            "--overwrite to replace it"
+        )
+    differ = run_differences(record["identity"], record, config, hstu, world_size)
+    if differ:
+        raise RunRefused(
+            f"--out {out} holds an unfinished run of other settings: {'; '.join(differ)}"
+        )
+    notes.append(
+        f"{out} holds an unfinished run that saved no checkpoint in --checkpoint-dir "
+        f"{config.checkpoint_dir}: starting it again"
     )
-    raise RunRefused(
-        f"--out {out} holds an unfinished run; {how}; write elsewhere with another --out, or "
-        "pass --overwrite to replace it"
-    )
+    return RunPlan(out, None, tuple(skipped), True, fresh_id, tuple(notes))
+
+
+def claim_run(
+    config: RunConfig, hstu: HSTUConfig, world_size: int, held: contextlib.ExitStack
+) -> RunPlan:
+    """`plan_run`, then the locks of the checkpoint directory and the run folder (creating
+    them), held in `held` for the life of the run, then `plan_run` again under the locks (what
+    another process did in between counts). Call on rank 0 only."""
+    try:
+        for folder, what in ((config.checkpoint_dir, "--checkpoint-dir"), (config.out, "--out")):
+            if folder is not None:
+                folder_lock.ensure_free(folder, what)
+        first = plan_run(config, hstu, world_size)  # every refusal before anything is created
+        if config.checkpoint_dir is not None:
+            held.enter_context(folder_lock.lock_folder(config.checkpoint_dir, "--checkpoint-dir"))
+        out = first.out or fresh_run_dir()
+        what = "--out" if config.out is not None else "the run folder"
+        held.enter_context(folder_lock.lock_folder(out, what))
+    except folder_lock.FolderInUse as error:
+        raise RunRefused(str(error)) from None
+    plan = plan_run(dataclasses.replace(config, out=out), hstu, world_size)
+    return dataclasses.replace(plan, notes=first.notes if config.out is None else plan.notes)
 
 
 def check_inputs(config: RunConfig) -> None:
-    """What `train` checks before it creates anything: the dataset of `data`."""
+    """What `train` checks of the dataset before it creates anything: the files of `data`."""
     if config.data is not None:
-        path = multi_event_path(config.data, config.size)
-        if not path.is_file():
-            raise RunRefused(f"--data {config.data} --size {config.size}: no file {path}")
+        paths = [multi_event_path(config.data, config.size)]
+        paths += [mapping_path(config.data, kind) for kind in ("artist", "album")]
+        for path in paths:
+            if not path.is_file():
+                raise RunRefused(f"--data {config.data} --size {config.size}: no file {path}")
+
+
+def vocab_floor(config: RunConfig) -> dict[str, int]:
+    """Rows the id tables will have at least, known before the data is read: the synthetic
+    dataset's users, items, artists and albums (each a distinct id); none for a download."""
+    if config.data is not None:
+        return dict.fromkeys(ID_TABLES, 0)
+    synth = config.synth_config()
+    return {
+        "uid": synth.users,
+        "item_id": synth.items,
+        "artist_id": synth.artists,
+        "album_id": synth.albums,
+    }
+
+
+def memory_refusal(hstu: HSTUConfig, vocab: dict[str, int], ctx: Distributed) -> str | None:
+    """Why the model cannot fit on `ctx`'s device (`hstu_model.memory`), or None."""
+    need = training_memory(hstu.model, vocab)
+    ranks_on_host = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    available = available_memory(ctx.device, 1 if ctx.device.type == "cuda" else ranks_on_host)
+    if available is None or need.per_rank(ctx.world_size) <= available[0]:
+        return None
+    return (
+        f"the model needs at least {format_bytes(need.per_rank(ctx.world_size))} per rank "
+        f"({format_bytes(need.embedding_bytes)} of embedding tables with their Adagrad state "
+        f"over {ctx.world_size} rank(s), {format_bytes(need.dense_bytes)} of dense parameters "
+        f"with Adam's state), more than the {format_bytes(available[0])} {available[1]}; use "
+        "smaller tables (model.contextual_features rows), more ranks or more memory"
+    )
+
+
+def data_root(config: RunConfig) -> Path:
+    """Where the run's dataset is: `data`, or the synthetic one, made in the run folder of an
+    explicit `out` and otherwise shared by the runs under runs/ that ask for the same one."""
+    if config.data is not None:
+        return config.data
+    explicit_out = config.out.parent != RUNS_DIR or not config.out.name.startswith("train-")
+    if explicit_out:
+        return config.out / "data"
+    synth = config.synth_config()
+    return SYNTHETIC_CACHE / f"users{synth.users}-seed{synth.seed}-{synth.size}"
 
 
 def synthetic_data(root: Path, synth: yambda_data.SynthConfig) -> None:
@@ -586,41 +771,48 @@ def _train_run(config: RunConfig, log: Callable[[str], None] = _stderr) -> dict:
     """Runs `config` to its end (or its quality target); returns the summary.
 
     Everything it was given is checked before it creates or changes a file (RunConfig checks
-    its fields and the resolved model config when it is built; here the dataset and the run
-    folder): a bad input raises ConfigError or RunRefused and leaves no trace. Under torchrun
-    every rank calls it (see `init_distributed`); rank 0 writes the logs and the metrics, and
-    every rank returns the summary. Progress goes to `log` (rank 0). An exception or a signal
-    after the run started ends the MLPerf log with run_stop "aborted" and propagates.
+    its fields and the resolved model config when it is built; here the dataset, the memory
+    the model needs, the run folder and the checkpoints): a bad input raises ConfigError or
+    RunRefused and leaves no trace. The run folder and the checkpoint directory are locked for
+    the life of the run (`folder_lock`): a second process refused there names the first. Under
+    torchrun every rank calls it (see `init_distributed`); rank 0 writes the logs and the
+    metrics, and every rank returns the summary. Progress goes to `log` (rank 0). An exception
+    or a signal after the run started ends the MLPerf log with run_stop "aborted" and
+    propagates.
     """
     check_inputs(config)
-    with init_distributed(config.dist_timeout_seconds) as ctx:
+    with init_distributed(config.dist_timeout_seconds) as ctx, contextlib.ExitStack() as held:
         # Before anything is created: a kernel the device cannot run is a bad input.
         config = dataclasses.replace(config, kernel=config.model_kernel(ctx.device.type))
+        hstu = run_hstu(config, ctx.device, ctx.active)
         say = log if ctx.is_main else lambda message: None
-        resume, skipped = _agree(ctx, lambda: find_resume_point(config, ctx.world_size))
-        for path, why in skipped:
+        too_large = _agree(ctx, lambda: memory_refusal(hstu, vocab_floor(config), ctx))
+        if too_large:
+            raise RunRefused(too_large)
+        plan = _agree(ctx, lambda: claim_run(config, hstu, ctx.world_size, held))
+        for path, why in plan.skipped:
             say(f"checkpoint {path} does not verify, skipped: {why}")
-        if resume is not None and skipped:
-            say(f"resuming from {resume.path}, the newest checkpoint that verifies")
-        out, clear = _agree(ctx, lambda: choose_run_dir(config, resume is not None, say))
-        announce = config.out is None
+        if plan.resume is not None and plan.skipped:
+            say(f"resuming from {plan.resume.path}, the newest checkpoint that verifies")
+        for note in plan.notes:
+            say(note)
+        announce, out = config.out is None, plan.out
         config = dataclasses.replace(config, out=out)
-        if resume is not None and not (out / "mlperf.log").is_file():
-            if announce and ctx.is_main and not any(out.iterdir()):
-                out.rmdir()  # the fresh folder this run claimed
-            raise RunRefused(
-                f"{resume.path} is a checkpoint of a run whose log is not in {out}; pass that "
-                "run's folder as --out"
-            )
+        root = data_root(config)
         if ctx.is_main:
-            if clear:
+            if plan.replace:
                 for name in RUN_FILES:
                     (out / name).unlink(missing_ok=True)
-                say(f"replacing the run in {out} (--overwrite)")
-            out.mkdir(parents=True, exist_ok=True)
             if announce:
                 say(f"run folder: {out}")
+            hstu.save_json(
+                out / CONFIG,
+                run=config.as_json() | {"data": str(root)},
+                identity=config.identity(ctx.world_size),
+                run_id=plan.run_id,
+            )
         ctx.barrier()
+        resume = plan.resume
         log_path = out / "mlperf.log"
         if resume is not None and ctx.is_main:  # what the crashed run wrote afterwards goes
             ckpt.rewind_file(log_path, resume.extra["mlperf_log_bytes"])
@@ -636,9 +828,10 @@ def _train_run(config: RunConfig, log: Callable[[str], None] = _stderr) -> dict:
         with tracker.guard():
             if tracker.state == "new":
                 tracker.init_start()
-            summary = _StreamingRun(config, ctx, mllog, tracker, resume, log).run()
+            run = _StreamingRun(config, ctx, mllog, tracker, resume, log, hstu, root, plan.run_id)
+            summary = run.run()
         mllog.close()
-        summary["skipped_checkpoints"] = [f"{path}: {why}" for path, why in skipped]
+        summary["skipped_checkpoints"] = [f"{path}: {why}" for path, why in plan.skipped]
         if ctx.is_main:
             tmp = out / f".{SUMMARY}.tmp"
             tmp.write_text(json.dumps(summary, indent=2) + "\n")
@@ -664,6 +857,9 @@ class _StreamingRun:
         tracker: RunTracker,
         resume: ckpt.CheckpointInfo | None,
         log: Callable[[str], None],
+        hstu: HSTUConfig,
+        root: Path,
+        run_id: str,
     ) -> None:
         self.config, self.ctx, self.mllog, self.tracker, self.resume = (
             config,
@@ -673,29 +869,25 @@ class _StreamingRun:
             resume,
         )
         self.log = log if ctx.is_main else lambda message: None
-        hstu = config.resolved()
-        if ctx.active or ctx.device.type != "cpu":
-            hstu = hstu.replace(sharding={"compute_device": ctx.device.type})
-        self.hstu = hstu
-        # Synthetic data: in the run folder of an explicit --out, else shared by the runs
-        # under runs/ that ask for the same dataset.
-        synth = yambda_data.SynthConfig(users=config.users, seed=config.seed, size=config.size)
-        explicit_out = config.out.parent != RUNS_DIR or not config.out.name.startswith("train-")
-        cache = SYNTHETIC_CACHE / f"users{synth.users}-seed{synth.seed}-{synth.size}"
-        self.root = config.data or (config.out / "data" if explicit_out else cache)
+        self.hstu, self.root, self.run_id = hstu, root, run_id
         # Rank 0 synthesizes and prepares; the others then open what it made (the store is
         # reused while the raw file is unchanged, and its build is locked anyway).
         for turn in ("main", "others"):
             if (turn == "main") == ctx.is_main:
                 if config.data is None:
-                    synthetic_data(self.root, synth)
+                    synthetic_data(self.root, config.synth_config())
                 self.store = yambda_data.prepare_store(
                     self.root,
                     config.size,
                     config.out / "prepared",
                     min_history=config.min_history,
+                    progress=self.log,
                 )
             ctx.barrier()
+        vocab = self.store.vocab.as_dict()
+        too_large = _agree(ctx, lambda: memory_refusal(self.hstu, vocab, ctx))
+        if too_large:  # the data's own tables (the run checked the config's before it began)
+            raise ValueError(f"{self.store.path}: {too_large}")
         self.sample_config = yambda_data.SampleConfig(
             history_length=self.hstu.model.history_length,
             min_history=self.store.min_history,
@@ -814,10 +1006,7 @@ class _StreamingRun:
             model = HSTURanker(self.hstu.model, vocab, device=ctx.device)
         trainer = Trainer(model, self.hstu)
         eval_batches = self.loader(self.eval_plan)
-        config_path = config.out / "config.json"
-        if ctx.is_main:
-            self.hstu.save_json(config_path, run=config.as_json() | {"data": str(self.root)})
-        ctx.barrier()
+        config_path = config.out / CONFIG
         checkpoints = None
         if config.checkpoint_dir is not None:
             checkpoints = ckpt.Checkpointer(
@@ -873,6 +1062,7 @@ class _StreamingRun:
                 "metrics": recorder.state_dict(),
                 "loop": loop | {"trained_seconds": trained_seconds},
                 "run": config.identity(ctx.world_size),
+                "run_id": self.run_id,
             }
             checkpoints.save(trainer, extra)
             return time.perf_counter() - began
