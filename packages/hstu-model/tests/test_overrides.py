@@ -120,6 +120,23 @@ def test_errors_name_source_and_field(kwargs, pattern):
         ("c.json", "{not json", r"c\.json: cannot parse json"),
         ("c.ini", "", r"c\.ini: unknown config file type"),
         ("c.yaml", "- 1\n", r"c\.yaml: expected a mapping"),
+        (
+            "c.yaml",
+            "model: [1, 2]\n",
+            r"c\.yaml: model: expected a mapping of its fields, got list",
+        ),
+        # A file has its own types: a quoted number is refused, not parsed.
+        ("c.toml", '[model]\nnum_layers = "3"\n', r"num_layers: expected int, got the string '3'"),
+        (
+            "c.json",
+            '{"optimizer": {"betas": "0.9,0.99"}}',
+            r"betas: expected tuple, got the string",
+        ),
+        (
+            "c.yaml",
+            "optimizer: {dense_lr: 1e-6}\n",
+            r"dense_lr: .*YAML reads a number such as 1e-6",
+        ),
     ],
 )
 def test_file_errors_name_file_and_field(tmp_path, name, text, pattern):
