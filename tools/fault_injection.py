@@ -99,6 +99,22 @@ def last_record(log: Path) -> dict:
     return json.loads(lines[-1].removeprefix(":::MLLOG "))
 
 
+def wait_for(ready: Callable[[], bool], process: subprocess.Popen, what: str) -> None:
+    """Poll until `ready()`; RuntimeError(`what`) if `process` ends first or after 600 s."""
+    deadline = time.monotonic() + 600
+    while not ready():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(what)
+        time.sleep(0.02)
+
+
+def bump_middle_byte(path: Path) -> None:
+    """Add 1 to the byte in the middle of `path`: same size, other content."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] = (data[len(data) // 2] + 1) % 256
+    path.write_bytes(bytes(data))
+
+
 def children(pid: int) -> list[int]:
     found = []
     for status in Path("/proc").glob("[0-9]*/stat"):
@@ -134,8 +150,7 @@ class Scenarios:
         return self._reference
 
     def bad_inputs_over_a_finished_run(self) -> tuple[str, str, str, bool]:
-        out = self.work / "finished"
-        summary(train(*RUN, "--out", str(out)))
+        out, _ = self._finished()
         before = snapshot(out)
         (self.work / "bad.toml").write_text("[model\n")
         bad = [
@@ -163,22 +178,35 @@ class Scenarios:
             ok,
         )
 
-    def _stopped_run(self, name: str) -> tuple[Path, Path]:
-        """A checkpointed run killed with SIGKILL after its step-4 checkpoint."""
+    def _stopped_run(self, name: str, *extra: str, when: str = "step-4") -> tuple[Path, Path]:
+        """A checkpointed run killed with SIGKILL once `when` exists: after its step-4
+        checkpoint by default; "config.json" kills it as soon as it has claimed its folder."""
         out, checkpoints = self.work / name, self.work / name / "c"
         process = subprocess.Popen(
-            [*TRAIN, *CHECKPOINTED, "--out", str(out), "--checkpoint-dir", str(checkpoints)],
+            [
+                *TRAIN,
+                *CHECKPOINTED,
+                "--out",
+                str(out),
+                "--checkpoint-dir",
+                str(checkpoints),
+                *extra,
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 600
-        while not (checkpoints / "step-4" / "COMPLETE").is_file():
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{name}: the run ended before its step-4 checkpoint")
-            time.sleep(0.05)
+        sign = out / "config.json" if when == "config.json" else checkpoints / when / "COMPLETE"
+        wait_for(sign.is_file, process, f"{name}: the run ended before {when}")
         process.send_signal(signal.SIGKILL)
         process.wait()
         return out, checkpoints
+
+    def _finished(self) -> tuple[Path, dict]:
+        """A finished run without checkpoints (made once)."""
+        out = self.work / "finished"
+        if not (out / "result.json").is_file():
+            summary(train(*RUN, "--out", str(out)))
+        return out, json.loads((out / "result.json").read_text())
 
     def _resume(self, out: Path, checkpoints: Path) -> tuple[dict, str]:
         result = train(
@@ -350,6 +378,354 @@ class Scenarios:
             f"{stops} run_stop ({'aborted' if aborted else 'NOT ABORTED'}), "
             f"{'said' if said else 'NOT SAID'}, {len(left)} process(es) left",
             ok,
+        )
+
+    # Silent wrong results: every artefact a run reuses is checked first.
+
+    def damaged_store_is_rebuilt(self) -> tuple[str, str, str, bool]:
+        out, checkpoints = self._stopped_run("damaged_store")
+        array = out / "prepared" / "store" / "event_item_id"
+        before = digest(array)
+        bump_middle_byte(array)
+        result = train(
+            *CHECKPOINTED,
+            *("--out", str(out), "--checkpoint-dir", str(checkpoints), "--resume", "auto"),
+        )
+        resumed = summary(result)
+        named = array.name in result.stderr
+        restored = digest(array) == before
+        same = resumed["weights_sha256"] == self.reference()["weights_sha256"]
+        # The same over a finished run replaced with --overwrite.
+        finished = self.work / "damaged_store_finished"
+        first = summary(train(*RUN, "--out", str(finished)))
+        array = finished / "prepared" / "store" / "event_item_id"
+        before_overwrite = digest(array)
+        bump_middle_byte(array)
+        again = train(*RUN, "--out", str(finished), "--overwrite")
+        named_again = array.name in again.stderr
+        same_again = summary(again)["weights_sha256"] == first["weights_sha256"]
+        restored_again = digest(array) == before_overwrite
+        ok = named and restored and same and named_again and same_again and restored_again
+        return (
+            "+1 to a byte in the middle of prepared/store/event_item_id, then --resume auto; "
+            "again over a finished run with --overwrite",
+            "the damaged array named, the store rebuilt to its former sha256, the undisturbed "
+            "run's weights, both times",
+            f"{'named' if named and named_again else 'NOT NAMED'}, "
+            f"{'rebuilt' if restored and restored_again else 'NOT REBUILT'}, "
+            + ("same weights" if same and same_again else "OTHER WEIGHTS"),
+            ok,
+        )
+
+    def damaged_synthetic_cache_is_rebuilt(self) -> tuple[str, str, str, bool]:
+        cwd = self.work / "cache_user"
+        cwd.mkdir()
+        first = summary(train(*RUN, cwd=cwd))
+        cache = cwd / "runs" / "cache" / "synthetic" / "users40-seed0-50m"
+        events, artists = (
+            cache / "flat" / "50m" / "multi_event.parquet",
+            cache / "artist_item_mapping.parquet",
+        )
+        before = digest(events, artists)
+        bump_middle_byte(events)
+        flipped = train(*RUN, cwd=cwd)
+        artists.unlink()
+        deleted = train(*RUN, cwd=cwd)
+        named = events.name in flipped.stderr and artists.name in deleted.stderr
+        statuses = [flipped.returncode, deleted.returncode]
+        same = all(
+            summary(r)["weights_sha256"] == first["weights_sha256"] for r in (flipped, deleted)
+        )
+        restored = digest(events, artists) == before
+        return (
+            "+1 to a byte in the middle of the cached multi_event.parquet, then a run; the "
+            "cached artist mapping deleted, then a run",
+            "exit 0, the file named, the cache rebuilt to its former sha256, the same weights",
+            f"statuses {statuses}, {'named' if named else 'NOT NAMED'}, "
+            f"{'rebuilt' if restored else 'NOT REBUILT'}, "
+            + ("same weights" if same else "OTHER WEIGHTS"),
+            statuses == [0, 0] and named and same and restored,
+        )
+
+    def killed_synthesis_leaves_no_temporaries(self) -> tuple[str, str, str, bool]:
+        cwd = self.work / "synth_kill"
+        cwd.mkdir()
+        argv = ["--users", "3000", "--steps", "2", "--evals", "1", "--workers", "0"]
+        cache = cwd / "runs" / "cache" / "synthetic" / "users3000-seed0-50m"
+
+        def temporaries() -> list[Path]:
+            found = cache.rglob("*") if cache.is_dir() else []
+            return [p for p in found if ".tmp" in p.name or ".parts-" in p.name]
+
+        process = subprocess.Popen(
+            [*TRAIN, *argv], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        wait_for(lambda: bool(temporaries()), process, "the synthesis wrote no temporary file")
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        left = len(temporaries())
+        result = train(*argv, cwd=cwd)
+        ok = left > 0 and result.returncode == 0 and not temporaries()
+        return (
+            "SIGKILL while a run writes its synthetic dataset into runs/cache, then the run again",
+            "the second run removes the temporaries and ends with exit 0",
+            f"{left} temporaries after the kill, {len(temporaries())} after the second run "
+            f"(status {result.returncode})",
+            ok,
+        )
+
+    def damaged_raw_file_is_named(self) -> tuple[str, str, str, bool]:
+        root = self.work / "raw_damage"
+        made = yambda_data("synth", "--users", "40", "--seed", "0", "--out", str(root))
+        if made.returncode != 0:
+            raise RuntimeError(made.stderr)
+        events = root / "flat" / "50m" / "multi_event.parquet"
+        bump_middle_byte(events)
+        before = digest(root)
+        result = train(*RUN, "--data", str(root), "--out", str(self.work / "raw_damage_run"))
+        line = one_line(result)
+        ok = result.returncode in (1, 2) and line is not None and str(events) in line
+        return (
+            "+1 to a byte in the middle of a --data multi_event.parquet (the user's file)",
+            "exit 1 or 2, one line naming the file, the file left as it is",
+            f"status {result.returncode}, {line!r:.140}, {kept(before, root)}",
+            ok and "kept" in kept(before, root),
+        )
+
+    # Data loss: no command removes what it did not create.
+
+    def input_inside_out_is_refused(self) -> tuple[str, str, str, bool]:
+        nest, st2 = self.work / "nest", self.work / "st2"
+        for root in (nest / "raw", st2 / "raw"):
+            made = yambda_data("synth", "--users", "40", "--seed", "0", "--out", str(root))
+            if made.returncode != 0:
+                raise RuntimeError(made.stderr)
+        made = yambda_data(
+            "preprocess", "--raw", str(st2 / "raw"), "--size", "50m", "--out", str(st2 / "pre")
+        )
+        if made.returncode != 0:
+            raise RuntimeError(made.stderr)
+        before = digest(nest, st2)
+        preprocess = yambda_data(
+            "preprocess", "--raw", str(nest / "raw"), "--size", "50m", "--out", str(nest)
+        )
+        store = yambda_data(
+            *("build-store", "--preprocessed", str(st2 / "pre"), "--raw", str(st2 / "raw")),
+            *("--out", str(st2), "--min-history", "16"),
+        )
+        statuses = [preprocess.returncode, store.returncode]
+        lines = [one_line(preprocess), one_line(store)]
+        state = kept(before, nest, st2)
+        return (
+            "yambda-data preprocess --raw nest/raw --out nest; build-store --preprocessed "
+            "st2/pre --raw st2/raw --out st2",
+            "exit 2, one line each, every input file kept",
+            f"statuses {statuses}, {sum(line is not None for line in lines)} one-line "
+            f"refusal(s), {state}",
+            statuses == [2, 2] and None not in lines and "kept" in state,
+        )
+
+    # Two processes, one folder.
+
+    def two_resumes_at_once(self) -> tuple[str, str, str, bool]:
+        out, checkpoints = self._stopped_run("twice")
+        argv = [*TRAIN, *CHECKPOINTED, "--out", str(out), "--checkpoint-dir", str(checkpoints)]
+        processes = [
+            subprocess.Popen(
+                [*argv, "--resume", "auto"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        outputs = [p.communicate() for p in processes]  # (pid, status, stdout, stderr) each
+        results = [(p.pid, p.returncode, *o) for p, o in zip(processes, outputs, strict=True)]
+        statuses = sorted(code for _, code, _, _ in results)
+        winner = next((r for r in results if r[1] == 0), None)
+        loser = next((r for r in results if r[1] == 2), None)
+        said = (
+            winner is not None
+            and loser is not None
+            and len(loser[3].strip().splitlines()) == 1
+            and f"in use by process {winner[0]}" in loser[3]
+        )
+        text = (out / "mlperf.log").read_text()
+        stops = text.count('"run_stop"')
+        rows = (out / "metrics.csv").read_text().splitlines()
+        duplicates = len(rows) - len(set(rows))
+        same = winner is not None and (
+            json.loads(winner[2].splitlines()[-1])["weights_sha256"]
+            == self.reference()["weights_sha256"]
+        )
+        return (
+            "two `--resume auto --out R` started at once over a killed run",
+            "one resumes (the undisturbed weights), the other exits 2 in one line naming the "
+            "first's pid; one run_stop, no duplicate metrics rows",
+            f"statuses {statuses}, {'named' if said else 'NOT NAMED'}, {stops} run_stop, "
+            f"{duplicates} duplicate rows, " + ("same weights" if same else "OTHER WEIGHTS"),
+            statuses == [0, 2] and said and stops == 1 and duplicates == 0 and same,
+        )
+
+    def running_runs_are_left_alone(self) -> tuple[str, str, str, bool]:
+        cwd = self.work / "running"
+        cwd.mkdir()
+        checkpoints = cwd / "c"
+        long = [*RUN, "--steps", "400", "--checkpoint-every", "2"]
+        runner = subprocess.Popen(
+            [*TRAIN, *long, "--checkpoint-dir", str(checkpoints)],
+            cwd=cwd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for((checkpoints / "step-2" / "COMPLETE").is_file, runner, "no checkpoint")
+            folders = sorted((cwd / "runs").glob("train-*"))
+            # Without --out, --resume auto looks for the newest unfinished run.
+            resume = train(*long, "--checkpoint-dir", str(checkpoints), "--resume", "auto", cwd=cwd)
+            # Another run sharing the checkpoint directory.
+            other = self.work / "running_other"
+            shared = train(*long, "--out", str(other), "--checkpoint-dir", str(checkpoints))
+            running = runner.poll() is None
+        finally:
+            runner.kill()
+            runner.wait()
+        lines = [one_line(resume), one_line(shared)]
+        named = all(line and f"in use by process {runner.pid}" in line for line in lines)
+        nothing = sorted((cwd / "runs").glob("train-*")) == folders and not other.exists()
+        statuses = [resume.returncode, shared.returncode]
+        return (
+            "while a run checkpoints into C: --resume auto --checkpoint-dir C without --out, "
+            "and a run with another --out and the same --checkpoint-dir",
+            "exit 2, one line naming the running run's pid, nothing created, the run goes on",
+            f"statuses {statuses}, {'named' if named else 'NOT NAMED'}, "
+            f"{'nothing created' if nothing else 'A FOLDER WAS CREATED'}, "
+            f"{'still running' if running else 'THE RUN STOPPED'}",
+            statuses == [2, 2] and named and nothing and running,
+        )
+
+    # Every refusal before the first write.
+
+    def changed_config_on_resume(self) -> tuple[str, str, str, bool]:
+        config_file = self.work / "resume.toml"
+        config_file.write_text("[optimizer]\nwarmup_steps = 10\n")
+        out, checkpoints = self._stopped_run("changed", "--config", str(config_file))
+        before = digest(out, checkpoints)
+        argv = [*CHECKPOINTED, "--out", str(out), "--checkpoint-dir", str(checkpoints)]
+        argv += ["--resume", "auto", "--config", str(config_file)]
+        variable = train(*argv, env={"HSTU_OPTIMIZER__DENSE_LR": "0.5"})
+        set_item = train(*argv, "--set", "model.num_layers=3")
+        config_file.write_text("[optimizer]\nwarmup_steps = 11\n")
+        contents = train(*argv)
+        results = [variable, set_item, contents]
+        lines = [one_line(r) for r in results]
+        expected = ["optimizer.dense_lr: ", "--set () then, ", "optimizer.warmup_steps: 10 then"]
+        named = all(line and e in line for line, e in zip(lines, expected, strict=True))
+        state = kept(before, out, checkpoints)
+        statuses = [r.returncode for r in results]
+        return (
+            "--resume auto of a killed run with HSTU_OPTIMIZER__DENSE_LR=0.5, with --set "
+            "model.num_layers=3, with the --config file's contents changed",
+            "exit 2, one line naming the difference, every file of the run and its checkpoints "
+            "kept",
+            f"statuses {statuses}, {'named' if named else 'NOT NAMED'}, {state}",
+            statuses == [2, 2, 2] and named and "kept" in state,
+        )
+
+    def refusals_before_anything_is_created(self) -> tuple[str, str, str, bool]:
+        cwd = self.work / "refusals"
+        cwd.mkdir()
+        (cwd / "list.yaml").write_text("model: [1, 2]\n")
+        (cwd / "string.toml").write_text('[model]\nnum_layers = "3"\n')
+        cases = [
+            ([], {"HSTU_MODEL__NUM_LAYERS": "abc"}, "HSTU_MODEL__NUM_LAYERS"),
+            (["--users", "1000000000"], {}, "--users: must be in 1..10,000,000"),
+            (["--seed", str(2**64)], {}, "--seed: must be in 0..2**63-1"),
+            (["--size", "../x"], {}, "--size: must be a plain directory name"),
+            (["--config", "list.yaml"], {}, "list.yaml: model: expected a mapping"),
+            (["--config", "string.toml"], {}, "expected int, got the string '3'"),
+        ]
+        statuses, named = [], 0
+        for argv, env, message in cases:
+            result = train(*RUN, *argv, env=env, cwd=cwd)
+            statuses.append(result.returncode)
+            named += bool(one_line(result) and message in result.stderr)
+        shown = subprocess.run(
+            [*TRAIN, "--help"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "HSTU_MODEL__NUM_LAYERS": "abc"},
+        )
+        created = sorted(p.name for p in cwd.iterdir() if p.suffix not in (".yaml", ".toml"))
+        ok = statuses == [2] * len(cases) and named == len(cases) and shown.returncode == 0
+        return (
+            "HSTU_MODEL__NUM_LAYERS=abc (a run, and --help), --users 1000000000, --seed 2**64, "
+            "--size ../x, YAML model: [1, 2], TOML num_layers = '3'",
+            "exit 2 and one line naming the value each, --help exit 0, nothing created",
+            f"statuses {statuses}, {named} named, --help status {shown.returncode}, "
+            f"created {created}",
+            ok and not created,
+        )
+
+    def tables_that_cannot_fit(self) -> tuple[str, str, str, bool]:
+        cwd = self.work / "too_large"
+        cwd.mkdir()
+        rows = "user_x_artist=1000000000000,user_x_album=4000,user_x_hour=2400,item_x_hour=4000"
+        rows += ",artist_x_hour=3200,user_x_is_organic=2000,user_x_artist_x_hour=4000"
+        result = train(*RUN, "--set", f"model.contextual_features={rows}", cwd=cwd)
+        line = one_line(result) or ""
+        said = "needs at least" in line and "available" in line
+        created = sorted(p.name for p in cwd.iterdir())
+        return (
+            "a contextual table of 10**12 rows",
+            "exit 2, one line with the estimate and what is available, nothing created",
+            f"status {result.returncode}, {line[17:120]!r}..., created {created}",
+            result.returncode == 2 and said and not created,
+        )
+
+    # Runs as a cluster needs them.
+
+    def requeue_before_the_first_checkpoint(self) -> tuple[str, str, str, bool]:
+        out, checkpoints = self._stopped_run("requeued", when="config.json")
+        saved = sorted(p.name for p in checkpoints.glob("step-*")) if checkpoints.is_dir() else []
+        argv = [*CHECKPOINTED, "--out", str(out), "--checkpoint-dir", str(checkpoints)]
+        result = train(*argv, "--resume", "auto")
+        again = summary(result)
+        said = "starting it again" in result.stderr
+        starts = (out / "mlperf.log").read_text().count('"run_start"')
+        same = again["weights_sha256"] == self.reference()["weights_sha256"]
+        return (
+            "SIGKILL of a checkpointed run before its first checkpoint, then the same command "
+            "with --resume auto (as a requeued job repeats it)",
+            "the run starts again, says so, one run_start, the undisturbed run's weights",
+            f"checkpoints at the kill {saved}, {'said' if said else 'NOT SAID'}, {starts} "
+            f"run_start, " + ("same weights" if same else "OTHER WEIGHTS"),
+            not saved and said and starts == 1 and same,
+        )
+
+    def repeated_rows_are_counted(self) -> tuple[str, str, str, bool]:
+        import polars as pl
+
+        root = self.work / "repeated"
+        made = yambda_data("synth", "--users", "40", "--seed", "0", "--out", str(root))
+        if made.returncode != 0:
+            raise RuntimeError(made.stderr)
+        events = root / "flat" / "50m" / "multi_event.parquet"
+        frame = pl.read_parquet(events)
+        doubled = pl.concat([frame, frame]).sort(["uid", "timestamp"], maintain_order=True)
+        doubled.write_parquet(events)
+        count = f"{frame.height:,}"
+        validate = yambda_data("validate", "--root", str(root), "--size", "50m")
+        preprocess = yambda_data(
+            "preprocess", "--raw", str(root), "--size", "50m", "--out", str(self.work / "rep_pre")
+        )
+        warned = [count in r.stderr and "warning" in r.stderr for r in (validate, preprocess)]
+        statuses = [validate.returncode, preprocess.returncode]
+        return (
+            "a multi_event file with every row twice, through yambda-data validate and preprocess",
+            f"exit 0 with a warning counting the {count} repeated rows, each",
+            f"statuses {statuses}, warned {warned}",
+            statuses == [0, 0] and all(warned),
         )
 
 
