@@ -56,6 +56,14 @@ def yambda_data(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*YAMBDA_DATA, *args], capture_output=True, text=True, timeout=600)
 
 
+def synthesize(root: Path) -> Path:
+    """A 40-user synthetic Yambda dataset under `root` (yambda-data synth); its events file."""
+    done = yambda_data("synth", "--users", "40", "--seed", "0", "--out", str(root))
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr)
+    return root / "flat" / "50m" / "multi_event.parquet"
+
+
 def digest(*paths: Path) -> dict[str, str]:
     """sha256 of every file under `paths` (a file or a folder), lock files aside."""
     found = {}
@@ -476,10 +484,7 @@ class Scenarios:
 
     def damaged_raw_file_is_named(self) -> tuple[str, str, str, bool]:
         root = self.work / "raw_damage"
-        made = yambda_data("synth", "--users", "40", "--seed", "0", "--out", str(root))
-        if made.returncode != 0:
-            raise RuntimeError(made.stderr)
-        events = root / "flat" / "50m" / "multi_event.parquet"
+        events = synthesize(root)
         bump_middle_byte(events)
         before = digest(root)
         result = train(*RUN, "--data", str(root), "--out", str(self.work / "raw_damage_run"))
@@ -497,9 +502,7 @@ class Scenarios:
     def input_inside_out_is_refused(self) -> tuple[str, str, str, bool]:
         nest, st2 = self.work / "nest", self.work / "st2"
         for root in (nest / "raw", st2 / "raw"):
-            made = yambda_data("synth", "--users", "40", "--seed", "0", "--out", str(root))
-            if made.returncode != 0:
-                raise RuntimeError(made.stderr)
+            synthesize(root)
         made = yambda_data(
             "preprocess", "--raw", str(st2 / "raw"), "--size", "50m", "--out", str(st2 / "pre")
         )
@@ -707,10 +710,7 @@ class Scenarios:
         import polars as pl
 
         root = self.work / "repeated"
-        made = yambda_data("synth", "--users", "40", "--seed", "0", "--out", str(root))
-        if made.returncode != 0:
-            raise RuntimeError(made.stderr)
-        events = root / "flat" / "50m" / "multi_event.parquet"
+        events = synthesize(root)
         frame = pl.read_parquet(events)
         doubled = pl.concat([frame, frame]).sort(["uid", "timestamp"], maintain_order=True)
         doubled.write_parquet(events)
