@@ -577,3 +577,24 @@ def test_synth_with_a_published_shape_streams_its_files(tmp_path, capsys):
     assert main(["synth", "--out", str(tmp_path / "x"), "--seed", "1", "--stream"]) == 2
     assert "--users: required without --shape" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_synth_replaces_its_files_and_nothing_else(tmp_path, capsys):
+    """A dataset path that is a directory (a user's data, say) is refused before anything is
+    written, with --overwrite too; nothing beside the three files is touched."""
+    out = tmp_path / "data"
+    (out / "flat" / "50m" / "multi_event.parquet").mkdir(parents=True)
+    (out / "flat" / "50m" / "multi_event.parquet" / "part-0.parquet").write_bytes(b"mine")
+    argv = ["synth", "--users", "4", "--out", str(out), "--seed", "1", "--median-events", "100"]
+    for extra in ([], ["--overwrite"]):
+        assert main([*argv, *extra]) == 2
+        assert capsys.readouterr().err == (
+            f"yambda-data synth: error: --out {out}: {out / 'flat' / '50m' / 'multi_event.parquet'}"
+            ": exists and is not a file; refusing to replace it\n"
+        )
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
+        "flat",
+        "flat/50m",
+        "flat/50m/multi_event.parquet",
+        "flat/50m/multi_event.parquet/part-0.parquet",
+    ]

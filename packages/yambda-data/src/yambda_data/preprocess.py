@@ -8,6 +8,8 @@ writes, under ``out_dir``::
     test_events/part-NNNNN.parquet      test events
     session_index/part-NNNNN.parquet    one row per train uid (see below)
     item_popularity.npy              int64 train event count per item_id
+    checksums.json                   written last: size and sha256 of every other file, and
+                                     the input's rows and repeated rows
 
 The split and the sessions are those of :mod:`yambda_data.split` (global ``t_max`` over the
 whole table, test ``[t_max - 86,400, t_max)``, 1,800 s gap, test rows only for uids with train
@@ -42,13 +44,16 @@ space left there.
 Determinism: rows keep the input order (the file is sorted by (uid, timestamp) and ties keep
 their file order; nothing is re-sorted), partitions are fixed uid ranges and every file is
 written from one contiguous chunk with fixed parquet settings, so two runs give byte-identical
-files.
+files (``checksums.json`` included). Rows that repeat an earlier row in every column are kept,
+as the reference keeps them, and counted per partition (they share their uid and timestamp).
 
 Atomicity: everything is written into a temporary sibling directory ``.<out>.tmp-*`` that is
 renamed onto ``out_dir`` at the end (an existing output is first moved aside and deleted after
 the rename). An exception removes the temporary directory and leaves a previous output as it
 was. ``out_dir``, when it exists, must be empty or a previous preprocess output (it has a
-``split_meta.json``); anything else is refused rather than replaced. Runs into the same
+``split_meta.json``) holding only what preprocess writes; anything else is refused, naming the
+entry, rather than replaced. ``out_dir`` may not be, hold or lie inside the raw file, nor be or
+hold ``raw_root``. Runs into the same
 ``out_dir`` take turns through an exclusive lock on the sibling file ``.<out>.lock``; under it,
 temporary directories left by a killed run are removed.
 """

@@ -46,11 +46,16 @@ Integrity and concurrency:
 * Everything is written into a temporary sibling directory and renamed onto ``out_dir``; the
   ``READY`` marker, holding the sha256 of the manifest, is the last file written, and readers
   refuse a directory without it. The manifest records the sha256 of every array
-  (:meth:`SampleStore.verify` recomputes them).
+  (:meth:`SampleStore.verify` recomputes them) and a fingerprint of what the store was built
+  from: the settings, the preprocess output's checksum record and the mapping files' sha256.
+  A build first checks the preprocess output against its checksum record.
 * Builders take an exclusive lock on the sibling file ``.<out_dir>.lock``, so many ranks can
   call :func:`build_store` at once: one builds, the others wait and then open the result. A
-  store whose manifest matches the inputs and settings is reused (re-running is a no-op);
-  temporary directories left by a killed builder are removed under the lock.
+  store whose fingerprint matches and whose arrays all match their sha256 is reused
+  (re-running is a no-op); any other is rebuilt, ``progress`` naming why; temporary
+  directories left by a killed builder are removed under the lock. An ``out_dir`` holding
+  anything but the store's own files is never replaced, nor one that is, holds or lies
+  inside an input.
 * Memory: one preprocess partition at a time, plus the item feature tables.
 """
 

@@ -2,8 +2,9 @@
 
 :func:`synthesize` writes ``<out>/flat/<size>/multi_event.parquet``,
 ``<out>/artist_item_mapping.parquet`` and ``<out>/album_item_mapping.parquet`` in the public
-schema (:mod:`yambda_data.schema`); :func:`generate` returns the same tables in memory together
-with the generator's own listen_plus probability of every listen.
+schema (:mod:`yambda_data.schema`); :func:`synthesize_cached` keeps such a dataset as a cache
+that is checked (sha256) at every reuse; :func:`generate` returns the same tables in memory
+together with the generator's own listen_plus probability of every listen.
 
 The generative story, vectorized with numpy over blocks of users:
 
