@@ -5,8 +5,8 @@
 Prints, best of ``--repeat`` runs each, with the page cache warm (every file is read once
 before it is timed):
 
-* sha256 throughput: one 1 GiB file in one thread, and ``--store-gib`` GiB of files in the
-  threads the checks use (``HASH_THREADS``);
+* sha256 throughput: one ``--file-gib`` GiB file (random bytes) in one thread, and
+  ``--store-gib`` GiB of files in the threads the checks use (``HASH_THREADS``);
 * each check at the size of the default training run (``tools/train.py``: 400 synthetic
   users, min_history 16): the synthetic cache (``synthesize_cached``), the preprocess output
   (``checksums_problem``), the sample store (``SampleStore.verify``) and the whole reuse of
@@ -90,6 +90,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, required=True, help="folder for the inputs")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--file-gib", type=float, default=1.0, help="size of the random file")
     parser.add_argument("--store-gib", type=float, default=9.8, help="size of the large store")
     parser.add_argument(
         "--skip-duplicates", action="store_true", help="leave out the repeated-rows cases"
@@ -101,13 +102,14 @@ def main() -> None:
     print("| check | MB | s | s per GB | note |")
     print("|---|---:|---:|---:|---|")
 
-    one = work / "random-1gib"
-    if not one.is_file() or one.stat().st_size != GIB:
+    one = work / "random"
+    size = int(args.file_gib * GIB)
+    if not one.is_file() or one.stat().st_size != size:
         with open(one, "wb") as f:
-            for _ in range(GIB >> 24):
-                f.write(os.urandom(1 << 24))
+            for start in range(0, size, 1 << 24):
+                f.write(os.urandom(min(1 << 24, size - start)))
     warm(one)
-    row("sha256, 1 thread", GIB, best_of(args.repeat, lambda: sha256_files([one], threads=1)))
+    row("sha256, 1 thread", size, best_of(args.repeat, lambda: sha256_files([one], threads=1)))
 
     # The default training run's data: the synthetic cache, its preprocess output and store.
     config = yd.SynthConfig(users=400, seed=0, size="50m")

@@ -19,6 +19,7 @@ from yambda_data import (
     build_samples,
     read_multi_event,
 )
+from yambda_data._checksums import HASH_THREADS
 from yambda_data.cli import main
 from yambda_data.preprocess import CHECKSUMS_FILE, preprocess
 from yambda_data.split import temporal_split
@@ -510,3 +511,21 @@ def test_verify_threads_report_the_first_array_in_manifest_order(built_store, tm
         (copy / name).write_bytes(bytes(data))
     with pytest.raises(StoreError, match=f"{names[1]}: sha256 differs from {MANIFEST_FILE}"):
         SampleStore.open(copy).verify()
+
+
+def test_the_checksum_benchmark_runs(tmp_path):
+    script = Path(__file__).parents[1] / "benchmarks" / "bench_checksums.py"
+    argv = [sys.executable, str(script), "--work", str(tmp_path), "--repeat", "1"]
+    argv += ["--file-gib", "0.001", "--store-gib", "0.001", "--skip-duplicates"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split(" | ")[0].strip("| ") for line in done.stdout.splitlines()[3:]]
+    assert rows == [
+        "sha256, 1 thread",
+        "synthesize_cached, reused",
+        "preprocess output: checksums_problem",
+        "store: SampleStore.verify",
+        "prepare_store, reused",
+        f"500m-sized store (sparse), {HASH_THREADS} threads",
+        "500m-sized store (sparse), 1 thread",
+    ]
