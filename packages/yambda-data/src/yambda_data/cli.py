@@ -38,8 +38,8 @@ from .preprocess import (
     SPLIT_META_FILE,
     TEST_EVENTS_DIR,
     TRAIN_SESSIONS_DIR,
-    checksums_problem,
     preprocess,
+    verify_checksums,
 )
 from .samples import LISTEN_PLUS_MIN_RATIO
 from .schema import (
@@ -741,7 +741,7 @@ def _verify_store(path: Path, preprocessed: str | None, raw: str | None) -> dict
     store.verify()
     m = store.manifest
     if preprocessed is not None:
-        _verify_checksums(Path(preprocessed))
+        verify_checksums(preprocessed)
         settings = _BuildSettings(
             min_history=store.min_history, window_seconds=store.window_seconds
         )
@@ -763,12 +763,6 @@ def _verify_store(path: Path, preprocessed: str | None, raw: str | None) -> dict
         "num_windows": store.num_windows,
         "arrays": {name: entry["sha256"] for name, entry in sorted(m["files"].items())},
     }
-
-
-def _verify_checksums(preprocessed: Path) -> None:
-    problem = checksums_problem(preprocessed)
-    if problem is not None:
-        raise problem
 
 
 def _verify_preprocessed(path: Path) -> dict[str, Any]:
@@ -819,7 +813,7 @@ def _verify_preprocessed(path: Path) -> dict[str, Any]:
     ]
     if wrong:
         raise ValueError(f"{path}: does not match {SPLIT_META_FILE}: {'; '.join(wrong)}")
-    _verify_checksums(path)
+    verify_checksums(path)
     return {
         "kind": "preprocess",
         "path": str(path),

@@ -108,7 +108,10 @@ def prepare_preprocessed(
     record = work / _SOURCE_FILE
     say = progress or (lambda _message: None)
     with exclusive_lock(record):
-        current = json.loads(record.read_text()) if record.is_file() else None
+        try:
+            current = json.loads(record.read_text())
+        except (OSError, ValueError):  # missing or not JSON: preprocess again
+            current = None
         if not pre.exists():
             why: str | None = ""
         elif current != source:

@@ -109,6 +109,7 @@ __all__ = [
     "part_name",
     "preprocess",
     "read_checksums",
+    "verify_checksums",
 ]
 
 SPLIT_META_FILE = "split_meta.json"
@@ -548,3 +549,10 @@ def checksums_problem(out_dir: str | Path) -> InputFileError | None:
         if path.is_file() and name not in files and name != CHECKSUMS_FILE:
             return InputFileError(path, f"not listed in {CHECKSUMS_FILE}")
     return None
+
+
+def verify_checksums(out_dir: str | Path) -> None:
+    """Raise :func:`checksums_problem` of a preprocess output, if any."""
+    problem = checksums_problem(out_dir)
+    if problem is not None:
+        raise problem

@@ -84,8 +84,8 @@ from .preprocess import (
     SPLIT_META_FILE,
     TEST_EVENTS_DIR,
     TRAIN_SESSIONS_DIR,
-    checksums_problem,
     part_name,
+    verify_checksums,
 )
 from .samples import (
     ACTION_LIKE,
@@ -196,19 +196,11 @@ def _source_files(preprocessed: Path, raw_root: Path) -> list[Path]:
     files = [meta, preprocessed / CHECKSUMS_FILE, preprocessed / ITEM_POPULARITY_FILE]
     for sub in (TRAIN_SESSIONS_DIR, TEST_EVENTS_DIR):
         files += sorted((preprocessed / sub).glob("part-*.parquet"))
-    files += [mapping_path(raw_root, "artist"), mapping_path(raw_root, "album")]
+    files += _mapping_files(raw_root)
     for path in files:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file")
     return files
-
-
-def _verify_preprocessed(preprocessed: Path) -> None:
-    """A preprocess output read as an input must match its checksum record: InputFileError
-    naming the first file that does not."""
-    problem = checksums_problem(preprocessed)
-    if problem is not None:
-        raise problem
 
 
 def _check_inputs(preprocessed: Path, raw_root: Path) -> None:
@@ -234,11 +226,14 @@ def _check_inputs(preprocessed: Path, raw_root: Path) -> None:
             read_mapping(raw_root, kind)  # type: ignore[arg-type]
 
 
+def _mapping_files(raw_root: Path) -> list[Path]:
+    return [mapping_path(raw_root, "artist"), mapping_path(raw_root, "album")]
+
+
 def check_store_out(preprocessed: Path, raw_root: Path, out: Path) -> None:
     """A store must not be, hold or lie inside its inputs (the preprocess output and the
     mapping files), nor be or hold the raw root (ValueError naming both)."""
-    mappings = [mapping_path(raw_root, "artist"), mapping_path(raw_root, "album")]
-    check_apart(out, [preprocessed, *mappings], roots=[raw_root])
+    check_apart(out, [preprocessed, *_mapping_files(raw_root)], roots=[raw_root])
 
 
 def _written_by_build_store(relative: str, is_dir: bool) -> bool:
@@ -271,7 +266,7 @@ def _fingerprint(preprocessed: Path, raw_root: Path, settings: _BuildSettings) -
     digest.update(json.dumps([STORE_FORMAT, settings.__dict__]).encode())
     _source_files(preprocessed, raw_root)  # names a missing input
     digest.update((preprocessed / CHECKSUMS_FILE).read_bytes())
-    mappings = [mapping_path(raw_root, "artist"), mapping_path(raw_root, "album")]
+    mappings = _mapping_files(raw_root)
     for path, sha256 in zip(mappings, sha256_files(mappings), strict=True):
         digest.update(f"{path.name}:{sha256}\n".encode())
     return digest.hexdigest()
@@ -323,9 +318,10 @@ def build_store(
     check_store_out(preprocessed, raw_root, out)
     # A build reads every file of the preprocess output: they are checked against its record
     # before anything is created, unless the store was built from them and is only reused.
-    inputs_verified = _recorded_fingerprint(out) != fingerprint
-    if inputs_verified:
-        _verify_preprocessed(preprocessed)
+    inputs_checked = False
+    if _recorded_fingerprint(out) != fingerprint:
+        verify_checksums(preprocessed)
+        inputs_checked = True
     if not (out / READY_FILE).is_file():  # (a complete store is checked under the lock)
         _check_out(out)
     say = progress or (lambda _message: None)
@@ -339,8 +335,8 @@ def build_store(
                 return store
             say(f"{problem}; rebuilding {out}")
         _check_out(out)
-        if not inputs_verified:
-            _verify_preprocessed(preprocessed)
+        if not inputs_checked:  # the store was damaged: it is built after all
+            verify_checksums(preprocessed)
         # Under the lock no other builder runs: leftovers are from one that died.
         for stale in out.parent.glob(f".{out.name}.tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
