@@ -110,12 +110,9 @@ def check_apart(out: Path, inputs: Iterable[Path], *, roots: Iterable[Path] = ()
     reads, as the MLPerf layout ``DATA/prepared/SIZE`` does). Paths are compared resolved;
     the one-line ValueError names both as given."""
 
-    def resolved(path: Path) -> Path:
-        return Path(os.path.abspath(path)).resolve()
-
-    target = resolved(out)
+    target = Path(out).resolve()
     for path, nested_ok in [(p, False) for p in inputs] + [(p, True) for p in roots]:
-        source = resolved(path)
+        source = Path(path).resolve()
         if target == source:
             relation = "is"
         elif target in source.parents:
