@@ -13,7 +13,9 @@ import polars as pl
 import pytest
 
 from yambda_data.cli import main
+from yambda_data.preprocess import preprocess
 from yambda_data.schema import multi_event_path
+from yambda_data.store import SampleStore
 from yambda_data.synth import synthesize
 
 
@@ -122,11 +124,12 @@ def test_build_store_verify_and_window_seconds(built_store, tmp_path, capsys):
     assert f"{m['num_windows']:,} windows of 3,600 s" in captured.out
     assert f"verified {len(m['files'])} files" in captured.out
 
-    # a corrupt array: --verify names it, exit status 2
+    # a corrupt array: the store is not reused; the rebuild says which array differed
     (out / "event_item_id").write_bytes(bytes((out / "event_item_id").stat().st_size))
-    assert main([*argv, "--verify"]) == 2
+    assert main([*argv, "--verify"]) == 0
     err = capsys.readouterr().err
-    assert "yambda-data build-store: error:" in err and "event_item_id" in err
+    assert f"{out / 'event_item_id'}: sha256 differs from manifest.json; rebuilding {out}" in err
+    SampleStore.open(out).verify()
 
 
 def test_build_store_errors(built_store, tmp_path, capsys):
@@ -404,13 +407,19 @@ def test_verify_names_a_corrupt_array(built_store, tmp_path, capsys):
 def test_verify_refuses_a_store_of_other_inputs(built_store, tmp_path, capsys):
     raw, pre, store = built_store
     other = tmp_path / "pre"
-    shutil.copytree(pre, other)
-    meta = json.loads((other / "split_meta.json").read_text())
-    meta["num_sessions"] += 1
-    (other / "split_meta.json").write_text(json.dumps(meta))
+    preprocess(raw, "50m", other, partitions=2)  # the same events in other part files
     argv = ["verify", str(store), "--preprocessed", str(other), "--raw", str(raw)]
     assert main(argv) == 1
     assert f"not built from {other}" in capsys.readouterr().err
+    # the store's own inputs, one of them changed since: named
+    copy = tmp_path / "copy"
+    shutil.copytree(pre, copy)
+    meta = json.loads((copy / "split_meta.json").read_text())
+    meta["num_sessions"] += 1
+    (copy / "split_meta.json").write_text(json.dumps(meta))
+    assert main(["verify", str(store), "--preprocessed", str(copy), "--raw", str(raw)]) == 1
+    err = capsys.readouterr().err
+    assert f"FAILED: {copy / 'split_meta.json'}: " in err and "checksums.json says" in err
     assert main(["verify", str(store), "--raw", str(raw)]) == 2  # a usage error
     assert "--preprocessed and --raw go together" in capsys.readouterr().err
     # inputs that are not there: status 2, naming them
@@ -568,3 +577,24 @@ def test_synth_with_a_published_shape_streams_its_files(tmp_path, capsys):
     assert main(["synth", "--out", str(tmp_path / "x"), "--seed", "1", "--stream"]) == 2
     assert "--users: required without --shape" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_synth_replaces_its_files_and_nothing_else(tmp_path, capsys):
+    """A dataset path that is a directory (a user's data, say) is refused before anything is
+    written, with --overwrite too; nothing beside the three files is touched."""
+    out = tmp_path / "data"
+    (out / "flat" / "50m" / "multi_event.parquet").mkdir(parents=True)
+    (out / "flat" / "50m" / "multi_event.parquet" / "part-0.parquet").write_bytes(b"mine")
+    argv = ["synth", "--users", "4", "--out", str(out), "--seed", "1", "--median-events", "100"]
+    for extra in ([], ["--overwrite"]):
+        assert main([*argv, *extra]) == 2
+        assert capsys.readouterr().err == (
+            f"yambda-data synth: error: --out {out}: {out / 'flat' / '50m' / 'multi_event.parquet'}"
+            ": exists and is not a file; refusing to replace it\n"
+        )
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
+        "flat",
+        "flat/50m",
+        "flat/50m/multi_event.parquet",
+        "flat/50m/multi_event.parquet/part-0.parquet",
+    ]

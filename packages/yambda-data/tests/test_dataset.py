@@ -72,3 +72,101 @@ def test_written_files_are_readable_by_others(root, tiny_config):
     os.umask(umask)
     mode = stat.S_IMODE(multi_event_path(root, tiny_config.size).stat().st_mode)
     assert mode == 0o666 & ~umask
+
+
+# prepare_preprocessed / prepare_store: reuse only what matches its checksums -------------------
+
+
+def _flip_middle_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] = (data[len(data) // 2] + 1) % 256
+    path.write_bytes(bytes(data))
+
+
+def test_prepare_store_rebuilds_a_damaged_store_and_says_which_file(root, tiny_config, tmp_path):
+    from yambda_data import prepare_store
+
+    work = tmp_path / "work"
+    prepare_store(root, tiny_config.size, work, min_history=16)
+    array = work / "store" / "event_item_id"
+    before = array.read_bytes()
+    _flip_middle_byte(array)
+    said: list[str] = []
+    store = prepare_store(root, tiny_config.size, work, min_history=16, progress=said.append)
+    assert f"{array}: sha256 differs from manifest.json; rebuilding {work / 'store'}" in said
+    assert not any(m.startswith("preprocessing") for m in said)
+    assert array.read_bytes() == before
+    store.verify()
+
+
+def test_prepare_preprocessed_redoes_an_output_that_differs_from_its_checksums(
+    root, tiny_config, tmp_path
+):
+    from yambda_data import prepare_preprocessed
+    from yambda_data.preprocess import checksums_problem
+
+    work = tmp_path / "work"
+    said: list[str] = []
+    pre = prepare_preprocessed(root, tiny_config.size, work, progress=said.append)
+    path = multi_event_path(root, tiny_config.size)
+    assert said == [f"preprocessing {path}"]
+    said.clear()
+    assert prepare_preprocessed(root, tiny_config.size, work, progress=said.append) == pre
+    assert said == []  # reused, and the tiny data has no repeated rows
+
+    part = pre / "train_sessions" / "part-00000.parquet"
+    _flip_middle_byte(part)
+    prepare_preprocessed(root, tiny_config.size, work, progress=said.append)
+    assert said == [f"preprocessing {path} ({part}: sha256 differs from checksums.json)"]
+    assert checksums_problem(pre) is None
+
+    (pre / "checksums.json").unlink()  # an output of a version that wrote no record
+    said.clear()
+    prepare_preprocessed(root, tiny_config.size, work, progress=said.append)
+    assert said == [f"preprocessing {path} ({pre / 'checksums.json'}: missing)"]
+    assert checksums_problem(pre) is None
+
+
+def test_prepare_repeats_the_warning_about_repeated_rows(root, tiny_config, tmp_path):
+    import polars as pl
+
+    from yambda_data import prepare_preprocessed
+
+    doubled = tmp_path / "doubled"
+    path = multi_event_path(doubled, tiny_config.size)
+    path.parent.mkdir(parents=True)
+    events = pl.read_parquet(multi_event_path(root, tiny_config.size))
+    pl.concat([events, events]).sort("uid", "timestamp", maintain_order=True).write_parquet(path)
+    warning = (
+        f"warning: {path}: {events.height:,} rows (50.0%) repeat an earlier row in every column"
+    )
+    said: list[str] = []
+    prepare_preprocessed(doubled, tiny_config.size, tmp_path / "work", progress=said.append)
+    assert said == [f"preprocessing {path}", warning]
+    said.clear()
+    prepare_preprocessed(doubled, tiny_config.size, tmp_path / "work", progress=said.append)
+    assert said == [warning]
+
+
+def test_prepare_refuses_a_work_dir_that_would_replace_its_inputs(root, tiny_config, tmp_path):
+    import shutil
+
+    from yambda_data import prepare_preprocessed, prepare_store
+
+    work = tmp_path / "work"
+    inside = work / "preprocessed" / "raw"
+    shutil.copytree(root, inside)
+    other = tmp_path / "other"
+    shutil.copytree(root, other / "store")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(ValueError, match=rf"{work / 'preprocessed'}: the output holds the input"):
+        prepare_preprocessed(inside, tiny_config.size, work)
+    with pytest.raises(ValueError, match=rf"{work / 'preprocessed'}: the output holds the input"):
+        prepare_store(inside, tiny_config.size, work, min_history=16)
+    with pytest.raises(ValueError, match=rf"{other / 'store'}: the output holds the input"):
+        prepare_store(other / "store", tiny_config.size, other, min_history=16)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    # the MLPerf layout: the prepared data inside the raw root, beside the raw files
+    data = tmp_path / "data"
+    shutil.copytree(root, data)
+    prepare_store(data, tiny_config.size, data / "prepared" / tiny_config.size, min_history=16)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ import yambda_data.preprocess as prep
 from yambda_data import InputFileError, WriteError
 from yambda_data.cli import main
 from yambda_data.preprocess import (
+    CHECKSUMS_FILE,
     ITEM_POPULARITY_FILE,
     SESSION_INDEX_DIR,
     SPLIT_META_FILE,
@@ -82,6 +84,7 @@ def test_layout_and_agreement_with_temporal_split(tiny_data, tiny_out):
     out = tiny_out
     assert sorted(p.name for p in out.iterdir()) == sorted(
         [
+            CHECKSUMS_FILE,
             ITEM_POPULARITY_FILE,
             SPLIT_META_FILE,
             TRAIN_SESSIONS_DIR,
@@ -512,3 +515,198 @@ def test_truncated_input_names_the_file(tiny_raw, tmp_path, capsys):
     assert line.startswith(f"yambda-data preprocess: error: {path}: cannot read it: ")
     assert line.count("\n") == 1 and f"reading {raw}:" not in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]
+
+
+DAMAGED_BYTE = 112
+"""A byte of the first dictionary-encoded data page of the tiny dataset's file (written as
+below), found by changing each byte of the file in turn: the parquet reader panics on it."""
+
+
+def test_a_damaged_data_page_is_one_line_naming_the_file(tiny_data, tmp_path):
+    raw = tmp_path / "raw"
+    path = multi_event_path(raw, "50m")
+    path.parent.mkdir(parents=True)
+    tiny_data.events.write_parquet(path, compression="zstd", statistics=True)
+    data = bytearray(path.read_bytes())
+    data[DAMAGED_BYTE] = (data[DAMAGED_BYTE] + 1) % 256
+    path.write_bytes(bytes(data))
+    # In a child process: other damaged bytes can make the reader abort its process.
+    argv = [sys.executable, "-m", "yambda_data", "preprocess", "--raw", str(raw), "--size", "50m"]
+    done = subprocess.run(
+        [*argv, "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "RUST_BACKTRACE": "0"},
+    )
+    assert done.returncode == 2, done.stderr
+    # (the reader's own panic messages come first, from native code)
+    assert done.stderr.splitlines()[-1] == (
+        f"yambda-data preprocess: error: {path}: cannot read it: the parquet reader failed: "
+        "internal error: entered unreachable code: invalid num_bits 174"
+    )
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]
+
+
+def test_reading_turns_a_panic_or_a_memory_error_into_one_line_naming_the_file():
+    from yambda_data._io import reading
+
+    with pytest.raises(InputFileError) as info, reading("raw/x.parquet"):
+        raise MemoryError("Unable to allocate 30.5 GiB for an array with shape (4093640726,)")
+    assert str(info.value) == (
+        "raw/x.parquet: out of memory while reading it (Unable to allocate 30.5 GiB for an "
+        "array with shape (4093640726,)); is the file damaged?"
+    )
+    nested = (
+        'called `Result::unwrap()` on an `Err` value: JoinError::Panic(Id(9), "called '
+        '`Result::unwrap()` on an `Err` value: JoinError::Panic(Id(8), \\"assertion failed: '
+        'offset + length <= self.length\\", ...)", ...)'
+    )
+    with pytest.raises(InputFileError) as info, reading("raw/x.parquet"):
+        raise pl.exceptions.PanicException(nested)
+    assert str(info.value) == (
+        "raw/x.parquet: cannot read it: the parquet reader failed: assertion failed: "
+        "offset + length <= self.length"
+    )
+    assert info.value.path == Path("raw/x.parquet")
+
+
+# checksums, outputs apart from the inputs, duplicated rows ------------------------------------
+
+
+def test_the_checksum_record_names_what_differs(tiny_raw, tiny_out, tmp_path):
+    from yambda_data.preprocess import checksums_problem, read_checksums
+
+    record = read_checksums(tiny_out)
+    files = sorted(p.relative_to(tiny_out).as_posix() for p in tiny_out.rglob("*") if p.is_file())
+    assert sorted(record["files"]) == [name for name in files if name != CHECKSUMS_FILE]
+    assert (
+        record["input"]["rows"]
+        == pl.scan_parquet(multi_event_path(tiny_raw, "50m")).select(pl.len()).collect().item()
+    )
+    assert checksums_problem(tiny_out) is None
+
+    out = tmp_path / "out"
+    shutil.copytree(tiny_out, out)
+    part = out / TEST_EVENTS_DIR / "part-00001.parquet"
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] = (data[len(data) // 2] + 1) % 256
+    part.write_bytes(bytes(data))
+    assert str(checksums_problem(out)) == f"{part}: sha256 differs from {CHECKSUMS_FILE}"
+    part.unlink()
+    assert str(checksums_problem(out)) == f"{part}: missing (listed in {CHECKSUMS_FILE})"
+    shutil.copy(tiny_out / TEST_EVENTS_DIR / "part-00001.parquet", part)
+    extra = out / TRAIN_SESSIONS_DIR / "part-00003.parquet"
+    extra.write_bytes(b"PAR1")
+    assert str(checksums_problem(out)) == f"{extra}: not listed in {CHECKSUMS_FILE}"
+    extra.unlink()
+    (out / CHECKSUMS_FILE).unlink()
+    assert str(checksums_problem(out)) == f"{out / CHECKSUMS_FILE}: missing"
+    assert main(["verify", str(out)]) == 1
+
+
+def test_verify_checks_the_checksums(tiny_out, tmp_path, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(tiny_out, out)
+    assert main(["verify", str(out)]) == 0
+    assert f"every file with {CHECKSUMS_FILE}" in capsys.readouterr().out
+    # a byte of a part changed: the row counts still agree, the checksum does not
+    part = out / TRAIN_SESSIONS_DIR / "part-00000.parquet"
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] = (data[len(data) // 2] + 1) % 256
+    part.write_bytes(bytes(data))
+    assert main(["verify", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"yambda-data verify: FAILED: {part}: sha256 differs from {CHECKSUMS_FILE}\n"
+
+
+def test_an_output_never_is_holds_or_lies_inside_its_input(tiny_raw, tmp_path, capsys):
+    nest = tmp_path / "nest"
+    shutil.copytree(tiny_raw, nest / "raw")
+    raw_file = multi_event_path(nest / "raw", "50m")
+    before = tree(tmp_path)
+    cases = [
+        (nest, "holds", raw_file),
+        (nest / "raw", "holds", raw_file),
+        (raw_file.parent, "holds", raw_file),
+        (raw_file, "is", raw_file),
+        (raw_file / "out", "lies inside", raw_file),
+    ]
+    for out, relation, what in cases:
+        with pytest.raises(ValueError) as refused:
+            preprocess(nest / "raw", "50m", out)
+        assert str(refused.value).startswith(f"{out}: the output {relation} the input {what};")
+        assert tree(tmp_path) == before
+    assert (
+        main(["preprocess", "--raw", str(nest / "raw"), "--size", "50m", "--out", str(nest)]) == 2
+    )
+    err = capsys.readouterr().err
+    assert err == (
+        f"yambda-data preprocess: error: {nest}: the output holds the input {raw_file}; "
+        "refusing to write it (choose an output apart from the inputs)\n"
+    )
+    assert tree(tmp_path) == before
+    # through a symbolic link: the resolved paths are compared
+    (tmp_path / "link").symlink_to(nest)
+    with pytest.raises(ValueError, match="the output holds the input"):
+        preprocess(nest / "raw", "50m", tmp_path / "link")
+    # inside the raw root, beside the raw files, is fine
+    preprocess(nest / "raw", "50m", nest / "raw" / "prepared" / "pre")
+
+
+def test_an_earlier_output_holding_other_files_is_never_replaced(tiny_raw, tmp_path):
+    """The reported loss: an earlier output that the raw data was then moved into."""
+    nest = tmp_path / "nest"
+    preprocess(tiny_raw, "50m", nest, partitions=2)
+    shutil.copytree(tiny_raw, nest / "raw")
+    before = tree(tmp_path)
+    with pytest.raises(ValueError, match="the output holds the input"):
+        preprocess(nest / "raw", "50m", nest)
+    with pytest.raises(ValueError, match=rf"{re.escape(str(nest))}: holds raw, which preprocess"):
+        preprocess(tiny_raw, "50m", nest)
+    shutil.rmtree(nest / "raw")
+    (nest / TRAIN_SESSIONS_DIR / "mine.parquet").write_bytes(b"mine")
+    with pytest.raises(ValueError, match=f"holds {TRAIN_SESSIONS_DIR}/mine.parquet, which"):
+        preprocess(tiny_raw, "50m", nest)
+    assert (nest / TRAIN_SESSIONS_DIR / "mine.parquet").read_bytes() == b"mine"
+    assert tree(tmp_path) == {k: v for k, v in before.items() if not k.startswith("nest/raw")} | {
+        f"nest/{TRAIN_SESSIONS_DIR}/mine.parquet": b"mine"
+    }
+
+
+def _every_row_twice(events: pl.DataFrame) -> pl.DataFrame:
+    """Each row twice; at a shared (uid, timestamp) the copies interleave (listen, like,
+    listen, like), so a repeat is not always next to its first row."""
+    return pl.concat([events, events]).sort("uid", "timestamp", maintain_order=True)
+
+
+def test_duplicated_rows_are_counted_and_kept(tiny_data, tmp_path, capsys):
+    events = tiny_data.events
+    doubled = _every_row_twice(events)
+    at_one_time = doubled.filter(pl.struct("uid", "timestamp").is_duplicated())
+    assert not at_one_time.equals(at_one_time.unique(maintain_order=True))  # not adjacent
+    raw = write_raw(tmp_path / "raw", doubled)
+    said: list[str] = []
+    meta = preprocess(raw, "50m", tmp_path / "out", partitions=3, progress=said.append)
+    repeats = doubled.height - events.unique().height
+    share = 100 * repeats / doubled.height
+    src = multi_event_path(raw, "50m")
+    assert said == [
+        f"warning: {src}: {repeats:,} rows ({share:.1f}%) repeat an earlier row in every column"
+    ]
+    assert meta.num_train_events == 2 * temporal_split(events).meta.num_train_events
+    record = json.loads((tmp_path / "out" / CHECKSUMS_FILE).read_text())
+    assert record["input"] == {"rows": doubled.height, "duplicate_rows": repeats}
+
+    argv = ["preprocess", "--raw", str(raw), "--size", "50m", "--out", str(tmp_path / "o2")]
+    assert main(argv) == 0
+    assert f"warning: {src}: {repeats:,} rows (50.0%) repeat" in capsys.readouterr().err
+    tiny_data.artist_item_mapping.write_parquet(raw / "artist_item_mapping.parquet")
+    tiny_data.album_item_mapping.write_parquet(raw / "album_item_mapping.parquet")
+    assert main(["validate", "--root", str(raw), "--size", "50m"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"warning: {src}: {repeats:,} rows (50.0%) repeat an earlier row in every column\n"
+    )
+    assert "ok:" in captured.out

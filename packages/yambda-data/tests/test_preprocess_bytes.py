@@ -6,6 +6,9 @@ outputs exactly as they were. Inputs: a few hundred synthetic users written with
 groups (so a uid range spans several of them and a row group can straddle two ranges), once
 with ``event_type`` as the Enum and once as strings (the cast path), preprocessed in one and in
 several partitions, and once with a gap in the uids that leaves two partitions empty.
+
+The checksum record ``checksums.json`` came later: it must list exactly those sha256 values,
+and its own bytes are pinned too, so that two runs stay byte-identical.
 """
 
 from __future__ import annotations
@@ -98,6 +101,14 @@ EXPECTED_SHA256: dict[str, dict[str, str]] = {
 }
 
 
+EXPECTED_RECORD_SHA256 = {
+    "enum-None": "b46a43076043bc4b9210da018b26f1adcb11191416b753bfdac610e8ee4eeb09",
+    "enum-4": "9603d2ed029677a172f85a714a2b56647ab0258ef221e7a55787cb1018f4b411",
+    "string-3": "902e67a1c0b1f4be6ea35b2589bdda8312596ede163c82b293693205bc9d83a8",
+    "gap-4": "13eb4ce2cf4c51c1443eeaa63d8bb321bf88f09e13d40fcb6e2f2faf7b12621d",
+}
+
+
 def _sha256_of_tree(out: Path) -> dict[str, str]:
     return {
         p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -133,4 +144,14 @@ def test_outputs_are_byte_identical(raw_roots, tmp_path, event_type, partitions)
     meta = preprocess(raw_roots[event_type], "50m", out, partitions=partitions)
     assert meta.to_dict() == EXPECTED_SPLIT
     assert json.loads((out / "split_meta.json").read_text()) == EXPECTED_SPLIT
-    assert _sha256_of_tree(out) == EXPECTED_SHA256[f"{event_type}-{partitions}"]
+    case = f"{event_type}-{partitions}"
+    found = _sha256_of_tree(out)
+    assert found.pop("checksums.json") == EXPECTED_RECORD_SHA256[case]
+    assert found == EXPECTED_SHA256[case]
+    record = json.loads((out / "checksums.json").read_text())
+    assert {name: entry["sha256"] for name, entry in record["files"].items()} == found
+    events = generate(CONFIG).events
+    assert record["input"] == {
+        "rows": events.height,
+        "duplicate_rows": events.height - events.unique().height,
+    }

@@ -327,3 +327,37 @@ def test_unknown_event_type_string_without_summary():
     )
     with pytest.raises(SchemaError, match=r"unknown event_type value 'skip' \(first at row 2\)"):
         check_multi_event_rows(bad, "part", summary=False)
+
+
+def test_repeated_rows_are_counted_exactly_in_frames_and_files(tmp_path: Path, monkeypatch):
+    """A row counts when every column (nulls included) equals an earlier row's, wherever it is
+    among the rows of its (uid, timestamp); a file is counted one uid range at a time."""
+    import yambda_data.schema as schema
+    from yambda_data.schema import count_duplicate_rows, validate_multi_event
+
+    def row(uid, ts, item, etype, ratio=None):
+        listen = etype == "listen"
+        return (uid, ts, item, 0, ratio if listen else None, 200 if listen else None, etype)
+
+    rows = [
+        row(1, 5, 10, "listen", 60),
+        row(1, 5, 10, "like"),
+        row(1, 5, 10, "listen", 60),  # repeats row 0, not next to it
+        row(1, 5, 10, "like"),  # repeats row 1 (nulls equal nulls)
+        row(1, 5, 10, "listen", 61),  # another ratio: not a repeat
+        row(1, 10, 10, "listen", 60),  # another time: not a repeat
+        row(2, 10, 10, "listen", 60),  # another uid: not a repeat
+        row(2, 10, 10, "listen", 60),
+        row(2, 10, 10, "listen", 60),
+        row(3, 15, 11, "dislike"),
+    ]
+    frame = pl.DataFrame(rows, schema=MULTI_EVENT_SCHEMA, orient="row")
+    assert count_duplicate_rows(frame) == 4
+    assert count_duplicate_rows(frame.with_columns(pl.col("event_type").cast(pl.String))) == 4
+    assert validate_multi_event(frame).num_duplicate_rows == 4
+    path = tmp_path / "events.parquet"
+    frame.write_parquet(path, row_group_size=3)
+    monkeypatch.setattr(schema, "ROWS_PER_PARTITION", 3)  # four uid ranges
+    assert schema.default_partitions(len(rows)) == 4
+    summary = validate_multi_event(path)
+    assert summary.num_duplicate_rows == 4 and summary.num_events == 10

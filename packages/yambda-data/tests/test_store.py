@@ -19,8 +19,9 @@ from yambda_data import (
     build_samples,
     read_multi_event,
 )
+from yambda_data._checksums import HASH_THREADS
 from yambda_data.cli import main
-from yambda_data.preprocess import preprocess
+from yambda_data.preprocess import CHECKSUMS_FILE, preprocess
 from yambda_data.split import temporal_split
 from yambda_data.store import (
     MANIFEST_FILE,
@@ -390,3 +391,141 @@ def test_the_store_memory_benchmark_runs(built_store):
     assert [row[0] for row in rows] == ["off", "0"] and all(
         float(r[1].replace(",", "")) > 0 for r in rows
     )
+
+
+# reuse only what matches its checksums; never remove what the build did not write ------------
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    return {
+        p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def test_a_damaged_array_is_named_and_rebuilt_not_reused(built_store, tmp_path):
+    raw, pre, _path = built_store
+    out = tmp_path / "store"
+    build_store(pre, raw, out, min_history=16)
+    before = _tree(out)
+    array = out / "event_item_id"
+    data = bytearray(array.read_bytes())
+    data[len(data) // 2] = (data[len(data) // 2] + 1) % 256  # the same size
+    array.write_bytes(bytes(data))
+    said: list[str] = []
+    store = build_store(pre, raw, out, min_history=16, progress=said.append)
+    assert said[0] == f"{array}: sha256 differs from {MANIFEST_FILE}; rebuilding {out}"
+    assert any(m.startswith("partition 1/3") for m in said)
+    assert _tree(out) == before
+    store.verify()
+
+
+def test_the_fingerprint_covers_the_content_of_the_inputs(built_store, tmp_path):
+    """Inputs whose names, sizes and split metadata are those the store was built from, but
+    whose content differs (a popularity count, recorded in the output's checksums), are
+    other inputs: the store is rebuilt, not reused."""
+    raw, pre, _path = built_store
+    out = tmp_path / "store"
+    build_store(pre, raw, out, min_history=16)
+    other = tmp_path / "pre"
+    shutil.copytree(pre, other)
+    popularity = np.load(other / "item_popularity.npy")
+    popularity[0] += 1
+    np.save(other / "item_popularity.npy", popularity)
+    record = json.loads((other / CHECKSUMS_FILE).read_text())
+    data = (other / "item_popularity.npy").read_bytes()
+    assert record["files"]["item_popularity.npy"]["bytes"] == len(data)
+    record["files"]["item_popularity.npy"]["sha256"] = hashlib.sha256(data).hexdigest()
+    (other / CHECKSUMS_FILE).write_text(json.dumps(record))
+    said: list[str] = []
+    build_store(other, raw, out, min_history=16, progress=said.append)
+    assert said[0] == f"{out}: built from other inputs or settings; rebuilding {out}"
+
+
+def test_a_preprocess_output_that_differs_from_its_checksums_is_refused(built_store, tmp_path):
+    raw, pre, _path = built_store
+    other = tmp_path / "pre"
+    shutil.copytree(pre, other)
+    part = other / "train_sessions" / "part-00001.parquet"
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] = (data[len(data) // 2] + 1) % 256
+    part.write_bytes(bytes(data))
+    with pytest.raises(InputFileError, match=f"{re.escape(str(part))}: sha256 differs from "):
+        build_store(other, raw, tmp_path / "new" / "store", min_history=16)
+    assert not (tmp_path / "new").exists()
+    (other / CHECKSUMS_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match=rf"{CHECKSUMS_FILE}: no such file"):
+        build_store(other, raw, tmp_path / "new" / "store", min_history=16)
+    assert not (tmp_path / "new").exists()
+
+
+def test_an_existing_store_holding_other_files_is_never_replaced(built_store, tmp_path):
+    raw, pre, _path = built_store
+    out = tmp_path / "store"
+    build_store(pre, raw, out, min_history=16)
+    (out / "notes.txt").write_text("keep me")
+    build_store(pre, raw, out, min_history=16)  # reused: nothing removed
+    before = _tree(out)
+    with pytest.raises(ValueError, match=rf"{re.escape(str(out))}: holds notes\.txt, which"):
+        build_store(pre, raw, out, min_history=8)
+    assert _tree(out) == before
+
+
+def test_a_store_is_never_where_its_inputs_are(built_store, tmp_path):
+    """The output may not be, hold or lie inside the preprocess output or a mapping file, nor
+    be or hold the raw root; refused before anything is created."""
+    raw, pre, _path = built_store
+    nest = tmp_path / "st2"
+    shutil.copytree(pre, nest / "pre")
+    shutil.copytree(raw, nest / "raw")
+    build_store(nest / "pre", nest / "raw", nest / "store", min_history=16)
+    shutil.rmtree(nest / "store")
+    before = _tree(tmp_path)
+    artist = nest / "raw" / "artist_item_mapping.parquet"
+    cases = [
+        (nest, "holds", nest / "pre"),
+        (nest / "pre", "is", nest / "pre"),
+        (nest / "pre" / "store", "lies inside", nest / "pre"),
+        (nest / "raw", "holds", artist),
+        (artist, "is", artist),
+    ]
+    for out, relation, what in cases:
+        pattern = f"{re.escape(str(out))}: the output {relation} the input {re.escape(str(what))};"
+        with pytest.raises(ValueError, match=pattern):
+            build_store(nest / "pre", nest / "raw", out, min_history=16)
+        assert _tree(tmp_path) == before
+    # beside the raw files, inside the raw root, is fine (DATA/prepared/SIZE)
+    build_store(nest / "pre", nest / "raw", nest / "raw" / "prepared" / "store", min_history=16)
+
+    argv = ["build-store", "--preprocessed", str(nest / "pre"), "--raw", str(nest / "raw")]
+    assert main([*argv, "--out", str(nest), "--min-history", "16"]) == 2
+
+
+def test_verify_threads_report_the_first_array_in_manifest_order(built_store, tmp_path):
+    copy = tmp_path / "store"
+    shutil.copytree(built_store[2], copy)
+    names = list(SampleStore.open(copy).manifest["files"])
+    for name in (names[-1], names[1]):  # damaged: the first named is the earlier one
+        data = bytearray((copy / name).read_bytes())
+        data[0] ^= 1
+        (copy / name).write_bytes(bytes(data))
+    with pytest.raises(StoreError, match=f"{names[1]}: sha256 differs from {MANIFEST_FILE}"):
+        SampleStore.open(copy).verify()
+
+
+def test_the_checksum_benchmark_runs(tmp_path):
+    script = Path(__file__).parents[1] / "benchmarks" / "bench_checksums.py"
+    argv = [sys.executable, str(script), "--work", str(tmp_path), "--repeat", "1"]
+    argv += ["--file-gib", "0.001", "--store-gib", "0.001", "--skip-duplicates"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split(" | ")[0].strip("| ") for line in done.stdout.splitlines()[3:]]
+    assert rows == [
+        "sha256, 1 thread",
+        "synthesize_cached, reused",
+        "preprocess output: checksums_problem",
+        "store: SampleStore.verify",
+        "prepare_store, reused",
+        f"500m-sized store (sparse), {HASH_THREADS} threads",
+        "500m-sized store (sparse), 1 thread",
+    ]

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -250,3 +254,172 @@ def test_yambda_shape_has_the_published_users_and_per_user_mean():
     assert 3_700 <= per_user.mean() <= 6_000
     with pytest.raises(ValueError, match="size: expected one of 50m, 500m, 5b, got '1b'"):
         yambda_shape("1b")
+
+
+# synthesize_cached: a shared cache that is checked at every reuse -----------------------------
+
+SMALL = SynthConfig(users=6, median_events_per_user=80, items=600, artists=60, albums=150, seed=3)
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    return {
+        p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def test_cache_is_made_once_and_reused_while_its_checksums_match(tmp_path):
+    from yambda_data import synthesize_cached
+    from yambda_data.synth import SYNTH_RECORD_FILE
+
+    root = tmp_path / "cache"
+    said: list[str] = []
+    paths = synthesize_cached(root, SMALL, progress=said.append)
+    assert said == [f"synthesizing {root} ({root / SYNTH_RECORD_FILE}: missing)"]
+    assert _files(paths) == _files(synthesize(tmp_path / "plain", SMALL))
+    record = json.loads((root / SYNTH_RECORD_FILE).read_text())
+    assert record["config"] == SMALL.to_dict()
+    assert sorted(record["files"]) == [
+        "album_item_mapping.parquet",
+        "artist_item_mapping.parquet",
+        "flat/50m/multi_event.parquet",
+    ]
+    for name, entry in record["files"].items():
+        data = (root / name).read_bytes()
+        assert entry == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+    before = _tree(root)
+    said.clear()
+    assert synthesize_cached(root, SMALL, progress=said.append) == paths
+    assert said == [f"{root}: synthetic data up to date"]
+    assert _tree(root) == before
+
+
+@pytest.mark.parametrize("damage", ["flip", "delete", "truncate"])
+def test_a_damaged_cache_file_is_named_and_made_again(tmp_path, damage):
+    from yambda_data import synthesize_cached
+
+    root = tmp_path / "cache"
+    paths = synthesize_cached(root, SMALL)
+    before = _tree(root)
+    target = paths.multi_event if damage == "flip" else paths.artist_item_mapping
+    data = bytearray(target.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] = (data[len(data) // 2] + 1) % 256  # same size
+        target.write_bytes(bytes(data))
+        why = f"{target}: sha256 differs from synth.json"
+    elif damage == "delete":
+        target.unlink()
+        why = f"{target}: missing (listed in synth.json)"
+    else:
+        target.write_bytes(bytes(data[:-10]))
+        why = f"{target}: {len(data) - 10:,} bytes, synth.json says {len(data):,}"
+    said: list[str] = []
+    synthesize_cached(root, SMALL, progress=said.append)
+    assert said == [f"synthesizing {root} ({why})"]
+    assert _tree(root) == before
+
+
+def test_another_config_or_an_unfinished_record_makes_the_cache_again(tmp_path):
+    from yambda_data import synthesize_cached
+    from yambda_data.synth import SYNTH_RECORD_FILE
+
+    root = tmp_path / "cache"
+    synthesize_cached(root, SMALL)
+    record = root / SYNTH_RECORD_FILE
+    other = dataclasses.replace(SMALL, seed=4)
+    said: list[str] = []
+    synthesize_cached(root, other, progress=said.append)
+    assert said == [f"synthesizing {root} ({record}: made for another config)"]
+    assert json.loads(record.read_text())["config"] == other.to_dict()
+    # a synthesis killed after it claimed the folder: the files there are replaced
+    record.write_text(json.dumps({"config": other.to_dict(), "files": None}))
+    said.clear()
+    synthesize_cached(root, other, progress=said.append)
+    assert said == [
+        f"synthesizing {root} ({record}: no checksums (an earlier synthesis did not finish))"
+    ]
+    # the record of the trainer's earlier cache (the config alone)
+    record.write_text(json.dumps(other.to_dict(), sort_keys=True))
+    said.clear()
+    synthesize_cached(root, other, progress=said.append)
+    assert said == [f"synthesizing {root} ({record}: not a record of synthesize_cached)"]
+
+
+def test_leftovers_of_killed_syntheses_are_removed_and_nothing_else(tmp_path):
+    from yambda_data import synthesize_cached
+
+    root = tmp_path / "cache"
+    paths = synthesize_cached(root, SMALL)
+    flat = paths.multi_event.parent
+    leftovers = [
+        flat / ".multi_event.parquet.k1ll3d.tmp",
+        root / ".artist_item_mapping.parquet.k1ll3d.tmp",
+        root / ".synth.json.k1ll3d.tmp",
+    ]
+    for path in leftovers:
+        path.write_bytes(b"half")
+    parts = flat / ".multi_event.parquet.k1ll3d.tmp.parts-x9"
+    parts.mkdir()
+    (parts / "part-0000000.parquet").write_bytes(b"half")
+    keep = [root / "notes.txt", flat / "multi_event.parquet.tmp", root / ".synth.json.tmp"]
+    for path in keep:
+        path.write_text("mine")
+    said: list[str] = []
+    synthesize_cached(root, SMALL, progress=said.append)
+    assert not parts.exists() and not any(path.exists() for path in leftovers)
+    assert all(path.read_text() == "mine" for path in keep)
+    removed = sorted(m for m in said if m.startswith("removing "))
+    assert (
+        len(removed) == 4 and f"removing {parts} (left by a synthesis that was killed)" in removed
+    )
+    assert said[-1] == f"{root}: synthetic data up to date"
+
+
+def test_cache_never_replaces_files_it_did_not_make(tmp_path):
+    from yambda_data import synthesize_cached
+
+    root = tmp_path / "download"
+    paths = synthesize(root, SMALL)  # a dataset of the user's: no record
+    before = _tree(root)
+    with pytest.raises(ValueError, match=r"refusing to replace a dataset that synthesize_cached"):
+        synthesize_cached(root, SMALL)
+    assert _tree(root) == before
+    paths.multi_event.unlink()
+    paths.multi_event.mkdir()  # not a file: refused before anything is written
+    with pytest.raises(ValueError, match=f"{paths.multi_event}: exists and is not a file"):
+        synthesize_cached(tmp_path / "download", dataclasses.replace(SMALL, seed=9))
+    with pytest.raises(ValueError, match=f"{paths.multi_event}: exists and is not a file"):
+        synthesize(tmp_path / "download", SMALL)
+    with pytest.raises(TypeError, match="config must be a SynthConfig"):
+        synthesize_cached(tmp_path / "other", SMALL.to_dict())  # type: ignore[arg-type]
+    assert not (tmp_path / "other").exists()
+
+
+_CACHE = """
+import sys
+from yambda_data import SynthConfig, synthesize_cached
+config = SynthConfig(users=6, median_events_per_user=80, items=600, artists=60, albums=150, seed=3)
+synthesize_cached(sys.argv[1], config, progress=print)
+"""
+
+
+def test_concurrent_callers_take_turns(tmp_path):
+    root = tmp_path / "cache"
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CACHE, str(root)], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(3)
+    ]
+    said = [run.communicate(timeout=300)[0] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0, 0]
+    assert sum(text.startswith("synthesizing") for text in said) == 1
+    assert sum(text == f"{root}: synthetic data up to date\n" for text in said) == 2
+    assert sorted(p.name for p in root.iterdir()) == [
+        ".synth.json.lock",
+        "album_item_mapping.parquet",
+        "artist_item_mapping.parquet",
+        "flat",
+        "synth.json",
+    ]

@@ -35,7 +35,15 @@ from .schema import (
 from .split import SplitMeta, SplitResult, temporal_split
 from .store import SampleStore, StoreError, build_store
 from .streaming import TEST, BatchPlan, holdout_users
-from .synth import SynthConfig, SynthData, SynthPaths, generate, synthesize, yambda_shape
+from .synth import (
+    SynthConfig,
+    SynthData,
+    SynthPaths,
+    generate,
+    synthesize,
+    synthesize_cached,
+    yambda_shape,
+)
 
 __version__ = "0.1.0"
 
@@ -80,6 +88,7 @@ __all__ = [
     "read_mapping",
     "read_multi_event",
     "synthesize",
+    "synthesize_cached",
     "temporal_split",
     "validate_mapping",
     "validate_multi_event",

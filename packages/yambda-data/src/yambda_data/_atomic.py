@@ -7,7 +7,7 @@ import fcntl
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 
@@ -102,3 +102,43 @@ def exclusive_lock(path: str | Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def check_apart(out: Path, inputs: Iterable[Path], *, roots: Iterable[Path] = ()) -> None:
+    """Refuse an output ``out`` that is, holds or lies inside one of ``inputs``, or that is or
+    holds one of ``roots`` (dataset roots: an output may go inside one, beside the files it
+    reads, as the MLPerf layout ``DATA/prepared/SIZE`` does). Paths are compared resolved;
+    the one-line ValueError names both as given."""
+
+    target = Path(out).resolve()
+    for path, nested_ok in [(p, False) for p in inputs] + [(p, True) for p in roots]:
+        source = Path(path).resolve()
+        if target == source:
+            relation = "is"
+        elif target in source.parents:
+            relation = "holds"
+        elif source in target.parents and not nested_ok:
+            relation = "lies inside"
+        else:
+            continue
+        raise ValueError(
+            f"{out}: the output {relation} the input {path}; refusing to write it (choose an "
+            "output apart from the inputs)"
+        )
+
+
+def check_only_ours(out: Path, ours: Callable[[str, bool], bool], command: str) -> None:
+    """Refuse to replace an existing directory ``out`` that holds an entry ``command`` does
+    not write: ``ours(relative POSIX path, is_dir)`` says which entries it writes (a directory
+    it accepts is searched too). The ValueError names the first other entry."""
+    for dirpath, dirnames, filenames in os.walk(out):
+        dirnames.sort()
+        base = Path(dirpath).relative_to(out)
+        entries = [(name, True) for name in dirnames] + [(name, False) for name in filenames]
+        for name, is_dir in sorted(entries):
+            relative = (base / name).as_posix()
+            if not ours(relative, is_dir and not os.path.islink(os.path.join(dirpath, name))):
+                raise ValueError(
+                    f"{out}: holds {relative}, which {command} did not write; refusing to "
+                    f"replace {out} (move that away or choose another output)"
+                )

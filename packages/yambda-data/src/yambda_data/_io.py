@@ -140,13 +140,33 @@ def writing(path: str | Path, output: str | Path | None = None) -> Iterator[None
         raise write_error(path, exc, output) from exc
 
 
+_INNERMOST_PANIC = re.compile(r'Id\(\d+\), \\*"(.*?)\\*"')
+
+
+def _panic_message(text: str) -> str:
+    """The innermost message of a polars panic: one that crosses threads is wrapped in
+    ``JoinError::Panic(Id(n), "<message>", ...)`` once per thread."""
+    found = _INNERMOST_PANIC.search(text.rsplit("JoinError::Panic(", 1)[-1])
+    return found.group(1) if found else first_line(text)
+
+
 @contextlib.contextmanager
 def reading(path: str | Path) -> Iterator[None]:
-    """Report a polars error raised while reading ``path`` (truncated, not parquet, corrupt)
-    as an :class:`InputFileError` naming it; an operating system error polars wraps becomes an
-    OSError naming it."""
+    """Report a failure while reading (or sizing tables from) ``path`` as an
+    :class:`InputFileError` naming it: a polars error (truncated, not parquet, corrupt), a
+    panic of the parquet reader on damaged bytes, or a MemoryError (a damaged value, such as a
+    huge id, can ask for a table larger than memory). An operating system error polars wraps
+    becomes an OSError naming it."""
     try:
         yield
+    except pl.exceptions.PanicException as exc:
+        problem = _panic_message(str(exc))
+        raise InputFileError(path, f"cannot read it: the parquet reader failed: {problem}") from exc
+    except MemoryError as exc:
+        problem = first_line(str(exc)) or "MemoryError"
+        raise InputFileError(
+            path, f"out of memory while reading it ({problem}); is the file damaged?"
+        ) from exc
     except pl.exceptions.PolarsError as exc:
         code = _errno_of(exc)
         if code is not None:

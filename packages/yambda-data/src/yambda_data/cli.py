@@ -32,12 +32,14 @@ import polars as pl
 from ._io import InputFileError, first_line, reading, reading_any
 from .download import PINNED_REVISION, SIZES, DownloadError, download
 from .preprocess import (
+    CHECKSUMS_FILE,
     ITEM_POPULARITY_FILE,
     SESSION_INDEX_DIR,
     SPLIT_META_FILE,
     TEST_EVENTS_DIR,
     TRAIN_SESSIONS_DIR,
     preprocess,
+    verify_checksums,
 )
 from .samples import LISTEN_PLUS_MIN_RATIO
 from .schema import (
@@ -45,6 +47,7 @@ from .schema import (
     MULTI_EVENT_FILE,
     SchemaError,
     check_multi_event_columns,
+    duplicate_rows_warning,
     mapping_path,
     multi_event_path,
     validate_mapping,
@@ -61,7 +64,7 @@ from .store import (
     _source_files,
     build_store,
 )
-from .synth import YAMBDA_USERS, SynthConfig, synthesize, yambda_shape
+from .synth import YAMBDA_USERS, SynthConfig, SynthPaths, synthesize, yambda_shape
 
 __all__ = ["DEBUG_ENV", "main"]
 
@@ -281,16 +284,12 @@ def _synth(args: argparse.Namespace) -> None:
         raise ValueError(f"{flag}: {exc}" if flag else str(exc)) from None
     root = Path(args.out)
     _check_creatable("--out", root)
-    targets = [
-        multi_event_path(root, config.size),
-        mapping_path(root, "artist"),
-        mapping_path(root, "album"),
-    ]
-    for target in targets:
-        if target.exists() and not target.is_file():
-            raise ValueError(f"--out {root}: {target} exists and is not a file")
-        _check_creatable("--out", target.parent)
-    present = [t for t in targets if t.exists()]
+    paths = SynthPaths.of(root, config)
+    try:
+        paths.check_writable()
+    except ValueError as exc:
+        raise ValueError(f"--out {root}: {exc}") from None
+    present = [t for t in paths.files if t.exists()]
     if present and not args.overwrite:
         raise ValueError(
             f"--out {root}: {present[0]} exists; refusing to replace a dataset (pass "
@@ -332,6 +331,12 @@ def _validate(args: argparse.Namespace) -> None:
         counts = ", ".join(f"{k} {v:,}" for k, v in summary.event_counts.items())
         print(f"{summary.source}: ok: {summary.num_events:,} events, {summary.num_users:,} users")
         print(f"  timestamps {summary.t_min}..{summary.t_max}; {counts}")
+        if summary.num_duplicate_rows:
+            _progress(
+                duplicate_rows_warning(
+                    summary.source, summary.num_duplicate_rows, summary.num_events
+                )
+            )
         for kind in ("artist", "album"):
             path = mapping_path(root, kind)
             with reading(path):
@@ -351,7 +356,7 @@ def _preprocess(args: argparse.Namespace) -> None:
     _check_int("--partitions", args.partitions, 1)
     _check_creatable("--out", Path(args.out))
     start = time.perf_counter()
-    meta = preprocess(args.raw, args.size, args.out, partitions=args.partitions)
+    meta = preprocess(args.raw, args.size, args.out, partitions=args.partitions, progress=_progress)
     elapsed = time.perf_counter() - start
     print(f"wrote {args.out}")
     print(
@@ -729,19 +734,21 @@ def _inspect(args: argparse.Namespace) -> None:
 
 
 def _verify_store(path: Path, preprocessed: str | None, raw: str | None) -> dict[str, Any]:
-    """Open the store, recompute every array's sha256 and, given the inputs, check that the
-    store was built from them (the fingerprint build_store records)."""
+    """Open the store, recompute every array's sha256 and, given the inputs, check that they
+    match their checksums and that the store was built from them (the fingerprint
+    build_store records)."""
     store = SampleStore.open(path)
     store.verify()
     m = store.manifest
     if preprocessed is not None:
+        verify_checksums(preprocessed)
         settings = _BuildSettings(
             min_history=store.min_history, window_seconds=store.window_seconds
         )
         if m.get("fingerprint") != _fingerprint(Path(preprocessed), Path(raw), settings):
             raise StoreError(
-                f"{path}: not built from {preprocessed} and {raw} (their names, sizes and "
-                f"split metadata differ from what {MANIFEST_FILE} records); rebuild the store"
+                f"{path}: not built from {preprocessed} and {raw} (their content differs from "
+                f"what {MANIFEST_FILE} records); rebuild the store"
             )
     return {
         "kind": "store",
@@ -759,8 +766,9 @@ def _verify_store(path: Path, preprocessed: str | None, raw: str | None) -> dict
 
 
 def _verify_preprocessed(path: Path) -> dict[str, Any]:
-    """A preprocess output carries no checksums: check that its parts are complete and agree
-    with split_meta.json (row counts from the parquet metadata) and item_popularity.npy."""
+    """Check that the parts of a preprocess output are complete and agree with
+    split_meta.json (row counts from the parquet metadata) and item_popularity.npy, then that
+    every file matches its checksum record."""
     meta = SplitMeta.from_json(path / SPLIT_META_FILE)
     parts = {d: _parts(path / d) for d in (TRAIN_SESSIONS_DIR, TEST_EVENTS_DIR, SESSION_INDEX_DIR)}
     names = {d: [p.name for p in files] for d, files in parts.items()}
@@ -805,6 +813,7 @@ def _verify_preprocessed(path: Path) -> dict[str, Any]:
     ]
     if wrong:
         raise ValueError(f"{path}: does not match {SPLIT_META_FILE}: {'; '.join(wrong)}")
+    verify_checksums(path)
     return {
         "kind": "preprocess",
         "path": str(path),
@@ -858,7 +867,8 @@ def _verify(args: argparse.Namespace) -> None:
             print(f"  built from {args.preprocessed} and {args.raw}")
     else:
         print(
-            f"{path}: preprocess output ok: {report['num_parts']} parts agree with {SPLIT_META_FILE}"
+            f"{path}: preprocess output ok: {report['num_parts']} parts agree with "
+            f"{SPLIT_META_FILE} and every file with {CHECKSUMS_FILE}"
         )
         print(
             f"  users {report['num_users']:,}, train events {report['num_train_events']:,}, "
@@ -915,7 +925,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{prefix}: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # every error is one line; its traceback on request
+    # every error is one line, its traceback on request (a reader's panic is no Exception)
+    except (Exception, pl.exceptions.PanicException) as exc:
         if debug:
             traceback.print_exc()
         hint = (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
-from ._atomic import atomic_path, exclusive_lock
+from ._atomic import atomic_path, check_apart, exclusive_lock
 from ._io import reading, writing
 from .samples import (
     ItemFeatures,
@@ -22,12 +22,13 @@ from .samples import (
 )
 from .schema import (
     check_multi_event_columns,
+    duplicate_rows_warning,
     multi_event_path,
     normalize_multi_event,
     validate_multi_event,
 )
 from .split import SplitMeta, temporal_split
-from .store import SampleStore, _BuildSettings, build_store
+from .store import SampleStore, _BuildSettings, build_store, check_store_out
 
 
 @dataclass(frozen=True)
@@ -79,11 +80,14 @@ def prepare_preprocessed(
 ) -> Path:
     """Preprocess ``<root>/flat/<size>/multi_event.parquet`` into ``<work_dir>/preprocessed``
     unless that output already comes from the same input (the raw file's size and
-    modification time); returns the output folder. The first half of :func:`prepare_store`,
-    on its own so that the two steps can run (and be measured) as separate processes. The
-    arguments and the raw file's columns are checked before anything is created (the rows
-    are checked by the preprocessing, before it writes)."""
-    from .preprocess import preprocess  # the submodule keeps its name (see __init__)
+    modification time) and matches its checksum record (every file's size and sha256);
+    returns the output folder. ``progress`` hears why it preprocesses (naming the file that
+    differs) and, each time, the warning about rows that repeat an earlier row, if any. The
+    first half of :func:`prepare_store`, on its own so that the two steps can run (and be
+    measured) as separate processes. The arguments, the raw file's columns and where the
+    output goes (apart from the inputs) are checked before anything is created (the rows are
+    checked by the preprocessing, before it writes)."""
+    from .preprocess import checksums_problem, preprocess, read_checksums
 
     path = multi_event_path(root, size)
     if not path.is_file():
@@ -98,15 +102,30 @@ def prepare_preprocessed(
     if work.exists() and not work.is_dir():
         raise NotADirectoryError(f"{work}: exists and is not a directory")
     pre = work / PREPROCESSED_DIR
+    check_apart(pre, [path], roots=[Path(root)])
     stat = path.stat()
     source = {"file": str(path.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
     record = work / _SOURCE_FILE
     say = progress or (lambda _message: None)
     with exclusive_lock(record):
-        current = json.loads(record.read_text()) if record.is_file() else None
-        if current != source or not (pre / "split_meta.json").is_file():
-            say(f"preprocessing {path}")
-            preprocess(root, size, pre, partitions=partitions)
+        try:
+            current = json.loads(record.read_text())
+        except (OSError, ValueError):  # missing or not JSON: preprocess again
+            current = None
+        if not pre.exists():
+            why: str | None = ""
+        elif current != source:
+            why = f"{path} is not the file {pre} was made from"
+        else:
+            problem = checksums_problem(pre)
+            why = None if problem is None else str(problem)
+        if why is None:
+            found = read_checksums(pre)["input"]
+            if found["duplicate_rows"]:
+                say(duplicate_rows_warning(str(path), found["duplicate_rows"], found["rows"]))
+        else:
+            say(f"preprocessing {path}" + (f" ({why})" if why else ""))
+            preprocess(root, size, pre, partitions=partitions, progress=say)
             with writing(record), atomic_path(record) as tmp:
                 tmp.write_text(json.dumps(source) + "\n")
     return pre
@@ -123,18 +142,21 @@ def prepare_store(
     progress: Callable[[str], None] | None = None,
 ) -> SampleStore:
     """Preprocess ``<root>/flat/<size>/multi_event.parquet`` into ``<work_dir>/preprocessed``
-    and build the sample store ``<work_dir>/store`` from it; both steps are skipped when their
-    output already comes from the same input (the raw file's size and modification time, and
-    the store's own fingerprint). Safe to call from every rank at once: the store build is
-    locked, and each rank must call it with the same arguments. The arguments and the raw
-    file's columns are checked before anything is created (the rows are checked by the
-    preprocessing, before it writes)."""
+    and build the sample store ``<work_dir>/store`` from it; each step is skipped when its
+    output comes from the same input and matches its checksums (:func:`prepare_preprocessed`;
+    the store's fingerprint and the sha256 of every array), and redone, saying why through
+    ``progress``, when not. Safe to call from every rank at once: both steps are locked, and
+    each rank must call it with the same arguments. The arguments, the raw file's columns and
+    where the outputs go (apart from the inputs) are checked before anything is created (the
+    rows are checked by the preprocessing, before it writes)."""
     _BuildSettings(min_history=min_history, window_seconds=window_seconds)
+    work = Path(work_dir)
+    check_store_out(work / PREPROCESSED_DIR, Path(root), work / STORE_DIR)
     pre = prepare_preprocessed(root, size, work_dir, partitions=partitions, progress=progress)
     return build_store(
         pre,
         root,
-        Path(work_dir) / STORE_DIR,
+        work / STORE_DIR,
         min_history=min_history,
         window_seconds=window_seconds,
         progress=progress,

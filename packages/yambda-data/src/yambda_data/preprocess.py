@@ -8,6 +8,8 @@ writes, under ``out_dir``::
     test_events/part-NNNNN.parquet      test events
     session_index/part-NNNNN.parquet    one row per train uid (see below)
     item_popularity.npy              int64 train event count per item_id
+    checksums.json                   written last: size and sha256 of every other file, and
+                                     the input's rows and repeated rows
 
 The split and the sessions are those of :mod:`yambda_data.split` (global ``t_max`` over the
 whole table, test ``[t_max - 86,400, t_max)``, 1,800 s gap, test rows only for uids with train
@@ -42,39 +44,50 @@ space left there.
 Determinism: rows keep the input order (the file is sorted by (uid, timestamp) and ties keep
 their file order; nothing is re-sorted), partitions are fixed uid ranges and every file is
 written from one contiguous chunk with fixed parquet settings, so two runs give byte-identical
-files.
+files (``checksums.json`` included). Rows that repeat an earlier row in every column are kept,
+as the reference keeps them, and counted per partition (they share their uid and timestamp).
 
 Atomicity: everything is written into a temporary sibling directory ``.<out>.tmp-*`` that is
 renamed onto ``out_dir`` at the end (an existing output is first moved aside and deleted after
 the rename). An exception removes the temporary directory and leaves a previous output as it
 was. ``out_dir``, when it exists, must be empty or a previous preprocess output (it has a
-``split_meta.json``); anything else is refused rather than replaced. Runs into the same
+``split_meta.json``) holding only what preprocess writes; anything else is refused, naming the
+entry, rather than replaced. ``out_dir`` may not be, hold or lie inside the raw file, nor be or
+hold ``raw_root``. Runs into the same
 ``out_dir`` take turns through an exclusive lock on the sibling file ``.<out>.lock``; under it,
 temporary directories left by a killed run are removed.
 """
 
 from __future__ import annotations
 
-import math
+import json
 import os
+import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from ._atomic import exclusive_lock, fsync_tree, replace_dir
-from ._io import reading, writing
+from ._atomic import check_apart, check_only_ours, exclusive_lock, fsync_tree, replace_dir
+from ._checksums import checksum_problem, file_checksums
+from ._io import InputFileError, reading, writing
 from .schema import (
     EVENT_TYPE_DTYPE,
     MULTI_EVENT_SCHEMA,
+    ROWS_PER_PARTITION,
     SchemaError,
     check_multi_event_file,
     check_multi_event_rows,
+    count_duplicate_rows,
+    default_partitions,
+    duplicate_rows_warning,
     multi_event_path,
     normalize_multi_event,
+    uid_range_edges,
 )
 from .split import (
     GAP_SECONDS,
@@ -84,24 +97,31 @@ from .split import (
 )
 
 __all__ = [
+    "CHECKSUMS_FILE",
     "ITEM_POPULARITY_FILE",
     "ROWS_PER_PARTITION",
     "SESSION_INDEX_DIR",
     "SPLIT_META_FILE",
     "TEST_EVENTS_DIR",
     "TRAIN_SESSIONS_DIR",
+    "checksums_problem",
     "default_partitions",
     "part_name",
     "preprocess",
+    "read_checksums",
+    "verify_checksums",
 ]
 
-ROWS_PER_PARTITION = 5_000_000
-"""Default partition count: ceil(rows of the file / this)."""
 SPLIT_META_FILE = "split_meta.json"
 TRAIN_SESSIONS_DIR = "train_sessions"
 TEST_EVENTS_DIR = "test_events"
 SESSION_INDEX_DIR = "session_index"
 ITEM_POPULARITY_FILE = "item_popularity.npy"
+CHECKSUMS_FILE = "checksums.json"
+"""The record written last: the size and sha256 of every other file of the output (by its
+path in the output), and the input's row count and the rows that repeat an earlier row."""
+_PART_DIRS = (TRAIN_SESSIONS_DIR, TEST_EVENTS_DIR, SESSION_INDEX_DIR)
+_PART_NAME = re.compile(r"part-\d{5,}\.parquet")
 
 _ROW_GROUP_SIZE = 1_000_000
 _PARQUET_OPTIONS = {"compression": "zstd", "statistics": True, "row_group_size": _ROW_GROUP_SIZE}
@@ -125,11 +145,6 @@ def part_name(index: int) -> str:
     return f"part-{index:05d}.parquet"
 
 
-def default_partitions(num_rows: int) -> int:
-    """``ceil(num_rows / ROWS_PER_PARTITION)``, at least 1."""
-    return max(1, math.ceil(num_rows / ROWS_PER_PARTITION))
-
-
 @dataclass(frozen=True)
 class _Bounds:
     num_rows: int
@@ -138,11 +153,6 @@ class _Bounds:
     uid_min: int
     uid_max: int
     item_max: int
-
-
-def _uid_edges(uid_min: int, uid_max: int, partitions: int) -> list[int]:
-    span = uid_max - uid_min + 1
-    return [uid_min + (span * k) // partitions for k in range(partitions + 1)]
 
 
 @dataclass(frozen=True)
@@ -156,6 +166,7 @@ class _Partition:
     train_item_ids: np.ndarray
     num_sessions: int
     train_start: int | None
+    num_duplicate_rows: int
 
 
 def _normalized(part: pl.DataFrame) -> pl.DataFrame:
@@ -243,6 +254,7 @@ def _split_partition(part: pl.DataFrame, t_max: int) -> _Partition:
         train_item_ids=part["item_id"].to_numpy()[is_train],
         num_sessions=len(session_row),
         train_start=int(train_ts.min()) if n else None,
+        num_duplicate_rows=count_duplicate_rows(part),
     )
 
 
@@ -250,9 +262,20 @@ def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
     frame.rechunk().write_parquet(path, **_PARQUET_OPTIONS)
 
 
+def _written_by_preprocess(relative: str, is_dir: bool) -> bool:
+    """Whether an entry of an output directory is one that :func:`preprocess` writes."""
+    parent, _, name = relative.rpartition("/")
+    if not parent:
+        if is_dir:
+            return name in _PART_DIRS
+        return name in (SPLIT_META_FILE, ITEM_POPULARITY_FILE, CHECKSUMS_FILE)
+    return parent in _PART_DIRS and not is_dir and bool(_PART_NAME.fullmatch(name))
+
+
 def _check_out_dir(out: Path) -> None:
-    """``out`` may be missing, an empty directory or a previous preprocess output; its
-    nearest existing ancestor must be a directory (so the output can be created there)."""
+    """``out`` may be missing, an empty directory or a previous preprocess output holding
+    nothing else; its nearest existing ancestor must be a directory (so the output can be
+    created there)."""
     if out.exists():
         if not out.is_dir():
             raise ValueError(f"{out}: exists and is not a directory")
@@ -261,6 +284,7 @@ def _check_out_dir(out: Path) -> None:
                 f"{out}: not empty and not a preprocess output (no {SPLIT_META_FILE}); "
                 "refusing to replace it"
             )
+        check_only_ours(out, _written_by_preprocess, "preprocess")
         return
     for parent in out.parents:
         if parent.exists():
@@ -339,6 +363,7 @@ def preprocess(
     out_dir: str | Path,
     *,
     partitions: int | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> SplitMeta:
     """Validate, split, sessionize and write the reference outputs (see the module docstring).
 
@@ -347,8 +372,11 @@ def preprocess(
     is created. Raises FileNotFoundError for a missing raw file, :class:`SchemaError` (naming
     the file, column, row and value) for an invalid one, :class:`~yambda_data.InputFileError`
     for one that cannot be read, ValueError for an unusable ``partitions``, an input with no
-    train event, or an ``out_dir`` that is neither empty nor a previous output, and
+    train event, an ``out_dir`` that is, holds or lies inside the raw file (or is or holds
+    ``raw_root``), or one that holds anything but a previous output, and
     :class:`~yambda_data.WriteError` (naming the path and the free space) when writing fails.
+    Rows that repeat an earlier row in every column are kept, and counted: ``progress`` (if
+    given) receives :func:`~yambda_data.schema.duplicate_rows_warning` when there are any.
     """
     path = multi_event_path(raw_root, size)
     if not path.is_file():
@@ -358,6 +386,7 @@ def preprocess(
     ):
         raise ValueError(f"partitions must be a positive integer, got {partitions!r}")
     out = Path(out_dir)
+    check_apart(out, [path], roots=[Path(raw_root)])
     _check_out_dir(out)
 
     src = str(path)
@@ -365,28 +394,38 @@ def preprocess(
     # scan that is later filtered per partition stops the uid filter from reaching the
     # parquet reader, and every partition then reads the whole file.
     bounds = _bounds(path, src)
+    with reading(path):  # a damaged item_id can ask for more memory than there is
+        popularity = np.zeros(bounds.item_max + 1, dtype=np.int64)
     scan = pl.scan_parquet(path)
     n_parts = partitions if partitions is not None else default_partitions(bounds.num_rows)
-    edges = _uid_edges(bounds.uid_min, bounds.uid_max, n_parts)
+    edges = uid_range_edges(bounds.uid_min, bounds.uid_max, n_parts)
     with writing(out.parent, output=out):
         out.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(out):
         # Under the lock no other run writes here: leftovers are from one that was killed.
         for stale in out.parent.glob(f".{out.name}.tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
-        return _preprocess_locked(scan, bounds, src, path, size, out, n_parts, edges)
+        meta, duplicates = _preprocess_locked(
+            scan, bounds, popularity, src, path, size, out, n_parts, edges
+        )
+    if duplicates and progress is not None:
+        progress(duplicate_rows_warning(src, duplicates, bounds.num_rows))
+    return meta
 
 
 def _preprocess_locked(
     scan: pl.LazyFrame,
     bounds: _Bounds,
+    popularity: np.ndarray,
     src: str,
     path: Path,
     size: str,
     out: Path,
     n_parts: int,
     edges: list[int],
-) -> SplitMeta:
+) -> tuple[SplitMeta, int]:
+    """The output, written; returns its split metadata and the input rows that repeat an
+    earlier row."""
     t_max = bounds.t_max
     test_start = t_max - TEST_SECONDS
     train_end = test_start - GAP_SECONDS
@@ -399,8 +438,7 @@ def _preprocess_locked(
             tmp.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; give it a plain directory's mode
             for sub in (TRAIN_SESSIONS_DIR, TEST_EVENTS_DIR, SESSION_INDEX_DIR):
                 (tmp / sub).mkdir()
-        popularity = np.zeros(bounds.item_max + 1, dtype=np.int64)
-        num_train = num_test = num_sessions = num_users = 0
+        num_train = num_test = num_sessions = num_users = duplicates = 0
         train_start: int | None = None
         next_row = 0  # file rows [0, next_row) belong to the partitions done so far
         for k in range(n_parts):
@@ -426,6 +464,7 @@ def _preprocess_locked(
             num_test += split.test.height
             num_users += split.index.height
             num_sessions += split.num_sessions
+            duplicates += split.num_duplicate_rows
             if split.train_start is not None:
                 first = split.train_start
                 train_start = first if train_start is None else min(train_start, first)
@@ -458,10 +497,62 @@ def _preprocess_locked(
         )
         with writing(tmp / SPLIT_META_FILE, output=out):
             meta.to_json(tmp / SPLIT_META_FILE)
+        files = [p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()]
+        record = {
+            "files": file_checksums(tmp, files),
+            "input": {"rows": bounds.num_rows, "duplicate_rows": duplicates},
+        }
+        with writing(tmp / CHECKSUMS_FILE, output=out):
+            (tmp / CHECKSUMS_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         with writing(tmp, output=out):
             fsync_tree(tmp)
             replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return meta
+    return meta, duplicates
+
+
+def read_checksums(out_dir: str | Path) -> dict:
+    """The checksum record of a preprocess output (see :data:`CHECKSUMS_FILE`):
+    ``{"files": {path: {"bytes", "sha256"}}, "input": {"rows", "duplicate_rows"}}``. Raises
+    FileNotFoundError or InputFileError (malformed) naming it."""
+    record = Path(out_dir) / CHECKSUMS_FILE
+    if not record.is_file():
+        raise FileNotFoundError(f"{record}: no such file (is {out_dir} a preprocess output?)")
+    try:
+        data = json.loads(record.read_text())
+        if not isinstance(data["files"], dict) or not isinstance(data["input"], dict):
+            raise TypeError("files and input must be objects")
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise InputFileError(record, f"malformed ({type(exc).__name__}: {exc})") from None
+    return data
+
+
+def checksums_problem(out_dir: str | Path) -> InputFileError | None:
+    """What differs between a preprocess output and its checksum record, as an error naming
+    the file (its message is one line): the record missing or malformed, a file missing, of
+    another size or sha256, or a file the record does not list. None when they agree."""
+    out = Path(out_dir)
+    record = out / CHECKSUMS_FILE
+    if not record.is_file():
+        return InputFileError(record, "missing")
+    try:
+        files = read_checksums(out)["files"]
+    except InputFileError as exc:
+        return exc
+    problem = checksum_problem(out, files, record)
+    if problem is not None:
+        return problem
+    for path in sorted(out.rglob("*")):
+        name = path.relative_to(out).as_posix()
+        if path.is_file() and name not in files and name != CHECKSUMS_FILE:
+            return InputFileError(path, f"not listed in {CHECKSUMS_FILE}")
+    return None
+
+
+def verify_checksums(out_dir: str | Path) -> None:
+    """Raise :func:`checksums_problem` of a preprocess output, if any."""
+    problem = checksums_problem(out_dir)
+    if problem is not None:
+        raise problem

@@ -24,6 +24,8 @@ Readers accept ``event_type`` stored as Utf8, Categorical or Enum and always han
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,7 @@ __all__ = [
     "MULTI_EVENT_FILE",
     "MULTI_EVENT_SCHEMA",
     "NULLABLE_LISTEN_COLUMNS",
+    "ROWS_PER_PARTITION",
     "TIMESTAMP_QUANTUM",
     "MappingKind",
     "MultiEventSummary",
@@ -49,11 +52,16 @@ __all__ = [
     "check_multi_event_columns",
     "check_multi_event_file",
     "check_multi_event_rows",
+    "count_duplicate_rows",
+    "count_duplicate_rows_in_file",
+    "default_partitions",
+    "duplicate_rows_warning",
     "mapping_path",
     "multi_event_path",
     "normalize_multi_event",
     "read_mapping",
     "read_multi_event",
+    "uid_range_edges",
     "validate_mapping",
     "validate_multi_event",
 ]
@@ -128,6 +136,8 @@ class MultiEventSummary:
     t_min: int | None
     t_max: int | None
     event_counts: dict[str, int]
+    num_duplicate_rows: int
+    """Rows identical in every column to an earlier row (:func:`count_duplicate_rows`)."""
 
 
 def multi_event_path(root: str | Path, size: str) -> Path:
@@ -213,7 +223,13 @@ def validate_multi_event(frame: FrameLike, *, source: str | None = None) -> Mult
 
         with reading(path):
             etype = _event_type(pl.scan_parquet(path).collect_schema())
-        return _summary(src, check_multi_event_file(path, source=src, aggs=_summary_aggs(etype)))
+        row = check_multi_event_file(path, source=src, aggs=_summary_aggs(etype))
+        duplicates = 0
+        if row["__n"]:
+            duplicates = count_duplicate_rows_in_file(
+                path, num_rows=row["__n"], uid_min=row["__uid_min"], uid_max=row["__uid_max"]
+            )
+        return _summary(src, row, duplicates)
     lazy, src = _to_lazy(frame, source)
     check_multi_event_columns(lazy.collect_schema(), src)
     return check_multi_event_rows(lazy, src)
@@ -322,13 +338,15 @@ def _summary_aggs(etype: pl.Expr) -> list[pl.Expr]:
     return [
         pl.len().cast(pl.Int64).alias("__n"),
         pl.col("uid").n_unique().cast(pl.Int64).alias("__users"),
+        pl.col("uid").min().cast(pl.Int64).alias("__uid_min"),
+        pl.col("uid").max().cast(pl.Int64).alias("__uid_max"),
         pl.col("timestamp").min().cast(pl.Int64).alias("__t_min"),
         pl.col("timestamp").max().cast(pl.Int64).alias("__t_max"),
         *[(etype == name).sum().cast(pl.Int64).alias(f"__e_{name}") for name in EVENT_TYPES],
     ]
 
 
-def _summary(source: str, row: dict) -> MultiEventSummary:
+def _summary(source: str, row: dict, duplicates: int) -> MultiEventSummary:
     return MultiEventSummary(
         source=source,
         num_events=int(row["__n"]),
@@ -336,6 +354,7 @@ def _summary(source: str, row: dict) -> MultiEventSummary:
         t_min=row["__t_min"],
         t_max=row["__t_max"],
         event_counts={name: int(row[f"__e_{name}"]) for name in EVENT_TYPES},
+        num_duplicate_rows=duplicates,
     )
 
 
@@ -379,7 +398,8 @@ def check_multi_event_rows(
     ``frame`` is one partition of it); that column is otherwise ignored. The checks and the
     summary run as one lazy query. With ``summary=False`` it returns None and runs only a
     pass of yes/no flags (several times cheaper), then, when one is set, the full query for the
-    same error.
+    same error. The summary counts the rows that repeat an earlier row
+    (:func:`count_duplicate_rows`).
     """
     lazy = frame.lazy()
     schema = lazy.collect_schema()
@@ -412,10 +432,65 @@ def check_multi_event_rows(
             raise SchemaError(source, check.column, check.message(bad, row.get(f"__v{i}")))
     if row["__unsorted"] is not None:
         raise _order_error(source, row["__unsorted"], *(row[n] for n in _ORDER_COLUMNS))
-    return _summary(source, row) if summary else None
+    return _summary(source, row, count_duplicate_rows(lazy)) if summary else None
 
 
 _ROW = "__file_row"
+
+ROWS_PER_PARTITION = 5_000_000
+"""Rows of a file held in memory at once, about: files are read in ``ceil(rows / this)``
+uid ranges (:func:`default_partitions`, :func:`uid_range_edges`)."""
+
+
+def default_partitions(num_rows: int) -> int:
+    """``ceil(num_rows / ROWS_PER_PARTITION)``, at least 1."""
+    return max(1, math.ceil(num_rows / ROWS_PER_PARTITION))
+
+
+def uid_range_edges(uid_min: int, uid_max: int, partitions: int) -> list[int]:
+    """``partitions + 1`` edges cutting ``[uid_min, uid_max]`` into equal-width uid ranges
+    ``[edges[k], edges[k + 1])``."""
+    span = uid_max - uid_min + 1
+    return [uid_min + (span * k) // partitions for k in range(partitions + 1)]
+
+
+def count_duplicate_rows(frame: pl.DataFrame | pl.LazyFrame) -> int:
+    """The rows of a multi_event frame sorted by (uid, timestamp) that are identical in every
+    column of :data:`MULTI_EVENT_SCHEMA` to an earlier row (nulls equal nulls), exactly.
+
+    Such rows share uid and timestamp, and sorted rows keep those together (though not
+    necessarily adjacent: listen, like, listen, like at one timestamp), so only the rows whose
+    (uid, timestamp) is also another row's are compared."""
+    uid, ts = pl.col("uid"), pl.col("timestamp")
+    same_as_previous = ((uid == uid.shift(1)) & (ts == ts.shift(1))).fill_null(False)
+    shares_key = same_as_previous | same_as_previous.shift(-1).fill_null(False)
+    repeats = pl.len() - pl.struct(list(MULTI_EVENT_SCHEMA)).n_unique()
+    return int(frame.lazy().filter(shares_key).select(repeats).collect().item())
+
+
+def count_duplicate_rows_in_file(
+    path: str | Path, *, num_rows: int, uid_min: int, uid_max: int
+) -> int:
+    """:func:`count_duplicate_rows` of a valid multi_event file (sorted by (uid, timestamp)),
+    one uid range of about :data:`ROWS_PER_PARTITION` rows in memory at a time."""
+    from ._io import reading
+
+    # A scan of its own, never asked for its schema, so the uid filter reaches the row groups.
+    scan = pl.scan_parquet(path)
+    uid = pl.col("uid").cast(pl.Int64)
+    edges = uid_range_edges(uid_min, uid_max, default_partitions(num_rows))
+    total = 0
+    with reading(path):
+        for lo, hi in itertools.pairwise(edges):
+            total += count_duplicate_rows(scan.filter((uid >= lo) & (uid < hi)).collect())
+    return total
+
+
+def duplicate_rows_warning(source: str, duplicates: int, rows: int) -> str:
+    """The warning about rows that repeat an earlier row, e.g. ``warning: <file>: 1,234 rows
+    (50.0%) repeat an earlier row in every column``."""
+    share = 100 * duplicates / rows if rows else 0.0
+    return f"warning: {source}: {duplicates:,} rows ({share:.1f}%) repeat an earlier row in every column"
 
 
 def check_multi_event_file(

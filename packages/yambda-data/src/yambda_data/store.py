@@ -46,17 +46,21 @@ Integrity and concurrency:
 * Everything is written into a temporary sibling directory and renamed onto ``out_dir``; the
   ``READY`` marker, holding the sha256 of the manifest, is the last file written, and readers
   refuse a directory without it. The manifest records the sha256 of every array
-  (:meth:`SampleStore.verify` recomputes them).
+  (:meth:`SampleStore.verify` recomputes them) and a fingerprint of what the store was built
+  from: the settings, the preprocess output's checksum record and the mapping files' sha256.
+  A build first checks the preprocess output against its checksum record.
 * Builders take an exclusive lock on the sibling file ``.<out_dir>.lock``, so many ranks can
   call :func:`build_store` at once: one builds, the others wait and then open the result. A
-  store whose manifest matches the inputs and settings is reused (re-running is a no-op);
-  temporary directories left by a killed builder are removed under the lock.
+  store whose fingerprint matches and whose arrays all match their sha256 is reused
+  (re-running is a no-op); any other is rebuilt, ``progress`` naming why; temporary
+  directories left by a killed builder are removed under the lock. An ``out_dir`` holding
+  anything but the store's own files is never replaced, nor one that is, holds or lies
+  inside an input.
 * Memory: one preprocess partition at a time, plus the item feature tables.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import mmap
@@ -71,14 +75,17 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ._atomic import exclusive_lock, fsync_tree, replace_dir
+from ._atomic import check_apart, check_only_ours, exclusive_lock, fsync_tree, replace_dir
+from ._checksums import sha256_file, sha256_files
 from ._io import InputFileError, first_line, reading, writing
 from .preprocess import (
+    CHECKSUMS_FILE,
     ITEM_POPULARITY_FILE,
     SPLIT_META_FILE,
     TEST_EVENTS_DIR,
     TRAIN_SESSIONS_DIR,
     part_name,
+    verify_checksums,
 )
 from .samples import (
     ACTION_LIKE,
@@ -91,10 +98,11 @@ from .samples import (
     VocabSizes,
     event_arrays,
 )
-from .schema import EVENT_TYPE_CODES, read_mapping
+from .schema import EVENT_TYPE_CODES, mapping_path, read_mapping
 from .split import SplitMeta
 
 __all__ = [
+    "ARRAY_FILES",
     "MANIFEST_FILE",
     "POOLS",
     "READY_FILE",
@@ -114,19 +122,25 @@ POOLS: tuple[tuple[str, int], ...] = (
 )
 """History pools in the order of the interleaved strategy, with their action bit."""
 
-_READ_CHUNK = 1 << 24
+ARRAY_FILES: tuple[str, ...] = (
+    "user_uid",
+    "user_offset",
+    "event_timestamp",
+    "event_item_id",
+    "event_action",
+    "event_is_organic",
+    "test_anchor",
+    *(f"pool_{pool}_{kind}" for pool, _ in POOLS for kind in ("position", "offset")),
+    "train_anchor",
+    "train_window_offset",
+    "item_artist_id",
+    "item_album_id",
+)
+"""The arrays of a store; with :data:`MANIFEST_FILE` and :data:`READY_FILE`, every file in it."""
 
 
 class StoreError(RuntimeError):
     """A store directory that is missing, incomplete, corrupt or built for other settings."""
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_READ_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class _Appender:
@@ -179,10 +193,10 @@ def _source_files(preprocessed: Path, raw_root: Path) -> list[Path]:
     meta = preprocessed / SPLIT_META_FILE
     if not meta.is_file():
         raise FileNotFoundError(f"{meta}: no such file (is {preprocessed} a preprocess output?)")
-    files = [meta, preprocessed / ITEM_POPULARITY_FILE]
+    files = [meta, preprocessed / CHECKSUMS_FILE, preprocessed / ITEM_POPULARITY_FILE]
     for sub in (TRAIN_SESSIONS_DIR, TEST_EVENTS_DIR):
         files += sorted((preprocessed / sub).glob("part-*.parquet"))
-    files += [raw_root / "artist_item_mapping.parquet", raw_root / "album_item_mapping.parquet"]
+    files += _mapping_files(raw_root)
     for path in files:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file")
@@ -212,15 +226,30 @@ def _check_inputs(preprocessed: Path, raw_root: Path) -> None:
             read_mapping(raw_root, kind)  # type: ignore[arg-type]
 
 
+def _mapping_files(raw_root: Path) -> list[Path]:
+    return [mapping_path(raw_root, "artist"), mapping_path(raw_root, "album")]
+
+
+def check_store_out(preprocessed: Path, raw_root: Path, out: Path) -> None:
+    """A store must not be, hold or lie inside its inputs (the preprocess output and the
+    mapping files), nor be or hold the raw root (ValueError naming both)."""
+    check_apart(out, [preprocessed, *_mapping_files(raw_root)], roots=[raw_root])
+
+
+def _written_by_build_store(relative: str, is_dir: bool) -> bool:
+    return not is_dir and relative in (*ARRAY_FILES, MANIFEST_FILE, READY_FILE)
+
+
 def _check_out(out: Path) -> None:
-    """``out`` may be missing, empty or a store (one with its manifest) to replace; the
-    directory it goes in must be creatable."""
+    """``out`` may be missing, empty or a store (one with its manifest, holding nothing else)
+    to replace; the directory it goes in must be creatable."""
     if out.exists():
         if not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST_FILE).is_file()):
             raise ValueError(
                 f"{out}: exists and is not a sample store (no {MANIFEST_FILE}); "
                 "refusing to replace it"
             )
+        check_only_ours(out, _written_by_build_store, "build_store")
         return
     for parent in out.parents:
         if parent.exists():
@@ -230,16 +259,39 @@ def _check_out(out: Path) -> None:
 
 
 def _fingerprint(preprocessed: Path, raw_root: Path, settings: _BuildSettings) -> str:
-    """What a store was built from: the settings, the split metadata and the name and size
-    of every input file (parquet files are immutable outputs; a rewrite changes the size or
-    the split metadata in practice, and ``verify`` covers the store itself)."""
+    """What a store was built from: the settings, the content of the preprocess output (its
+    checksum record, which holds the sha256 of every file in it) and the sha256 of the two
+    mapping files."""
     digest = hashlib.sha256()
     digest.update(json.dumps([STORE_FORMAT, settings.__dict__]).encode())
-    files = _source_files(preprocessed, raw_root)
-    digest.update(files[0].read_bytes())
-    for path in files:
-        digest.update(f"{path.parent.name}/{path.name}:{path.stat().st_size}\n".encode())
+    _source_files(preprocessed, raw_root)  # names a missing input
+    digest.update((preprocessed / CHECKSUMS_FILE).read_bytes())
+    mappings = _mapping_files(raw_root)
+    for path, sha256 in zip(mappings, sha256_files(mappings), strict=True):
+        digest.update(f"{path.name}:{sha256}\n".encode())
     return digest.hexdigest()
+
+
+def _recorded_fingerprint(out: Path) -> str | None:
+    try:
+        manifest = json.loads((out / MANIFEST_FILE).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return manifest.get("fingerprint") if isinstance(manifest, dict) else None
+
+
+def _open_if_reusable(out: Path, fingerprint: str) -> tuple[SampleStore | None, str]:
+    """The store at ``out`` when it can be reused, else None and why, as one line naming the
+    file at fault: it does not open, was built from other inputs or settings, or an array's
+    sha256 differs from its manifest."""
+    try:
+        store = SampleStore.open(out)
+        if store.manifest.get("fingerprint") != fingerprint:
+            return None, f"{out}: built from other inputs or settings"
+        store.verify()
+    except StoreError as exc:
+        return None, str(exc)
+    return store, ""
 
 
 def build_store(
@@ -263,6 +315,13 @@ def build_store(
     preprocessed, raw_root, out = Path(preprocessed), Path(raw_root), Path(out_dir)
     fingerprint = _fingerprint(preprocessed, raw_root, settings)
     _check_inputs(preprocessed, raw_root)
+    check_store_out(preprocessed, raw_root, out)
+    # A build reads every file of the preprocess output: they are checked against its record
+    # before anything is created, unless the store was built from them and is only reused.
+    inputs_checked = False
+    if _recorded_fingerprint(out) != fingerprint:
+        verify_checksums(preprocessed)
+        inputs_checked = True
     if not (out / READY_FILE).is_file():  # (a complete store is checked under the lock)
         _check_out(out)
     say = progress or (lambda _message: None)
@@ -270,12 +329,14 @@ def build_store(
         out.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(out):
         if (out / READY_FILE).is_file():
-            with contextlib.suppress(StoreError):
-                store = SampleStore.open(out)
-                if store.manifest.get("fingerprint") == fingerprint:
-                    say(f"{out}: up to date")
-                    return store
+            store, problem = _open_if_reusable(out, fingerprint)
+            if store is not None:
+                say(f"{out}: up to date")
+                return store
+            say(f"{problem}; rebuilding {out}")
         _check_out(out)
+        if not inputs_checked:  # the store was damaged: it is built after all
+            verify_checksums(preprocessed)
         # Under the lock no other builder runs: leftovers are from one that died.
         for stale in out.parent.glob(f".{out.name}.tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
@@ -507,7 +568,7 @@ def _group_by_window(
     else:
         with writing(path, target):
             path.write_bytes(b"")
-    anchor_entry = _file_entry(np.dtype("<i8"), total, _sha256_file(path))
+    anchor_entry = _file_entry(np.dtype("<i8"), total, sha256_file(path))
     offset_writer = _Appender(tmp / "train_window_offset", np.int64, target)
     offset_writer.append(offsets)
     return {"train_anchor": anchor_entry, "train_window_offset": offset_writer.close()}
@@ -604,11 +665,13 @@ class SampleStore:
             self.release_mapped_pages()
 
     def verify(self) -> None:
-        """Recompute the sha256 of every array; StoreError naming the first mismatch."""
-        for name, entry in self.manifest["files"].items():
-            actual = _sha256_file(self.path / name)
-            if actual != entry["sha256"]:
-                raise StoreError(f"{self.path / name}: sha256 {actual} != {entry['sha256']}")
+        """Recompute the sha256 of every array (a few files at a time, in threads);
+        StoreError naming the first one, in manifest order, that differs."""
+        names = list(self.manifest["files"])
+        digests = sha256_files([self.path / name for name in names])
+        for name, actual in zip(names, digests, strict=True):
+            if actual != self.manifest["files"][name]["sha256"]:
+                raise StoreError(f"{self.path / name}: sha256 differs from {MANIFEST_FILE}")
 
     # Sizes -------------------------------------------------------------------------------
 

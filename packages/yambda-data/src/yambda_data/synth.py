@@ -2,8 +2,9 @@
 
 :func:`synthesize` writes ``<out>/flat/<size>/multi_event.parquet``,
 ``<out>/artist_item_mapping.parquet`` and ``<out>/album_item_mapping.parquet`` in the public
-schema (:mod:`yambda_data.schema`); :func:`generate` returns the same tables in memory together
-with the generator's own listen_plus probability of every listen.
+schema (:mod:`yambda_data.schema`); :func:`synthesize_cached` keeps such a dataset as a cache
+that is checked (sha256) at every reuse; :func:`generate` returns the same tables in memory
+together with the generator's own listen_plus probability of every listen.
 
 The generative story, vectorized with numpy over blocks of users:
 
@@ -43,16 +44,19 @@ config gives byte-identical files.
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from ._atomic import atomic_path, atomic_paths
+from ._atomic import atomic_path, atomic_paths, exclusive_lock
+from ._checksums import checksum_problem, file_checksums
 from ._io import writing
 from .schema import (
     ALBUM_ITEM_MAPPING_SCHEMA,
@@ -72,6 +76,7 @@ __all__ = [
     "generate",
     "roc_auc",
     "synthesize",
+    "synthesize_cached",
     "write_parquet_atomic",
     "yambda_shape",
 ]
@@ -213,6 +218,31 @@ class SynthPaths:
     multi_event: Path
     artist_item_mapping: Path
     album_item_mapping: Path
+
+    @classmethod
+    def of(cls, root: Path, config: SynthConfig) -> SynthPaths:
+        return cls(
+            root=root,
+            multi_event=multi_event_path(root, config.size),
+            artist_item_mapping=mapping_path(root, "artist"),
+            album_item_mapping=mapping_path(root, "album"),
+        )
+
+    @property
+    def files(self) -> list[Path]:
+        return [self.artist_item_mapping, self.album_item_mapping, self.multi_event]
+
+    def check_writable(self) -> None:
+        """Each file may be replaced: it is a file or absent, and its folder can be created
+        (ValueError naming the path otherwise), so that writing replaces nothing else."""
+        for path in self.files:
+            if path.exists() and not path.is_file():
+                raise ValueError(f"{path}: exists and is not a file; refusing to replace it")
+            for parent in path.parents:
+                if parent.exists():
+                    if not parent.is_dir():
+                        raise ValueError(f"{path}: cannot be created, {parent} is not a directory")
+                    break
 
 
 @dataclass(frozen=True)
@@ -699,22 +729,22 @@ def synthesize(
     :data:`STREAM_ROW_GROUP_ROWS` rows, zstd). The rows are those of the in-memory path, in
     the same order; the file's bytes differ (its row groups do), and the same config gives
     the same bytes again. The parts take about as much disk as the output while it is
-    written."""
+    written.
+
+    Existing files are replaced, nothing else: a target that exists and is not a file, or
+    whose folder cannot be created, is refused (ValueError naming it) before anything is
+    generated."""
     cfg = config or SynthConfig()
     root = Path(out_dir)
-    paths = SynthPaths(
-        root=root,
-        multi_event=multi_event_path(root, cfg.size),
-        artist_item_mapping=mapping_path(root, "artist"),
-        album_item_mapping=mapping_path(root, "album"),
-    )
+    paths = SynthPaths.of(root, cfg)
+    paths.check_writable()
     if stream:
         cat = _build_catalogue(cfg)
         mappings = [cat.artist_mapping, cat.album_mapping]
     else:
         data = generate(cfg)
         mappings = [data.artist_item_mapping, data.album_item_mapping]
-    targets = [paths.artist_item_mapping, paths.album_item_mapping, paths.multi_event]
+    targets = paths.files
     with writing(root), atomic_paths(targets) as temps:
         for frame, path, tmp in zip(mappings, targets, temps, strict=False):
             with writing(path):
@@ -725,6 +755,99 @@ def synthesize(
             else:
                 data.events.write_parquet(temps[-1], compression="zstd", statistics=True)
     return paths
+
+
+SYNTH_RECORD_FILE = "synth.json"
+"""The record of :func:`synthesize_cached` in its root: the config and, once the files are
+complete, their size and sha256 (``{"config": {...}, "files": {name: {"bytes", "sha256"}}}``)."""
+
+
+def synthesize_cached(
+    root: str | Path, config: SynthConfig, progress: Callable[[str], None] | None = None
+) -> SynthPaths:
+    """The dataset of ``config`` under ``root``, made once and checked at every reuse: a cache
+    that many runs (and ranks) share.
+
+    Under an exclusive lock (``.synth.json.lock``, so concurrent callers take turns) it removes
+    the temporary files of syntheses that were killed in ``root``, then reuses the dataset
+    when :data:`SYNTH_RECORD_FILE` holds ``config`` and the size and sha256 of each of the
+    three files; otherwise it synthesizes it again, telling ``progress`` why (naming the file
+    that differs), and writes the record last, atomically. Files in ``root`` without a record
+    were not made here and are never replaced (ValueError naming one); a synthesis claims
+    ``root`` by writing a record without checksums first, so that files a killed synthesis
+    left are replaced next time."""
+    if not isinstance(config, SynthConfig):
+        raise TypeError(f"config must be a SynthConfig, got {type(config).__name__}")
+    root = Path(root)
+    paths = SynthPaths.of(root, config)
+    paths.check_writable()
+    record = root / SYNTH_RECORD_FILE
+    if record.exists() and not record.is_file():
+        raise ValueError(f"{record}: exists and is not a file; refusing to replace it")
+    if not record.exists():  # (only a synthesis here writes one, before its files)
+        present = [path for path in paths.files if path.exists()]
+        if present:
+            raise ValueError(
+                f"{present[0]}: exists and {record} does not; refusing to replace a dataset "
+                "that synthesize_cached did not make"
+            )
+    say = progress or (lambda _message: None)
+    with writing(root):
+        root.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(record):
+        for leftover in _killed_synthesis_leftovers(paths):
+            say(f"removing {leftover} (left by a synthesis that was killed)")
+            if leftover.is_dir():
+                shutil.rmtree(leftover)
+            else:
+                leftover.unlink()
+        why = _cache_problem(record, config, paths)
+        if why is None:
+            say(f"{root}: synthetic data up to date")
+            return paths
+        say(f"synthesizing {root} ({why})")
+        _write_record(record, {"config": config.to_dict(), "files": None})
+        synthesize(root, config)
+        names = [path.relative_to(root).as_posix() for path in paths.files]
+        _write_record(record, {"config": config.to_dict(), "files": file_checksums(root, names)})
+    return paths
+
+
+def _killed_synthesis_leftovers(paths: SynthPaths) -> list[Path]:
+    """Temporary files of :func:`synthesize` (``.<name>.*.tmp``, and the part folders
+    ``.<name>.*.tmp.parts-*`` of its streaming path) and of the record, by their names."""
+    found: list[Path] = []
+    for target in [*paths.files, paths.root / SYNTH_RECORD_FILE]:
+        if target.parent.is_dir():
+            found += sorted(target.parent.glob(f".{target.name}.*.tmp"))
+            found += sorted(target.parent.glob(f".{target.name}.*.tmp.parts-*"))
+    return found
+
+
+def _cache_problem(record: Path, config: SynthConfig, paths: SynthPaths) -> str | None:
+    """Why the dataset under ``paths.root`` is not that of ``config`` with the files its
+    record describes, as one line naming the file; None when it is."""
+    if not record.is_file():
+        return f"{record}: missing"
+    try:
+        recorded = json.loads(record.read_text())
+        recorded_config, files = recorded["config"], recorded["files"]
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+        return f"{record}: not a record of synthesize_cached"
+    if recorded_config != config.to_dict():
+        return f"{record}: made for another config"
+    if not isinstance(files, dict):
+        return f"{record}: no checksums (an earlier synthesis did not finish)"
+    names = {path.relative_to(paths.root).as_posix() for path in paths.files}
+    if set(files) != names:
+        return f"{record}: lists {sorted(files)}, not {sorted(names)}"
+    problem = checksum_problem(paths.root, files, record)
+    return None if problem is None else str(problem)
+
+
+def _write_record(record: Path, content: dict) -> None:
+    with writing(record), atomic_path(record) as tmp:
+        tmp.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")
 
 
 STREAM_ROW_GROUP_ROWS = 1_048_576
