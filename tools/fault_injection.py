@@ -485,16 +485,20 @@ class Scenarios:
     def damaged_raw_file_is_named(self) -> tuple[str, str, str, bool]:
         root = self.work / "raw_damage"
         events = synthesize(root)
-        bump_middle_byte(events)
+        events.write_bytes(events.read_bytes()[: events.stat().st_size // 2])
         before = digest(root)
-        result = train(*RUN, "--data", str(root), "--out", str(self.work / "raw_damage_run"))
+        out = self.work / "raw_damage_run"
+        result = train(*RUN, "--data", str(root), "--out", str(out))
         line = one_line(result)
-        ok = result.returncode in (1, 2) and line is not None and str(events) in line
+        ok = result.returncode == 2 and line is not None and str(events) in line
+        state = kept(before, root)
         return (
-            "+1 to a byte in the middle of a --data multi_event.parquet (the user's file)",
-            "exit 1 or 2, one line naming the file, the file left as it is",
-            f"status {result.returncode}, {line!r:.140}, {kept(before, root)}",
-            ok and "kept" in kept(before, root),
+            "a --data multi_event.parquet cut to half its size (the user's file, as a broken "
+            "download leaves it)",
+            "exit 2, one line naming the file, the file left as it is, no run folder",
+            f"status {result.returncode}, {line!r:.140}, {state}, "
+            + ("no run folder" if not out.exists() else "A RUN FOLDER"),
+            ok and "kept" in state and not out.exists(),
         )
 
     # Data loss: no command removes what it did not create.
@@ -714,7 +718,7 @@ class Scenarios:
         frame = pl.read_parquet(events)
         doubled = pl.concat([frame, frame]).sort(["uid", "timestamp"], maintain_order=True)
         doubled.write_parquet(events)
-        count = f"{frame.height:,}"
+        count = f"{doubled.height - doubled.unique().height:,}"
         validate = yambda_data("validate", "--root", str(root), "--size", "50m")
         preprocess = yambda_data(
             "preprocess", "--raw", str(root), "--size", "50m", "--out", str(self.work / "rep_pre")

@@ -710,3 +710,25 @@ def test_duplicated_rows_are_counted_and_kept(tiny_data, tmp_path, capsys):
         f"warning: {src}: {repeats:,} rows (50.0%) repeat an earlier row in every column\n"
     )
     assert "ok:" in captured.out
+
+
+def test_a_few_repeated_rows_are_counted_without_a_warning(tiny_data, tmp_path, capsys):
+    """Below 0.1% of the file, repeats are what real logs hold: validate counts them, and
+    neither validate nor preprocess warns."""
+    events = tiny_data.events
+    few = pl.concat([events, events.head(1)]).sort("uid", "timestamp", maintain_order=True)
+    assert 1 / few.height < 0.001
+    raw = write_raw(tmp_path / "raw", few)
+    tiny_data.artist_item_mapping.write_parquet(raw / "artist_item_mapping.parquet")
+    tiny_data.album_item_mapping.write_parquet(raw / "album_item_mapping.parquet")
+    said: list[str] = []
+    preprocess(raw, "50m", tmp_path / "out", progress=said.append)
+    assert said == []
+    assert json.loads((tmp_path / "out" / CHECKSUMS_FILE).read_text())["input"] == {
+        "rows": few.height,
+        "duplicate_rows": 1,
+    }
+    assert main(["validate", "--root", str(raw), "--size", "50m"]) == 0
+    captured = capsys.readouterr()
+    assert "  1 rows repeat an earlier row in every column" in captured.out
+    assert captured.err == ""

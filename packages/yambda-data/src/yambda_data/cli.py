@@ -331,12 +331,11 @@ def _validate(args: argparse.Namespace) -> None:
         counts = ", ".join(f"{k} {v:,}" for k, v in summary.event_counts.items())
         print(f"{summary.source}: ok: {summary.num_events:,} events, {summary.num_users:,} users")
         print(f"  timestamps {summary.t_min}..{summary.t_max}; {counts}")
-        if summary.num_duplicate_rows:
-            _progress(
-                duplicate_rows_warning(
-                    summary.source, summary.num_duplicate_rows, summary.num_events
-                )
-            )
+        repeated = summary.num_duplicate_rows
+        print(f"  {repeated:,} rows repeat an earlier row in every column")
+        warning = duplicate_rows_warning(summary.source, repeated, summary.num_events)
+        if warning:
+            _progress(warning)
         for kind in ("artist", "album"):
             path = mapping_path(root, kind)
             with reading(path):

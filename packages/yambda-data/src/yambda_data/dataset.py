@@ -21,7 +21,7 @@ from .samples import (
     compute_vocab_sizes,
 )
 from .schema import (
-    check_multi_event_columns,
+    check_multi_event_header,
     duplicate_rows_warning,
     multi_event_path,
     normalize_multi_event,
@@ -96,8 +96,7 @@ def prepare_preprocessed(
         not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1
     ):
         raise ValueError(f"partitions must be a positive integer, got {partitions!r}")
-    with reading(path):
-        check_multi_event_columns(pl.scan_parquet(path).collect_schema(), str(path))
+    check_multi_event_header(path)
     work = Path(work_dir)
     if work.exists() and not work.is_dir():
         raise NotADirectoryError(f"{work}: exists and is not a directory")
@@ -121,8 +120,9 @@ def prepare_preprocessed(
             why = None if problem is None else str(problem)
         if why is None:
             found = read_checksums(pre)["input"]
-            if found["duplicate_rows"]:
-                say(duplicate_rows_warning(str(path), found["duplicate_rows"], found["rows"]))
+            warning = duplicate_rows_warning(str(path), found["duplicate_rows"], found["rows"])
+            if warning:
+                say(warning)
         else:
             say(f"preprocessing {path}" + (f" ({why})" if why else ""))
             preprocess(root, size, pre, partitions=partitions, progress=say)

@@ -408,8 +408,9 @@ def preprocess(
         meta, duplicates = _preprocess_locked(
             scan, bounds, popularity, src, path, size, out, n_parts, edges
         )
-    if duplicates and progress is not None:
-        progress(duplicate_rows_warning(src, duplicates, bounds.num_rows))
+    warning = duplicate_rows_warning(src, duplicates, bounds.num_rows)
+    if warning and progress is not None:
+        progress(warning)
     return meta
 
 

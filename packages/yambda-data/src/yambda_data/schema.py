@@ -44,6 +44,7 @@ __all__ = [
     "MULTI_EVENT_FILE",
     "MULTI_EVENT_SCHEMA",
     "NULLABLE_LISTEN_COLUMNS",
+    "REPEATED_ROWS_WARNING_SHARE",
     "ROWS_PER_PARTITION",
     "TIMESTAMP_QUANTUM",
     "MappingKind",
@@ -51,6 +52,7 @@ __all__ = [
     "SchemaError",
     "check_multi_event_columns",
     "check_multi_event_file",
+    "check_multi_event_header",
     "check_multi_event_rows",
     "count_duplicate_rows",
     "count_duplicate_rows_in_file",
@@ -238,6 +240,16 @@ def validate_multi_event(frame: FrameLike, *, source: str | None = None) -> Mult
 def check_multi_event_columns(schema: pl.Schema, source: str) -> None:
     """Check multi_event column names and dtypes (e.g. a parquet file's metadata schema)."""
     _check_columns(schema, MULTI_EVENT_SCHEMA, source)
+
+
+def check_multi_event_header(path: str | Path) -> None:
+    """Check what the parquet metadata of the multi_event file at ``path`` says (it can be
+    read, its columns and dtypes), reading nothing else: a truncated or foreign file is
+    named (InputFileError, SchemaError) at once, whatever its size."""
+    from ._io import reading
+
+    with reading(path):
+        check_multi_event_columns(pl.scan_parquet(path).collect_schema(), str(path))
 
 
 @dataclass(frozen=True)
@@ -486,10 +498,19 @@ def count_duplicate_rows_in_file(
     return total
 
 
-def duplicate_rows_warning(source: str, duplicates: int, rows: int) -> str:
+REPEATED_ROWS_WARNING_SHARE = 0.001
+"""The share of a file's rows repeating an earlier row in every column from which they are
+warned about. Fewer are what real logs hold (a track skipped twice within one 5-second step,
+which the synthetic data makes too); ``validate`` still counts them."""
+
+
+def duplicate_rows_warning(source: str, duplicates: int, rows: int) -> str | None:
     """The warning about rows that repeat an earlier row, e.g. ``warning: <file>: 1,234 rows
-    (50.0%) repeat an earlier row in every column``."""
-    share = 100 * duplicates / rows if rows else 0.0
+    (50.0%) repeat an earlier row in every column``; None below
+    :data:`REPEATED_ROWS_WARNING_SHARE`."""
+    if not rows or duplicates / rows < REPEATED_ROWS_WARNING_SHARE:
+        return None
+    share = 100 * duplicates / rows
     return f"warning: {source}: {duplicates:,} rows ({share:.1f}%) repeat an earlier row in every column"
 
 

@@ -805,7 +805,7 @@ def synthesize_cached(
         if why is None:
             say(f"{root}: synthetic data up to date")
             return paths
-        say(f"synthesizing {root} ({why})")
+        say(f"synthesizing {root}" + (f" ({why})" if why else ""))
         _write_record(record, {"config": config.to_dict(), "files": None})
         synthesize(root, config)
         names = [path.relative_to(root).as_posix() for path in paths.files]
@@ -826,9 +826,10 @@ def _killed_synthesis_leftovers(paths: SynthPaths) -> list[Path]:
 
 def _cache_problem(record: Path, config: SynthConfig, paths: SynthPaths) -> str | None:
     """Why the dataset under ``paths.root`` is not that of ``config`` with the files its
-    record describes, as one line naming the file; None when it is."""
+    record describes, as one line naming the file ("" for a root never synthesized); None
+    when it is."""
     if not record.is_file():
-        return f"{record}: missing"
+        return ""  # (files without a record were refused before)
     try:
         recorded = json.loads(record.read_text())
         recorded_config, files = recorded["config"], recorded["files"]

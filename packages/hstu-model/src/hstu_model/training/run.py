@@ -61,7 +61,7 @@ from mlperf_compliance import (
     eval_schedule,
 )
 from yambda_data.loader import make_loader
-from yambda_data.schema import mapping_path, multi_event_path
+from yambda_data.schema import check_multi_event_header, mapping_path, multi_event_path
 
 __all__ = [
     "MIN_HISTORY",
@@ -633,20 +633,27 @@ def claim_run(
 
 
 def check_inputs(config: RunConfig) -> None:
-    """What `train` checks of the dataset before it creates anything: the files of `data`."""
+    """What `train` checks of the dataset before it creates anything: the files of `data`
+    exist, and the events file's parquet metadata reads as the Yambda schema (its rows are
+    checked as the run preprocesses them)."""
     if config.data is not None:
-        paths = [multi_event_path(config.data, config.size)]
-        paths += [mapping_path(config.data, kind) for kind in ("artist", "album")]
+        events = multi_event_path(config.data, config.size)
+        paths = [events, *(mapping_path(config.data, kind) for kind in ("artist", "album"))]
         for path in paths:
             if not path.is_file():
                 raise RunRefused(f"--data {config.data} --size {config.size}: no file {path}")
+        try:
+            check_multi_event_header(events)
+        except (yambda_data.SchemaError, yambda_data.InputFileError) as error:
+            raise RunRefused(str(error)) from None
 
 
 def vocab_floor(config: RunConfig) -> dict[str, int]:
     """Rows the id tables will have at least, known before the data is read: the synthetic
-    dataset's users, items, artists and albums (each a distinct id); none for a download."""
+    dataset's users, items, artists and albums (each a distinct id); one each (a table's
+    least) for a download."""
     if config.data is not None:
-        return dict.fromkeys(ID_TABLES, 0)
+        return dict.fromkeys(ID_TABLES, 1)
     synth = config.synth_config()
     return {
         "uid": synth.users,
@@ -682,25 +689,6 @@ def data_root(config: RunConfig) -> Path:
         return config.out / "data"
     synth = config.synth_config()
     return SYNTHETIC_CACHE / f"users{synth.users}-seed{synth.seed}-{synth.size}"
-
-
-def synthetic_data(root: Path, synth: yambda_data.SynthConfig) -> None:
-    """The synthetic dataset of `synth` under `root`, made once: a run that finds it (its
-    `synth.json` matches) reuses it, and runs that share `root` take turns making it."""
-    import fcntl
-
-    root.mkdir(parents=True, exist_ok=True)
-    marker = root / "synth.json"
-    wanted = json.dumps(dataclasses.asdict(synth), sort_keys=True)
-    with open(root / ".synth.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        made = marker.is_file() and marker.read_text() == wanted
-        if made and multi_event_path(root, synth.size).is_file():
-            return
-        yambda_data.synthesize(root, synth)
-        tmp = marker.with_name(f".{marker.name}.tmp")
-        tmp.write_text(wanted)
-        os.replace(tmp, marker)
 
 
 def _agree(ctx: Distributed, decide: Callable[[], object]) -> object:
@@ -875,7 +863,9 @@ class _StreamingRun:
         for turn in ("main", "others"):
             if (turn == "main") == ctx.is_main:
                 if config.data is None:
-                    synthetic_data(self.root, config.synth_config())
+                    yambda_data.synthesize_cached(
+                        self.root, config.synth_config(), progress=self.log
+                    )
                 self.store = yambda_data.prepare_store(
                     self.root,
                     config.size,
