@@ -2,16 +2,17 @@
 
     uv run tools/fault_injection.py [--work DIR] [--only NAME ...]
 
-Each scenario starts `tools/train.py` as a user would (a subprocess, the tiny preset on 40
-synthetic users), does something hostile to it, and checks what a user must be able to rely
-on: nothing already there is lost, a failure says what and where in one line with the right
+Each scenario starts `tools/train.py` (or `yambda-data`) as a user would (a subprocess, the
+tiny preset on 40 synthetic users), does something hostile to it, and checks what a user must
+be able to rely on: nothing already there is lost or silently wrong (the sha256 of the files
+that were there, before and after), a failure says what and where in one line with the right
 exit status, and a resumed run ends bit-identical to one that was never disturbed. It prints
 
     <scenario>: did <what was done>; expected <what must hold>; got <what happened> -> ok|FAIL
 
-and exits 1 if any scenario failed. Scenarios that need root (a small tmpfs) say so and are
-skipped elsewhere. The work folder (default: a temporary one) is removed at the end unless
-given.
+then how many held, and exits 1 if any scenario failed. Scenarios that need root (a small
+tmpfs) say so and are skipped elsewhere. The work folder (default: a temporary one) is removed
+at the end unless given.
 """
 
 from __future__ import annotations
@@ -742,9 +743,9 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="fault-injection-"))
     work.mkdir(parents=True, exist_ok=True)
     scenarios = Scenarios(work)
-    failed = 0
+    failed, chosen = 0, args.only or names
     try:
-        for name in args.only or names:
+        for name in chosen:
             started = time.monotonic()
             try:
                 did, expected, got, ok = getattr(scenarios, name)()
@@ -757,6 +758,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{'ok' if ok else 'FAIL'} ({seconds:.0f} s)"
             )
             print(line.replace(str(work), "<work>"), flush=True)
+        print(f"{len(chosen)} scenarios: {len(chosen) - failed} ok, {failed} failed", flush=True)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)

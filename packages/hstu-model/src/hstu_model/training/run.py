@@ -858,22 +858,21 @@ class _StreamingRun:
         )
         self.log = log if ctx.is_main else lambda message: None
         self.hstu, self.root, self.run_id = hstu, root, run_id
-        # Rank 0 synthesizes and prepares; the others then open what it made (the store is
-        # reused while the raw file is unchanged, and its build is locked anyway).
-        for turn in ("main", "others"):
-            if (turn == "main") == ctx.is_main:
-                if config.data is None:
-                    yambda_data.synthesize_cached(
-                        self.root, config.synth_config(), progress=self.log
-                    )
-                self.store = yambda_data.prepare_store(
-                    self.root,
-                    config.size,
-                    config.out / "prepared",
-                    min_history=config.min_history,
-                    progress=self.log,
-                )
-            ctx.barrier()
+
+        # Rank 0 synthesizes and prepares the data, checking what it reuses; the others open
+        # the store it verified (each checking it again would read it once per rank).
+        def prepare() -> Path:
+            if config.data is None:
+                yambda_data.synthesize_cached(self.root, config.synth_config(), progress=self.log)
+            return yambda_data.prepare_store(
+                self.root,
+                config.size,
+                config.out / "prepared",
+                min_history=config.min_history,
+                progress=self.log,
+            ).path
+
+        self.store = yambda_data.SampleStore.open(_agree(ctx, prepare))
         vocab = self.store.vocab.as_dict()
         too_large = _agree(ctx, lambda: memory_refusal(self.hstu, vocab, ctx))
         if too_large:  # the data's own tables (the run checked the config's before it began)
