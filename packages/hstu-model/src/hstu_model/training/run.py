@@ -629,7 +629,7 @@ def claim_run(
     except folder_lock.FolderInUse as error:
         raise RunRefused(str(error)) from None
     plan = plan_run(dataclasses.replace(config, out=out), hstu, world_size)
-    return dataclasses.replace(plan, notes=first.notes if config.out is None else plan.notes)
+    return dataclasses.replace(plan, notes=tuple(dict.fromkeys(first.notes + plan.notes)))
 
 
 def check_inputs(config: RunConfig) -> None:
