@@ -34,7 +34,7 @@ faults = load_tool("fault_injection")
 
 
 def test_command_line_surface_is_frozen():
-    defaults = vars(train.parse_args([]))
+    defaults = vars(train.build_parser().parse_args([]))
     assert defaults == {
         "preset": "tiny",
         "config_file": None,
@@ -62,7 +62,7 @@ def test_command_line_surface_is_frozen():
         "division": "open",
         "debug": False,
     }
-    assert train.parse_args(["--steps", "epoch"]).steps is None
+    assert train.parse_args(["--steps", "epoch"]).config.steps is None
 
 
 @pytest.mark.parametrize(
@@ -133,8 +133,9 @@ def test_bad_checkpoint_flags_are_refused(argv, message, capsys):
 def test_auto_kernel_is_native_on_the_cpu_and_resumes_native_checkpoints():
     """The identity a checkpoint stores names the kernel that ran: a run started with the old
     default (native) resumes under auto on the CPU, and only there."""
-    auto, native = train.run_config(train.parse_args([])), train.RunConfig(kernel="native")
-    assert auto.kernel == "auto" and auto.resolved().model.kernel == "native"
+    auto = train.parse_args([])
+    native = train.resolve_run(train.RunConfig(kernel="native"))
+    assert auto.config.kernel == "auto" and auto.hstu.model.kernel == "native"
     assert auto.identity()["kernel"] == "native"
     assert auto.identity() == native.identity()
 
@@ -913,3 +914,20 @@ def test_a_dead_rank_stops_the_other_within_bounded_time(tmp_path):
     assert "train.py: rank 0 of 2: another rank stopped answering" in stderr, stderr[-3000:]
     records = read_log(out / "mlperf.log")
     assert records[-1]["key"] == "run_stop" and records[-1]["metadata"]["status"] == "aborted"
+
+
+def test_a_run_resolves_its_config_once(tmp_path, monkeypatch):
+    """The preset, the config file, the HSTU_* variables and the --set items are read once,
+    into the ResolvedRun the whole run is given."""
+    from hstu_model.training import run_config
+
+    calls = []
+    real = run_config.resolve_config
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(run_config, "resolve_config", counted)
+    train.main([*TINY_RUN, "--out", str(tmp_path / "run")])
+    assert len(calls) == 1

@@ -17,7 +17,8 @@ import pytest
 
 import hstu_model
 from hstu_model.training import folder_lock
-from hstu_model.training.run import RunConfig, RunRefused, flag, newest_unfinished_run
+from hstu_model.training.run import RunConfig, RunRefused, flag
+from hstu_model.training.run_folders import newest_unfinished_run
 from mlperf_compliance import read_log
 
 ROOT = Path(__file__).resolve().parents[1]

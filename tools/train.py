@@ -29,7 +29,8 @@ training on its slice of every global batch (N times the preset's batch size).
 `--checkpoint-dir DIR` saves crash-exact checkpoints every `--checkpoint-every` steps and/or
 `--checkpoint-seconds` seconds; `--resume auto` continues from the newest complete one and ends
 bit-identical to a run that was never interrupted (compare `weights_sha256`). The run itself is
-hstu_model.training.run (see its docstring); this script only reads the command line.
+hstu_model.training.run (see its docstring); this script only reads the command line, whose
+options are RunConfig's fields.
 """
 
 from __future__ import annotations
@@ -40,135 +41,24 @@ import json
 import os
 import signal
 import sys
+import typing
 from pathlib import Path
 
-from hstu_model import ConfigError
-from hstu_model.checkpoint import CheckpointError
-from hstu_model.config import PRESETS
-from hstu_model.training.distributed import RankLostError
-from hstu_model.training.kernels import KERNELS
-from hstu_model.training.run import REFERENCE_MIN_HISTORY, RunConfig, RunRefused, flag, train
-from mlperf_compliance import RunInterrupted
-from yambda_data import HISTORY_STRATEGIES
+from hstu_model.training.run import (
+    FAILURES,
+    REFUSALS,
+    ResolvedRun,
+    RunConfig,
+    RunConfigError,
+    RunInterrupted,
+    field_types,
+    flag,
+    resolve_run,
+    train,
+)
 
-DEFAULTS = argparse.Namespace(**{f.name: f.default for f in dataclasses.fields(RunConfig)})
-"""RunConfig's defaults, read without building one (that resolves the config, and a bad
-HSTU_* variable must not break --help)."""
 DEBUG_VARIABLE = "DLRMV4_DEBUG"
 """Set to 1 for tracebacks with errors, as --debug does."""
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    add = p.add_argument
-    # yambda-5b's tables (about 600 GB) need GPUs under torchrun (sharded by TorchRec).
-    add("--preset", default=DEFAULTS.preset, choices=sorted(PRESETS))
-    add("--config", dest="config_file", type=Path, help="TOML/JSON/YAML overrides of the preset")
-    add(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.FIELD=VALUE",
-        help="override one config field (after --config and HSTU_* variables; repeatable)",
-    )
-    add("--data", type=Path, help="Yambda root (default: synthesize one under --out)")
-    add("--size", default=DEFAULTS.size, help="dataset size folder under flat/ (default 50m)")
-    add("--users", type=int, default=DEFAULTS.users, help="users of the synthetic dataset")
-    add("--seed", type=int, default=DEFAULTS.seed, help="seed of data, init and order")
-    add(
-        "--steps",
-        type=steps_arg,
-        default=DEFAULTS.steps,
-        help="training steps, or 'epoch': as many samples as the train windows hold (their "
-        "anchor count is then the logged train_samples)",
-    )
-    add("--evals", type=int, default=DEFAULTS.evals, help="evaluations, evenly spaced")
-    add(
-        "--kernel",
-        choices=KERNELS,
-        default=DEFAULTS.kernel,
-        help="hstu-ops kernel family of the model; auto: triton on a CUDA or ROCm GPU, native "
-        "on the CPU (triton on the CPU only under TRITON_INTERPRET=1, for tests)",
-    )
-    add("--workers", type=int, default=DEFAULTS.workers, help="data loader worker processes")
-    add(
-        "--target-auc",
-        type=float,
-        help="AUC that counts as success (default: 0.75, the MLPerf target, on --data; "
-        "0.65 on the synthetic data)",
-    )
-    add(
-        "--out",
-        type=Path,
-        default=DEFAULTS.out,
-        help="run folder (default: a fresh runs/train-<UTC date-time>; with --resume auto the "
-        "newest unfinished run under runs/ that checkpointed into --checkpoint-dir); one that "
-        "holds another run is refused",
-    )
-    add("--overwrite", action="store_true", help="replace the run that --out holds")
-    add("--checkpoint-dir", type=Path, help="save checkpoints here (default: none)")
-    add("--checkpoint-every", type=int, default=DEFAULTS.checkpoint_every, help="steps (0: off)")
-    add(
-        "--checkpoint-seconds",
-        type=float,
-        default=DEFAULTS.checkpoint_seconds,
-        help="also save when this many seconds passed since the last save (0: off)",
-    )
-    add(
-        "--checkpoint-every-window",
-        action="store_true",
-        help="also save after the last batch of each time window",
-    )
-    add("--keep-checkpoints", type=int, default=DEFAULTS.keep_checkpoints, help="newest kept")
-    add(
-        "--resume",
-        choices=("never", "auto"),
-        default=DEFAULTS.resume,
-        help="auto: continue from the newest complete checkpoint in --checkpoint-dir, if any",
-    )
-    add(
-        "--dist-timeout-seconds",
-        type=float,
-        default=DEFAULTS.dist_timeout_seconds,
-        help="under torchrun: how long a collective waits for a silent rank before failing",
-    )
-    add(
-        "--min-history",
-        type=int,
-        default=DEFAULTS.min_history,
-        help=f"earlier events a listen needs to become a sample (the reference: "
-        f"{REFERENCE_MIN_HISTORY})",
-    )
-    add(
-        "--history-strategy",
-        choices=HISTORY_STRATEGIES,
-        default=DEFAULTS.history_strategy,
-        help="how a sample's history is drawn: interleaved (the reference's) or last_n",
-    )
-    add(
-        "--division",
-        choices=("open", "closed"),
-        default=DEFAULTS.division,
-        help="MLPerf division of the log; closed refuses settings the closed rules reject "
-        "(see tools/mlperf/README.md)",
-    )
-    add(
-        "--debug",
-        action="store_true",
-        help=f"print a traceback with an error (also with {DEBUG_VARIABLE}=1)",
-    )
-    return p
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = build_parser()
-    args = p.parse_args(argv)
-    try:
-        run_config(args)
-    except ConfigError as error:
-        p.error(flag_message(error))
-    return args
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -178,27 +68,54 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def _value_parser(parse: typing.Callable[[str], object]) -> typing.Callable[[str], object]:
+    """`parse` with its ValueError reported by argparse as the option's error."""
+
+    def checked(text: str) -> object:
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return checked
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """One option per RunConfig field (its flag, default, type, choices and help come from the
+    field), and --debug."""
+    p = OneLineParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    types = field_types()
+    for spec in dataclasses.fields(RunConfig):
+        meta, kind = spec.metadata, types[spec.name]
+        base = [a for a in typing.get_args(kind) if a is not type(None)] or [kind]
+        option = {"dest": spec.name, "help": meta["help"], "default": spec.default}
+        if kind is bool:
+            option["action"] = "store_true"
+        elif typing.get_origin(kind) is tuple:
+            option |= {"action": "append", "default": list(spec.default)}
+        elif meta["choices"] is not None:
+            option["choices"] = meta["choices"]
+        elif meta["parse"] is not None:
+            option["type"] = _value_parser(meta["parse"])
+        elif base[0] in (int, float, Path):
+            option["type"] = base[0]
+        if meta["metavar"] is not None:
+            option["metavar"] = meta["metavar"]
+        p.add_argument(flag(spec.name), **option)
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        help=f"print a traceback with an error (also with {DEBUG_VARIABLE}=1)",
+    )
+    return p
+
+
 def flag_message(error: Exception) -> str:
-    """ "RunConfig.min_history: ..." read as "--min-history: ..."; other messages unchanged."""
-    text = str(error)
-    if not text.startswith("RunConfig."):
-        return text
-    field, _, message = text.removeprefix("RunConfig.").partition(": ")
-    return f"{flag(field)}: {message}"
-
-
-def steps_arg(text: str) -> int | None:
-    if text == "epoch":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        message = f"expected a number of steps or 'epoch', got {text!r}"
-        raise argparse.ArgumentTypeError(message) from None
-
-
-def debugging(argv: list[str]) -> bool:
-    return "--debug" in argv or os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
+    """A RunConfig field's error worded with its option ("--min-history: ..."); other
+    messages unchanged."""
+    if isinstance(error, RunConfigError):
+        return f"{flag(error.field)}: {error.reason}"
+    return str(error)
 
 
 def run_config(args: argparse.Namespace) -> RunConfig:
@@ -206,8 +123,22 @@ def run_config(args: argparse.Namespace) -> RunConfig:
     return RunConfig(**{k: v for k, v in vars(args).items() if k in names})
 
 
+def parse_args(argv: list[str] | None = None) -> ResolvedRun:
+    """The run the command line asks for, resolved (once); a bad value exits with one line."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    try:
+        return resolve_run(run_config(args))
+    except REFUSALS as error:
+        p.error(flag_message(error))
+
+
+def debugging(argv: list[str]) -> bool:
+    return "--debug" in argv or os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
+
+
 def main(argv: list[str] | None = None) -> dict:
-    summary = train(run_config(parse_args(argv)))
+    summary = train(parse_args(argv))
     if os.environ.get("RANK", "0") == "0":  # under torchrun every rank returns it
         print(json.dumps(summary), flush=True)
     return summary
@@ -222,7 +153,7 @@ def quiet_exit() -> None:
 if __name__ == "__main__":
     try:
         main()
-    except (ConfigError, RunRefused, FileNotFoundError, FileExistsError) as error:
+    except REFUSALS as error:
         # A bad input, refused before the run created or changed anything.
         quiet_exit()
         if debugging(sys.argv[1:]):
@@ -237,7 +168,7 @@ if __name__ == "__main__":
         where = f"rank {rank} of {ranks}: " if ranks != "1" and rank is not None else ""
         print(f"train.py: {where}{interrupted}", file=sys.stderr)
         sys.exit(interrupted.code)
-    except (FloatingPointError, RankLostError, CheckpointError, OSError, ValueError) as error:
+    except FAILURES as error:
         # The run started and failed; its log ends with run_stop "aborted".
         quiet_exit()
         if debugging(sys.argv[1:]):

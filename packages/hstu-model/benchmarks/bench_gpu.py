@@ -349,17 +349,16 @@ def failure(error: BaseException) -> str:
 def unavailable(family: str, kernel: str, device_type: str) -> str | None:
     """Why `kernel` of `family` cannot run on the device, or None."""
     import hstu_ops
-    from hstu_model.training.kernels import why_not
 
     if family == "model-step":
-        return why_not(kernel, device_type)
+        return hstu_ops.unavailable_reason(kernel, device_type)
     if kernel == "native" and family == "jagged-1d" and device_type != "cpu":
         info = hstu_ops.native_build_info()
         if info["cuda"] or info["hip"]:
             return None
         return "the extension was built without CUDA/HIP (HSTU_OPS_CUDA=ON builds them)"
     if kernel in ("native", "triton"):
-        return why_not(kernel, device_type)
+        return hstu_ops.unavailable_reason(kernel, device_type)
     return None
 
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from hstu_model._atomic import atomic_write_text
+from hstu_ops import Kernel
 
 
 class ConfigError(ValueError):
@@ -179,10 +181,10 @@ class ModelConfig:
     """Loss weight of each task."""
     loss_scale: float = 0.2
     """Factor on the weighted task loss."""
-    kernel: str = "pytorch"
-    """hstu_ops backend: "pytorch" (every op), "native" (the jagged primitives and the attention
-    in C++ on CPU tensors; the layers stay pytorch) or "triton" (the layers, the positional
-    embeddings and the attention; CUDA/ROCm tensors)."""
+    kernel: Kernel = Kernel.PYTORCH
+    """hstu_ops kernel family: pytorch (every op), native (the jagged primitives and the
+    attention in C++ on CPU tensors) or triton (the layers, the positional embeddings and the
+    attention; CUDA/ROCm tensors); each op without it runs its pytorch reference."""
     features: FeatureNames = field(default_factory=FeatureNames)
     """Names of the input features."""
 
@@ -231,11 +233,14 @@ class ModelConfig:
             "task_weights",
             f"needs one weight per task ({self.num_tasks}), got {self.task_weights}",
         )
+        families = [k.value for k in Kernel if k is not Kernel.AUTO]
         _require(
-            self.kernel in ("pytorch", "native", "triton"),
+            self.kernel in families,
             "kernel",
-            f"unknown kernel {self.kernel!r}; expected pytorch, native or triton",
+            f"unknown kernel {self.kernel!r}; expected {', '.join(families)} (auto is resolved "
+            "for a device by hstu_ops.device_kernel first)",
         )
+        object.__setattr__(self, "kernel", Kernel(self.kernel))
 
     def _check_contextual_features(self) -> None:
         features = self.contextual_features
@@ -509,20 +514,8 @@ class HSTUConfig:
 
     def save_json(self, path: str | os.PathLike[str], **extra: Any) -> Path:
         """Write the config (plus `extra` top-level entries) as JSON, atomically."""
-        path = Path(path)
         text = json.dumps(self.to_dict() | extra, indent=2, sort_keys=True, default=str) + "\n"
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return atomic_write_text(path, text)
 
     def replace(self, **sections: Mapping[str, Any]) -> HSTUConfig:
         """A copy with fields of named sections replaced: `cfg.replace(model={"num_layers": 2})`."""

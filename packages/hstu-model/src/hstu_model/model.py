@@ -252,15 +252,14 @@ class HSTURanker(nn.Module):
         super().__init__()
         self.config = config
         self.features = config.features
-        K = hstu_ops.Kernel
-        self.kernel = K[config.kernel.upper()]
-        # Each op family runs the chosen kernel where it has one, else its PyTorch reference.
-        self.jagged_kernel = K.NATIVE if self.kernel is K.NATIVE else K.PYTORCH
-        """complete_cumsum and 1-D jagged concat: PYTORCH or NATIVE."""
-        self.layer_kernel = K.TRITON if self.kernel is K.TRITON else K.PYTORCH
-        """hstu_compute_uqvk / hstu_compute_output: PYTORCH or TRITON."""
-        self.attention_kernel = self.kernel
-        """hstu_mha: PYTORCH, NATIVE (CPU) or TRITON."""
+        self.kernel = config.kernel
+        # Each op runs the chosen family where it has it, else its PyTorch reference.
+        self.jagged_kernel = hstu_ops.fallback("concat_1d_jagged", self.kernel)
+        """complete_cumsum and 1-D jagged concat."""
+        self.layer_kernel = hstu_ops.fallback("hstu_compute_uqvk", self.kernel)
+        """hstu_compute_uqvk / hstu_compute_output and the positional embeddings."""
+        self.attention_kernel = hstu_ops.fallback("hstu_mha", self.kernel)
+        """hstu_mha."""
         d, hidden = config.embedding_dim, config.preprocessor_hidden_dim
         self.tables = embedding_tables(config.features, vocab_sizes, config.contextual_features)
         self.contextual_keys: tuple[str, ...] = (

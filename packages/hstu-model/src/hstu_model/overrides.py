@@ -27,6 +27,7 @@ are written `table=value,...` (`item_id=row_wise,uid=table_wise`); in a file als
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import os
 import tomllib
@@ -106,6 +107,9 @@ def _parse_scalar(text: str, kind: type, where: str) -> Any:
     try:
         return kind(text)
     except ValueError:
+        if _is_enum(kind):
+            choices = ", ".join(member.value for member in kind)
+            raise ConfigError(f"{where}: expected one of {choices}, got {text!r}") from None
         raise ConfigError(f"{where}: expected {kind.__name__}, got {text!r}") from None
 
 
@@ -136,7 +140,7 @@ def _check_native(value: Any, field_type: Any, where: str) -> Any:
     typo would be, rather than parsed."""
     if isinstance(value, str) and field_type is not str:
         element = typing.get_args(field_type)[0] if typing.get_origin(field_type) else None
-        if field_type in _TEXT_FORMS or element in _TEXT_FORMS:
+        if field_type in _TEXT_FORMS or element in _TEXT_FORMS or _is_enum(field_type):
             return parse_value(value, field_type, where)
         name = getattr(field_type, "__name__", str(field_type))
         hint = "write the value unquoted"
@@ -190,6 +194,10 @@ def _check_native(value: Any, field_type: Any, where: str) -> Any:
         return value
     name = getattr(field_type, "__name__", str(field_type))
     raise ConfigError(f"{where}: expected {name}, got {value!r}")
+
+
+def _is_enum(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, enum.Enum)
 
 
 def _is_float(text: str) -> bool:

@@ -1,14 +1,25 @@
 """HSTU kernels: PyTorch references, native (C++/CUDA/HIP) ops and Triton kernels.
 
 Every op takes ``kernel=`` (a :class:`Kernel`, or None for the process default set with
-:func:`set_default_kernel`). The PYTORCH kernels in :mod:`hstu_ops.pytorch` are the
+:func:`set_default_kernel`); :data:`OP_KERNELS` says which kernels each op has, :func:`fallback`
+which one it runs for a family, and :func:`device_kernel` which family a device runs
+(``Kernel.AUTO`` resolved, a family it cannot run refused). The PYTORCH kernels in :mod:`hstu_ops.pytorch` are the
 specification; the NATIVE kernels come from the compiled extension and are also reachable as
 ``torch.ops.hstu_ops.*`` once this package is imported. The TRITON kernels
 (:mod:`hstu_ops.triton`) are imported on first use, so this package imports without triton.
 """
 
 from hstu_ops import pytorch
-from hstu_ops._kernel import Kernel, get_default_kernel, set_default_kernel
+from hstu_ops._kernel import (
+    OP_KERNELS,
+    Kernel,
+    KernelUnavailableError,
+    device_kernel,
+    fallback,
+    get_default_kernel,
+    set_default_kernel,
+    unavailable_reason,
+)
 from hstu_ops._native import (
     NativeExtensionError,
     native_available,
@@ -32,7 +43,9 @@ from hstu_ops.position import add_timestamp_positional_embeddings
 __version__ = "0.1.0"
 
 __all__ = [
+    "OP_KERNELS",
     "Kernel",
+    "KernelUnavailableError",
     "NativeExtensionError",
     "TritonUnavailableError",
     "__version__",
@@ -41,6 +54,8 @@ __all__ = [
     "complete_cumsum",
     "concat_1d_jagged",
     "concat_2D_jagged",
+    "device_kernel",
+    "fallback",
     "get_default_kernel",
     "hstu_compute_output",
     "hstu_compute_uqvk",
@@ -56,4 +71,5 @@ __all__ = [
     "split_2D_jagged",
     "swish_layer_norm",
     "triton_available",
+    "unavailable_reason",
 ]

@@ -59,11 +59,10 @@ def select_kernel(
     kernel: Kernel | str | None,
     reference: Callable,
     module: str,
-    available: tuple[Kernel, ...] = (Kernel.PYTORCH, Kernel.TRITON),
 ) -> Callable:
     """The function of an op with a PYTORCH and a TRITON kernel that ``kernel`` selects (see
     :func:`hstu_ops._kernel.resolve_kernel`): ``reference`` or :func:`triton_function`."""
-    if resolve_kernel(op, kernel, available) is Kernel.TRITON:
+    if resolve_kernel(op, kernel) is Kernel.TRITON:
         return triton_function(op, module)
     return reference
 

@@ -18,7 +18,6 @@ from hstu_ops.pytorch.pt_hstu_attention import _check_inputs, pytorch_hstu_mha
 __all__ = ["hstu_mha"]
 
 _OP = "hstu_mha"
-_KERNELS = (Kernel.PYTORCH, Kernel.NATIVE, Kernel.TRITON)
 _NATIVE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -66,7 +65,7 @@ def hstu_mha(
     Returns:
         [total, heads, hidden_dim].
     """
-    chosen = resolve_kernel(_OP, kernel, _KERNELS)
+    chosen = resolve_kernel(_OP, kernel)
     impl = pytorch_hstu_mha
     if chosen is Kernel.NATIVE:
         impl = _native_hstu_mha

@@ -20,7 +20,6 @@ from hstu_ops.pytorch.pt_hstu_compute import (
 
 __all__ = ["hstu_compute_output", "hstu_compute_uqvk"]
 
-_KERNELS = (Kernel.PYTORCH, Kernel.TRITON)
 _TRITON_MODULE = "triton_hstu_compute"
 
 
@@ -117,7 +116,7 @@ def hstu_compute_output(
         [N, out] in x's dtype.
     """
     op = "hstu_compute_output"
-    chosen = resolve_kernel(op, kernel, _KERNELS)
+    chosen = resolve_kernel(op, kernel)
     common = dict(
         attn=attn,
         u=u,

@@ -27,9 +27,6 @@ __all__ = [
     "split_2D_jagged",
 ]
 
-_KERNELS = (Kernel.PYTORCH, Kernel.NATIVE)
-_KERNELS_2D = (Kernel.PYTORCH, Kernel.TRITON)
-
 
 def complete_cumsum(lengths: torch.Tensor, *, kernel: Kernel | str | None = None) -> torch.Tensor:
     """Offsets ``[0, l0, l0 + l1, ...]`` (N + 1 entries) from lengths (N entries).
@@ -37,7 +34,7 @@ def complete_cumsum(lengths: torch.Tensor, *, kernel: Kernel | str | None = None
     lengths: 1-D int32 or int64, no negative entry; the result has the same dtype (int32 sums
     that overflow are an error).
     """
-    k = resolve_kernel("complete_cumsum", kernel, _KERNELS)
+    k = resolve_kernel("complete_cumsum", kernel)
     if k is Kernel.NATIVE:
         return native_ops("complete_cumsum", lengths.device).complete_cumsum(lengths)
     return pt_jagged.pytorch_complete_cumsum(lengths)
@@ -57,7 +54,7 @@ def concat_1d_jagged(
     and offsets_b share dtype (int32/int64) and length B + 1. Returns ``(values, offsets)``
     with ``values`` of shape [rows_a + rows_b, *row] and ``offsets = offsets_a + offsets_b``.
     """
-    k = resolve_kernel("concat_1d_jagged", kernel, _KERNELS)
+    k = resolve_kernel("concat_1d_jagged", kernel)
     if k is Kernel.NATIVE:
         ops = native_ops("concat_1d_jagged", values_a.device)
         return ops.concat_1d_jagged(values_a, offsets_a, values_b, offsets_b)
@@ -77,7 +74,7 @@ def split_1d_jagged(
     Returns ``(values_a, values_b, offsets_b)`` with ``offsets_b = offsets - offsets_a``, so
     ``concat_1d_jagged(values_a, offsets_a, values_b, offsets_b) == (values, offsets)``.
     """
-    k = resolve_kernel("split_1d_jagged", kernel, _KERNELS)
+    k = resolve_kernel("split_1d_jagged", kernel)
     if k is Kernel.NATIVE:
         ops = native_ops("split_1d_jagged", values.device)
         return ops.split_1d_jagged(values, offsets, offsets_a)
@@ -117,7 +114,7 @@ def concat_2D_jagged(
         [rows_left + rows_right, D]; its offsets are offsets_left + offsets_right.
     """
     op = "concat_2D_jagged"
-    chosen = resolve_kernel(op, kernel, _KERNELS_2D)
+    chosen = resolve_kernel(op, kernel)
     pt_jagged_2d.check_rows_per_program(op, rows_per_program)
     args = (
         max_seq_len,
@@ -160,7 +157,7 @@ def split_2D_jagged(
         ``(values_left [rows_left, D], values_right [rows_right, D])``.
     """
     op = "split_2D_jagged"
-    chosen = resolve_kernel(op, kernel, _KERNELS_2D)
+    chosen = resolve_kernel(op, kernel)
     pt_jagged_2d.check_rows_per_program(op, rows_per_program)
     args = (
         max_seq_len,

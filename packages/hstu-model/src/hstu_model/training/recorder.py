@@ -13,12 +13,12 @@ import contextlib
 import csv
 import io
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from hstu_model._atomic import atomic_path
 from hstu_model.metrics import BinnedAUC
 
 __all__ = ["MetricsRecorder", "format_duration"]
@@ -187,10 +187,9 @@ class MetricsRecorder:
             ax.grid(alpha=0.3)
             ax.legend()
         fig.tight_layout()
-        tmp = self.plot_path.with_name(f".{self.plot_path.name}.{os.getpid()}.tmp")
-        fig.savefig(tmp, format="png", dpi=100)
+        with atomic_path(self.plot_path) as tmp:
+            fig.savefig(tmp, format="png", dpi=100)
         plt.close(fig)
-        os.replace(tmp, self.plot_path)
         return self.plot_path
 
 

@@ -1,0 +1,284 @@
+"""Where a run goes and what it continues, decided before it writes anything.
+
+A run folder holds one run: "empty", "unfinished" (a log, metrics or config.json without
+result.json) or "finished". `plan_run` decides, from the run's --out, --checkpoint-dir,
+--resume and --overwrite, the folder, the checkpoint to resume from and whether the run files
+there are replaced, and refuses (`RunRefused`) a folder that holds another run or a checkpoint
+of another run (other settings or effective config, another run id). `claim_run` then takes
+the locks of the checkpoint directory and the run folder for the life of the process
+(`folder_lock`) and decides again under them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from hstu_model import checkpoint as ckpt
+from hstu_model.training import folder_lock
+from hstu_model.training.run_config import ResolvedRun, RunConfig, flag
+
+__all__ = [
+    "CONFIG",
+    "RUNS_DIR",
+    "RUN_FILES",
+    "SUMMARY",
+    "SYNTHETIC_CACHE",
+    "RunPlan",
+    "RunRefused",
+    "claim_run",
+    "data_root",
+    "find_resume_point",
+    "fresh_run_dir",
+    "newest_unfinished_run",
+    "plan_run",
+    "read_run_record",
+    "run_differences",
+    "run_state",
+]
+
+
+def run_differences(saved_identity: dict, saved_config: dict | None, run: ResolvedRun) -> list[str]:
+    """What differs between a saved run (its identity and effective config, as a checkpoint
+    or a run folder's config.json holds them) and `run`."""
+    now = run.identity()
+    differ = [
+        f"{flag(k)} {saved_identity.get(k)} then, {now[k]} now"
+        for k in now
+        if saved_identity.get(k) != now[k]
+    ]
+    if saved_config is not None:
+        differ += ckpt.config_differences(saved_config, run.hstu.to_dict())
+    return differ
+
+
+def find_resume_point(
+    run: ResolvedRun,
+) -> tuple[ckpt.CheckpointInfo | None, list[tuple[Path, str]]]:
+    """The checkpoint to resume from (None: start afresh) and the newer ones skipped because
+    they do not verify (path, what is wrong); refuses (RunRefused) a checkpoint of another run
+    (other settings, another effective config), and to start afresh over an earlier run's
+    checkpoints."""
+    config = run.config
+    if config.checkpoint_dir is None:
+        return None, []
+    if config.resume == "never":
+        existing = sorted(p.name for p in ckpt.list_checkpoint_dirs(config.checkpoint_dir))
+        if existing:
+            raise RunRefused(
+                f"--checkpoint-dir {config.checkpoint_dir} holds checkpoints of an earlier run "
+                f"({', '.join(existing)}); pass --resume auto to continue it, or use an empty "
+                "--checkpoint-dir"
+            )
+        return None, []
+    found, skipped = ckpt.latest_verified(config.checkpoint_dir)
+    if found is None:
+        return None, skipped
+    differ = run_differences(found.extra.get("run", {}), found.config, run)
+    if differ:
+        raise RunRefused(f"{found.path} is a checkpoint of another run: {'; '.join(differ)}")
+    return found, skipped
+
+
+RUNS_DIR = Path("runs")
+"""Where runs without an explicit `out` go (relative to the working directory)."""
+SYNTHETIC_CACHE = RUNS_DIR / "cache" / "synthetic"
+"""The synthetic datasets of runs without an explicit `out`, one folder per SynthConfig."""
+SUMMARY = "result.json"
+"""Written into the run folder when a run ends (success or not): a finished run."""
+CONFIG = "config.json"
+"""The run's effective config, identity and id: the first file a run writes into its folder."""
+RUN_FILES = ("mlperf.log", "metrics.csv", "metrics.png", CONFIG, SUMMARY)
+"""What a run writes into its folder besides the data and the prepared store."""
+
+
+class RunRefused(ValueError):
+    """The run was refused before it created or changed anything: a bad input, or a run folder
+    that holds another run. The message says why and what to do instead."""
+
+
+def run_state(out: Path) -> str:
+    """ "finished" (it has a summary), "unfinished" (a log, metrics or config without one) or
+    "empty"."""
+    if (out / SUMMARY).is_file():
+        return "finished"
+    if any((out / name).exists() for name in RUN_FILES):
+        return "unfinished"
+    return "empty"
+
+
+def read_run_record(out: Path) -> dict | None:
+    """The config.json of the run in `out` (None when missing or unreadable)."""
+    try:
+        record = json.loads((out / CONFIG).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def newest_unfinished_run(checkpoint_dir: Path | None, base: Path = RUNS_DIR) -> Path | None:
+    """The most recently changed `train-*` folder under `base` that holds an unfinished run
+    which saved its checkpoints into `checkpoint_dir` (its config.json says so) and that no
+    other process is running."""
+
+    def saved_into(folder: Path) -> str | None:
+        try:
+            return read_run_record(folder)["run"]["checkpoint_dir"]
+        except (KeyError, TypeError):
+            return None
+
+    runs = [
+        p
+        for p in base.glob("train-*")
+        if p.is_dir()
+        and run_state(p) == "unfinished"
+        and saved_into(p) == (None if checkpoint_dir is None else str(checkpoint_dir))
+        and folder_lock.holder(p) is None
+    ]
+    return max(runs, key=lambda p: p.stat().st_mtime_ns, default=None)
+
+
+def fresh_run_dir(base: Path = RUNS_DIR) -> Path:
+    """Create and return `base/train-<UTC date-time>` (with a -2, -3, ... suffix when taken)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    base.mkdir(parents=True, exist_ok=True)
+    for n in itertools.count(1):
+        folder = base / (f"train-{stamp}" if n == 1 else f"train-{stamp}-{n}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run does with its folders, decided before it writes anything."""
+
+    out: Path | None
+    """The run folder; None: a fresh `runs/train-<UTC date-time>`."""
+    resume: ckpt.CheckpointInfo | None
+    """The checkpoint the run continues from."""
+    skipped: tuple[tuple[Path, str], ...]
+    """Newer checkpoints that do not verify, with what is wrong with each."""
+    replace: bool
+    """The run files `out` holds are replaced: --overwrite, or an unfinished run that saved
+    no checkpoint starts again."""
+    run_id: str
+    """The run's id (config.json, every checkpoint): a resumed run keeps its own."""
+    notes: tuple[str, ...] = ()
+    """What to tell the user about the choice."""
+
+
+def plan_run(run: ResolvedRun, out: Path | None = None) -> RunPlan:
+    """Where and how `run` runs, in `out` (default: its --out); RunRefused (having created
+    nothing) when that folder holds another run, or a run it cannot continue."""
+    config = run.config
+    resume, skipped = find_resume_point(run)
+    out, notes = out or config.out, []
+    if out is None and config.resume == "auto":
+        out = newest_unfinished_run(config.checkpoint_dir)
+        if out is not None:
+            notes.append(f"resuming the newest unfinished run, {out}")
+    fresh_id = uuid.uuid4().hex
+    state = "empty" if out is None else run_state(out)
+    if state == "empty" or (config.overwrite and resume is None):
+        if resume is not None:
+            raise RunRefused(
+                f"{resume.path} is a checkpoint of a run whose log is not in "
+                f"{out or 'a new run folder'}; pass that run's folder as --out"
+            )
+        if state != "empty":
+            notes.append(f"replacing the run in {out} (--overwrite)")
+        return RunPlan(out, None, tuple(skipped), state != "empty", fresh_id, tuple(notes))
+    if config.overwrite:
+        raise RunRefused(
+            f"--overwrite replaces the run in {out} and --resume auto continues it from "
+            f"{resume.path}: pass one of them"
+        )
+    if state == "finished":
+        raise RunRefused(
+            f"--out {out} holds a finished run ({out / SUMMARY}); write elsewhere with another "
+            "--out (or none: a fresh folder under runs/), or pass --overwrite to replace it"
+        )
+    record = read_run_record(out)
+    if resume is not None:
+        saved_id = resume.extra.get("run_id")
+        if not (out / "mlperf.log").is_file() or (
+            record is not None and saved_id is not None and record.get("run_id") != saved_id
+        ):
+            raise RunRefused(
+                f"{resume.path} is a checkpoint of another run than the one in {out} (its log "
+                f"or id differs); pass that run's folder as --out"
+            )
+        return RunPlan(out, resume, tuple(skipped), False, saved_id or fresh_id, tuple(notes))
+    if config.resume != "auto":
+        raise RunRefused(
+            f"--out {out} holds an unfinished run; pass --resume auto with its --checkpoint-dir "
+            "to continue it; write elsewhere with another --out, or pass --overwrite to "
+            "replace it"
+        )
+    if skipped:
+        raise RunRefused(
+            f"--out {out} holds an unfinished run and --checkpoint-dir {config.checkpoint_dir} "
+            f"has no checkpoint that verifies ({'; '.join(f'{p}: {why}' for p, why in skipped)}"
+            "); move those away to start the run again, write elsewhere with another --out, "
+            "or pass --overwrite to replace it"
+        )
+    # Killed before its first checkpoint: the same command (a requeued job) starts it again.
+    if record is None or "identity" not in record:
+        raise RunRefused(
+            f"--out {out} holds an unfinished run whose {CONFIG} is missing or unreadable, so "
+            "it cannot be told to be this run; write elsewhere with another --out, or pass "
+            "--overwrite to replace it"
+        )
+    differ = run_differences(record["identity"], record, run)
+    if differ:
+        raise RunRefused(
+            f"--out {out} holds an unfinished run of other settings: {'; '.join(differ)}"
+        )
+    notes.append(
+        f"{out} holds an unfinished run that saved no checkpoint in --checkpoint-dir "
+        f"{config.checkpoint_dir}: starting it again"
+    )
+    return RunPlan(out, None, tuple(skipped), True, fresh_id, tuple(notes))
+
+
+def claim_run(run: ResolvedRun, held: contextlib.ExitStack) -> RunPlan:
+    """`plan_run`, then the locks of the checkpoint directory and the run folder (creating
+    them), held in `held` for the life of the run, then `plan_run` again under the locks (what
+    another process did in between counts). Call on rank 0 only."""
+    config = run.config
+    try:
+        for folder, what in ((config.checkpoint_dir, "--checkpoint-dir"), (config.out, "--out")):
+            if folder is not None:
+                folder_lock.ensure_free(folder, what)
+        first = plan_run(run)  # every refusal before anything is created
+        if config.checkpoint_dir is not None:
+            held.enter_context(folder_lock.lock_folder(config.checkpoint_dir, "--checkpoint-dir"))
+        out = first.out or fresh_run_dir()
+        what = "--out" if config.out is not None else "the run folder"
+        held.enter_context(folder_lock.lock_folder(out, what))
+    except folder_lock.FolderInUse as error:
+        raise RunRefused(str(error)) from None
+    plan = plan_run(run, out)
+    return dataclasses.replace(plan, notes=tuple(dict.fromkeys(first.notes + plan.notes)))
+
+
+def data_root(config: RunConfig, out: Path) -> Path:
+    """Where the run's dataset is: `data`, or the synthetic one, made in the run folder `out`
+    when it was given and otherwise shared by the runs under runs/ that ask for the same one."""
+    if config.data is not None:
+        return config.data
+    explicit_out = out.parent != RUNS_DIR or not out.name.startswith("train-")
+    if explicit_out:
+        return out / "data"
+    synth = config.synth_config()
+    return SYNTHETIC_CACHE / f"users{synth.users}-seed{synth.seed}-{synth.size}"
