@@ -83,5 +83,5 @@ def test_each_op_runs_the_family_where_it_has_it_else_its_reference():
         assert hstu_ops._kernel.resolve_kernel("complete_cumsum", None) is Kernel.NATIVE
     finally:
         hstu_ops.set_default_kernel("pytorch")
-    with pytest.raises(ValueError, match="resolve Kernel.AUTO"):
+    with pytest.raises(ValueError, match=r"resolve Kernel\.AUTO"):
         hstu_ops.set_default_kernel("auto")
