@@ -10,11 +10,12 @@ A checkpoint is the directory `<dir>/step-<N>`, `N` the trainer's step:
       manifest.json      size and sha256 of every file above (written after them)
       COMPLETE           written last, holding the manifest's own sha256
 
-A save is atomic (a killed one leaves the previous checkpoint as the newest) and a checkpoint
-can be verified against its manifest. The modules: `format` saves and loads a trainer,
-`directory` lists, finds and prunes the checkpoints of a directory, `files` names the files and
-verifies them, `state` maps a trainer's model and optimizers to named tensors, `rng` the
-generator states, `position` the data position, `schedule` when to save and `Checkpointer`.
+A save is atomic (a process killed during one leaves the previous checkpoint as the newest),
+and a checkpoint verifies against its manifest. The modules: `format` saves and loads a trainer
+(any `CheckpointableTrainer`, from `state`, which maps its model and optimizers to named
+tensors), `directory` lists, finds and prunes the checkpoints of a directory, `files` names
+their files and verifies them, `rng` holds the generator states, `position` the data position,
+and `schedule` says when to save (`Checkpointer`).
 """
 
 from hstu_model.checkpoint.directory import (
@@ -42,7 +43,7 @@ from hstu_model.checkpoint.format import config_differences, load_checkpoint, sa
 from hstu_model.checkpoint.position import StreamPosition
 from hstu_model.checkpoint.rng import rng_state, set_rng_state
 from hstu_model.checkpoint.schedule import Checkpointer, CheckpointSchedule
-from hstu_model.checkpoint.state import state_digest
+from hstu_model.checkpoint.state import CheckpointableTrainer, state_digest
 
 __all__ = [
     "COMPLETE",
@@ -55,6 +56,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointInfo",
     "CheckpointSchedule",
+    "CheckpointableTrainer",
     "Checkpointer",
     "StreamPosition",
     "config_differences",

@@ -50,6 +50,7 @@ from hstu_model.checkpoint.files import (
 )
 from hstu_model.checkpoint.rng import rng_state, set_rng_state
 from hstu_model.checkpoint.state import (
+    CheckpointableTrainer,
     _load_optimizer,
     _local_tensors,
     _named_optimizers,
@@ -84,7 +85,7 @@ def _dcp_quiet() -> Iterator[None]:
 
 def save_checkpoint(
     directory: str | os.PathLike[str],
-    trainer: Any,
+    trainer: CheckpointableTrainer,
     *,
     extra: Mapping[str, Any] | None = None,
     config: Mapping[str, Any] | None = None,
@@ -209,7 +210,7 @@ def config_differences(saved: Mapping[str, Any], live: Mapping[str, Any]) -> lis
 
 def load_checkpoint(
     checkpoint: CheckpointInfo | str | os.PathLike[str],
-    trainer: Any,
+    trainer: CheckpointableTrainer,
     *,
     restore_rng: bool = True,
     check_config: bool = True,

@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from hstu_model.checkpoint.directory import CheckpointInfo, latest
 from hstu_model.checkpoint.format import _distributed, load_checkpoint, save_checkpoint
+from hstu_model.checkpoint.state import CheckpointableTrainer
 
 
 class CheckpointSchedule:
@@ -89,7 +90,7 @@ class Checkpointer:
     def latest(self) -> CheckpointInfo | None:
         return latest(self.directory)
 
-    def save(self, trainer: Any, extra: Mapping[str, Any] | None = None) -> Path:
+    def save(self, trainer: CheckpointableTrainer, extra: Mapping[str, Any] | None = None) -> Path:
         path = save_checkpoint(
             self.directory, trainer, extra=extra, config=self.config, keep=self.keep
         )
@@ -97,14 +98,14 @@ class Checkpointer:
         return path
 
     def maybe_save(
-        self, trainer: Any, extra: Callable[[], Mapping[str, Any]] | None = None
+        self, trainer: CheckpointableTrainer, extra: Callable[[], Mapping[str, Any]] | None = None
     ) -> Path | None:
         """Save if the schedule says so at `trainer.step`; `extra` is called only then."""
         if not self.schedule.due(trainer.step):
             return None
         return self.save(trainer, extra() if extra is not None else None)
 
-    def restore(self, checkpoint: CheckpointInfo, trainer: Any) -> CheckpointInfo:
+    def restore(self, checkpoint: CheckpointInfo, trainer: CheckpointableTrainer) -> CheckpointInfo:
         info = load_checkpoint(checkpoint, trainer)
         self.schedule.saved()
         return info

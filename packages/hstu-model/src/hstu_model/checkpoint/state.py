@@ -5,23 +5,54 @@ Tensors are keyed by name, not by position: `model/<fqn>` for the model's state 
 `sparse1`, ... in the trainer's order; their param groups and non-tensor state go to
 `meta.json` as JSON. torchrec's `KeyedOptimizer`s are keyed by parameter name already (with
 ShardedTensor states when sharded); torch optimizers number their parameters, which are mapped
-to the model's names. `state_digest` hashes all of it.
+to the model's names. `state_digest` hashes all of it. `CheckpointableTrainer` is what this
+reads and writes of a trainer.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import torch
 from torchrec.optim.keyed import KeyedOptimizer
 
 from hstu_model.checkpoint.files import CheckpointError
+from hstu_model.config import HSTUConfig
 
 
-def _named_optimizers(trainer: Any) -> list[tuple[str, torch.optim.Optimizer]]:
+class CheckpointableTrainer(Protocol):
+    """What checkpointing reads and writes of a trainer (`hstu_model.Trainer` is one).
+
+    A save reads the model's state dict, the state of every optimizer, the step and the config;
+    a load loads into the same model and optimizers in place, checks the config and sets the
+    step.
+    """
+
+    step: int
+    """Training steps taken; the checkpoint's `N`, and set when one is loaded."""
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The model whose `state_dict` is saved (an `HSTURanker`, or the
+        DistributedModelParallel of a sharded one)."""
+
+    @property
+    def config(self) -> HSTUConfig:
+        """Saved as `config.json` (`to_dict()`) unless the caller gives another."""
+
+    @property
+    def dense_optimizer(self) -> torch.optim.Optimizer:
+        """Saved as the optimizer `dense`."""
+
+    @property
+    def sparse_optimizers(self) -> Sequence[torch.optim.Optimizer]:
+        """Saved as `sparse0`, `sparse1`, ... in this order."""
+
+
+def _named_optimizers(trainer: CheckpointableTrainer) -> list[tuple[str, torch.optim.Optimizer]]:
     return [("dense", trainer.dense_optimizer)] + [
         (f"sparse{i}", opt) for i, opt in enumerate(trainer.sparse_optimizers)
     ]
@@ -91,7 +122,7 @@ def _optimizer_state(
     return tensors, meta
 
 
-def _trainer_state(trainer: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def _trainer_state(trainer: CheckpointableTrainer) -> tuple[dict[str, Any], dict[str, Any]]:
     """Flat name -> tensor dict of model and optimizers, and the JSON part of the optimizers."""
     tensors = {f"model/{k}": v for k, v in trainer.model.state_dict().items()}
     names = _param_names(trainer.model)
@@ -112,7 +143,7 @@ def _local_tensors(value: Any) -> list[tuple[str, torch.Tensor]]:
     return [("", value)]
 
 
-def state_digest(trainer: Any) -> str:
+def state_digest(trainer: CheckpointableTrainer) -> str:
     """sha256 (hex) of the trainer's step, model state and optimizer states.
 
     Deterministic: entries in sorted name order, each tensor as name, dtype, shape and its raw
