@@ -80,28 +80,13 @@ def list_checkpoint_dirs(directory: str | os.PathLike[str]) -> list[Path]:
 
 def list_checkpoints(directory: str | os.PathLike[str]) -> list[CheckpointInfo]:
     """The complete checkpoints in `directory`, oldest first (incomplete ones are ignored)."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    found = []
-    for path in directory.iterdir():
-        step = _step_of(path)
-        if step is not None and (path / COMPLETE).is_file():
-            found.append((step, path))
-    return [read_checkpoint(path) for _, path in sorted(found)]
+    return [read_checkpoint(path) for path in list_checkpoint_dirs(directory)]
 
 
 def latest(directory: str | os.PathLike[str]) -> CheckpointInfo | None:
     """The newest complete checkpoint in `directory`, or None."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return None
-    steps = [
-        (step, path)
-        for path in directory.iterdir()
-        if (step := _step_of(path)) is not None and (path / COMPLETE).is_file()
-    ]
-    return read_checkpoint(max(steps)[1]) if steps else None
+    paths = list_checkpoint_dirs(directory)
+    return read_checkpoint(paths[-1]) if paths else None
 
 
 def latest_verified(
@@ -109,19 +94,8 @@ def latest_verified(
 ) -> tuple[CheckpointInfo | None, list[tuple[Path, str]]]:
     """The newest complete checkpoint in `directory` that verifies (`verify_checkpoint`), or
     None, and the newer complete ones skipped on the way, each with what is wrong with it."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return None, []
-    steps = sorted(
-        (
-            (step, path)
-            for path in directory.iterdir()
-            if (step := _step_of(path)) is not None and (path / COMPLETE).is_file()
-        ),
-        reverse=True,
-    )
     skipped = []
-    for _, path in steps:
+    for path in reversed(list_checkpoint_dirs(directory)):
         problems = verify_checkpoint(path)
         if not problems:
             try:
