@@ -245,6 +245,18 @@ def test_rewind_file_keeps_the_tail(tmp_path):
         ck.rewind_file(path, 9)
 
 
+def test_the_package_exports_its_public_names():
+    """What callers use of hstu_model.checkpoint stays importable from it, whichever module
+    holds it."""
+    assert set(ck.__all__) <= set(dir(ck))
+    used = {"Checkpointer", "CheckpointError", "CheckpointInfo", "CheckpointSchedule"}
+    used |= {"CheckpointableTrainer", "StreamPosition", "COMPLETE", "MANIFEST"}
+    used |= {"config_differences", "latest", "latest_verified", "list_checkpoint_dirs"}
+    used |= {"list_checkpoints", "load_checkpoint", "prune", "read_checkpoint", "rewind_file"}
+    used |= {"rng_state", "save_checkpoint", "set_rng_state", "state_digest", "verify_checkpoint"}
+    assert used <= set(ck.__all__)
+
+
 def test_checkpointer_saves_on_schedule(tiny_config, build, make_batch, tmp_path):
     trainer = make_trainer(tiny_config, build)
     saver = ck.Checkpointer(tmp_path, every_steps=2, keep=1, config={"run": {"x": 1}})
