@@ -10,6 +10,8 @@ import torch
 
 from hstu_model import Trainer, seed_everything, shard_model
 from hstu_model import checkpoint as ck
+from hstu_model.checkpoint import files as ck_files
+from hstu_model.checkpoint import format as ck_format
 from hstu_model.config import TableOption
 
 SHAPES = ([5, 3, 7], [4, 0, 6, 2], [1, 8])
@@ -94,7 +96,7 @@ def test_incomplete_checkpoints_are_ignored(tiny_config, build, make_batch, tmp_
     ck.save_checkpoint(tmp_path, trainer)
 
     # Killed after the rename, before COMPLETE: step-3 exists but does not count.
-    write_json = ck._write_json
+    write_json = ck_format._write_json
 
     def crash_before_complete(path, value):
         if path.name == ck.COMPLETE:
@@ -102,10 +104,10 @@ def test_incomplete_checkpoints_are_ignored(tiny_config, build, make_batch, tmp_
         write_json(path, value)
 
     trainer.step = 3
-    monkeypatch.setattr(ck, "_write_json", crash_before_complete)
+    monkeypatch.setattr(ck_format, "_write_json", crash_before_complete)
     with pytest.raises(Killed):
         ck.save_checkpoint(tmp_path, trainer)
-    monkeypatch.setattr(ck, "_write_json", write_json)
+    monkeypatch.setattr(ck_format, "_write_json", write_json)
     assert (tmp_path / "step-3" / "meta.json").is_file()
     assert ck.latest(tmp_path).step == 2
     with pytest.raises(ck.CheckpointError, match="not a complete checkpoint"):
@@ -116,7 +118,7 @@ def test_incomplete_checkpoints_are_ignored(tiny_config, build, make_batch, tmp_
         raise Killed
 
     trainer.step = 4
-    monkeypatch.setattr(ck.dcp, "save", crash)
+    monkeypatch.setattr(ck_format.dcp, "save", crash)
     with pytest.raises(Killed):
         ck.save_checkpoint(tmp_path, trainer)
     monkeypatch.undo()
@@ -158,7 +160,7 @@ def test_manifest_verifies_every_file_and_the_newest_good_one_is_found(
         ck.save_checkpoint(tmp_path, trainer)
     for step in (1, 2, 3):
         assert ck.verify_checkpoint(tmp_path / f"step-{step}") == []
-    manifest = ck._read_json(tmp_path / "step-3" / ck.MANIFEST)
+    manifest = ck_files._read_json(tmp_path / "step-3" / ck.MANIFEST)
     assert {"meta.json", "config.json", "rng/rank-0.json"} <= set(manifest)
     assert any(name.startswith("tensors/") for name in manifest)
     # step-3: one byte of its tensors flipped (same size); step-2: its RNG file gone.
@@ -241,6 +243,18 @@ def test_rewind_file_keeps_the_tail(tmp_path):
     assert ck.rewind_file(path, 5) == 0
     with pytest.raises(ck.CheckpointError, match="has 5 bytes but had 9"):
         ck.rewind_file(path, 9)
+
+
+def test_the_package_exports_its_public_names():
+    """What callers use of hstu_model.checkpoint stays importable from it, whichever module
+    holds it."""
+    assert set(ck.__all__) <= set(dir(ck))
+    used = {"Checkpointer", "CheckpointError", "CheckpointInfo", "CheckpointSchedule"}
+    used |= {"CheckpointableTrainer", "StreamPosition", "COMPLETE", "MANIFEST"}
+    used |= {"config_differences", "latest", "latest_verified", "list_checkpoint_dirs"}
+    used |= {"list_checkpoints", "load_checkpoint", "prune", "read_checkpoint", "rewind_file"}
+    used |= {"rng_state", "save_checkpoint", "set_rng_state", "state_digest", "verify_checkpoint"}
+    assert used <= set(ck.__all__)
 
 
 def test_checkpointer_saves_on_schedule(tiny_config, build, make_batch, tmp_path):
