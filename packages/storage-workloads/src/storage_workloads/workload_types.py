@@ -228,9 +228,8 @@ class Workload:
         num_samples_per_file: samples in each file.
         record_length_bytes: mean bytes per sample, in whole bytes (sizing and checks use it).
         record_length_bytes_stdev: standard deviation of the sample size (0: fixed size).
-        record_length_bytes_exact: the mean exactly as the official file writes it where it is
-            not a whole number (resnet50: 114660.07); it rounds to ``record_length_bytes`` and
-            is what the DLIO configuration carries.
+        record_length_bytes_exact: the mean as the official file writes it where it is not
+            whole (resnet50: 114660.07), which the DLIO config carries.
         record_length_bytes_resize: DLIO ``record_length_bytes_resize`` (0: not written).
         batch_size: samples per step and accelerator.
         read_threads: DLIO ``reader.read_threads``; ``None`` leaves DLIO's default (1).
