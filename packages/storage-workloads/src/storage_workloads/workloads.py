@@ -212,7 +212,7 @@ _FLUX_PARQUET_WORKLOAD: Final[dict[str, Any]] = {
     "epochs": 1,
 }
 
-# hstu_yambda, derived in the README ("hstu_yambda: how the numbers were derived") from the
+# hstu_yambda, derived in the README (section "hstu_yambda") from the
 # yambda-data sample-store benchmark in docs/benchmarks.md (bench_store.py, Yambda-50m size,
 # cpu-2c): 41,998,451 train anchors; a mean history of 2,326 events per sample at history
 # length 4,086; 21.3 store bytes per event; 8,698 samples/s from one loader worker.
