@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from storage_workloads import dliorun
-from storage_workloads.dlio import dump_yaml
+from storage_workloads.dlio import dump_yaml, runs
 from storage_workloads.dlio_ext import CHECKPOINT_TIMINGS
 from storage_workloads.dliorun import DLIO_VENV_ENV
 
@@ -45,9 +44,10 @@ FIXTURE = Path(__file__).parent / "data" / "dlio-2ranks-2epochs"
 
 
 def _fake_execute(launch: Any, *, run_dir: Path, timeout_s: float | None, log: Any) -> float:
-    """Stand-in for the DLIO launch (``dliorun._execute``): writes the workload YAML as the
-    real one does, leaves a recorded two-rank run as DLIO's output and, for checkpointing,
-    the mechanism's timings (2 MB a checkpoint, 10 ms a write, 5 ms a read)."""
+    """Stand-in for the DLIO launch (``storage_workloads.dlio.runs._execute``): writes the
+    workload YAML as the real one does, leaves a recorded two-rank run as DLIO's output and,
+    for checkpointing, the mechanism's timings (2 MB a checkpoint, 10 ms a write, 5 ms a
+    read)."""
     (run_dir / "configs" / "workload").mkdir(parents=True)
     (run_dir / "configs" / "workload" / f"{launch.name}.yaml").write_text(dump_yaml(launch.config))
     shutil.copytree(FIXTURE, run_dir, dirs_exist_ok=True)
@@ -71,4 +71,4 @@ def _fake_execute(launch: Any, *, run_dir: Path, timeout_s: float | None, log: A
 @pytest.fixture
 def fake_dlio(monkeypatch: pytest.MonkeyPatch) -> None:
     """DLIO's launch replaced by :func:`_fake_execute`."""
-    monkeypatch.setattr(dliorun, "_execute", _fake_execute)
+    monkeypatch.setattr(runs, "_execute", _fake_execute)

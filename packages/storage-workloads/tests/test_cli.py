@@ -110,7 +110,8 @@ def test_bad_mix_size_and_warmup_arguments(
 
 
 def test_size_arguments_take_binary_units() -> None:
-    from storage_workloads.cli import _parser, _workload
+    from storage_workloads.cli import _parser
+    from storage_workloads.cli.objects import _workload
 
     sizes = ["--size-distribution", "uniform", "--size-min", "4KiB", "--size-max", "2MiB"]
     args = _parser().parse_args(

@@ -1,6 +1,6 @@
 """``--what-if`` (datagen, run, checkpoint), ``run --loops`` and the ``checkpoint`` command,
 without DLIO: a stand-in DLIO environment for the command line, and a stand-in for the DLIO
-launch (``dliorun._execute``) that leaves a recorded run's output."""
+launch (``storage_workloads.dlio.runs._execute``) that leaves a recorded run's output."""
 
 from __future__ import annotations
 

@@ -22,10 +22,10 @@ import pytest
 import yaml
 
 from storage_workloads import checkpoint_workload
-from storage_workloads import dliorun as dliorun_module
 from storage_workloads.cli import main
+from storage_workloads.dlio import launch as launch_module
 from storage_workloads.dlio_ext.sw_dlio_ext.formats import check_tfrecord_index
-from storage_workloads.dliorun import DLIO_VENV_ENV, run_checkpointing
+from storage_workloads.dliorun import DLIO_VENV_ENV, DlioError, run_checkpointing
 from storage_workloads.hosts import local_host_memory
 
 VENV = os.environ.get(DLIO_VENV_ENV)
@@ -225,7 +225,7 @@ def test_config_name_clash_is_caught(
     """Without the project prefix the unet3d h100 config is named like DLIO's packaged one,
     which Hydra picks: DLIO then runs its own workload (its data folder, 168 files, pytorch),
     and the check of the Hydra record says so instead of reporting that run."""
-    monkeypatch.setattr(dliorun_module, "CONFIG_PREFIX", "")
+    monkeypatch.setattr(launch_module, "CONFIG_PREFIX", "")
     args = ["--data-dir", str(npz / "data"), "--run-dir", str(tmp_path / "run")]
     code = main(["run", "unet3d", "--accelerator", "h100", *args, "--num-files", "4", *TF_RUN])
     err = capsys.readouterr().err
@@ -546,7 +546,7 @@ def test_checkpointing_run(tmp_path: Path) -> None:
         f" write {result['write']['gb_per_s_mean']:.3f} GB/s,"
         f" read {result['read']['gb_per_s_mean']:.3f} GB/s"
     )
-    with pytest.raises(dliorun_module.DlioError, match="is not empty"):
+    with pytest.raises(DlioError, match="is not empty"):
         run_checkpointing(
             w, run_dir=tmp_path / "again", checkpoint_folder=tmp_path / "checkpoints", processes=2
         )

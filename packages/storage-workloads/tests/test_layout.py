@@ -1,7 +1,7 @@
 """The mlpstorage results layout without DLIO: results-tree folders, the metadata file and the
 system description of each run, and ``report`` over a tree (training runs of this package and
 of mlpstorage, checkpointing runs, data generation). DLIO's launch is replaced by a stand-in
-that leaves a recorded run's output (``dliorun._execute``)."""
+that leaves a recorded run's output (``storage_workloads.dlio.runs._execute``)."""
 
 from __future__ import annotations
 

@@ -247,7 +247,7 @@ CASES: list[tuple[str, Case, str, list[str], str, str]] = [
     ("official-unet3d-changed", official("unet3d_h100_v2.0", {"reader.batch_size": 8}),
      "INVALID", ["allowed-overrides"], "INVALID",
      "SG v2.0 10.2: 'The .yaml files cannot be changed'"),
-    # (mlpstorage: CLOSED once dlio.py emits workflow.checkpoint true for unet3d, INVALID before)
+    # (mlpstorage: CLOSED, as the emitted unet3d config sets workflow.checkpoint true)
     ("emitted-unet3d-mlperf-dlio", emitted("unet3d", "h100", "mlperf-dlio"), "CLOSED", [],
      "CLOSED", "SG v2.0 10.2: the project's config carries the published workload's values"),
     ("emitted-unet3d-upstream", emitted("unet3d", "h100", "dlio"), "CLOSED", [], "INVALID",

@@ -127,72 +127,50 @@ def _processes(value: object) -> int:
     return int(value)
 
 
+def _llama3(
+    size: str,
+    model_gb: int,
+    optimizer_gb: int,
+    tensor_parallelism: int,
+    pipeline_parallelism: int,
+    data_parallelism: int,
+    zero_stage: int,
+    num_layers: int,
+    hidden_size: int,
+    ffn_hidden_size: int,
+    num_attention_heads: int,
+    num_kv_heads: int,
+) -> CheckpointWorkload:
+    """The llama3 checkpointing workload of one model size (``8b``, ...)."""
+    return CheckpointWorkload(
+        name=f"llama3_{size}",
+        dlio_model_name=f"llama_{size}",
+        model_gb=model_gb,
+        optimizer_gb=optimizer_gb,
+        tensor_parallelism=tensor_parallelism,
+        pipeline_parallelism=pipeline_parallelism,
+        data_parallelism=data_parallelism,
+        zero_stage=zero_stage,
+        num_layers=num_layers,
+        hidden_size=hidden_size,
+        ffn_hidden_size=ffn_hidden_size,
+        num_attention_heads=num_attention_heads,
+        num_kv_heads=num_kv_heads,
+    )
+
+
 #: Model sizes and process counts are those of the MLPerf Storage checkpointing rules;
 #: architecture and parallelism those of its llama3 DLIO workload configs.
 CHECKPOINT_WORKLOADS: Final[Mapping[str, CheckpointWorkload]] = MappingProxyType(
     {
         w.name: w
         for w in (
-            CheckpointWorkload(
-                name="llama3_8b",
-                dlio_model_name="llama_8b",
-                model_gb=15,
-                optimizer_gb=90,
-                tensor_parallelism=1,
-                pipeline_parallelism=1,
-                data_parallelism=8,
-                zero_stage=3,
-                num_layers=32,
-                hidden_size=4096,
-                ffn_hidden_size=14_336,
-                num_attention_heads=32,
-                num_kv_heads=8,
-            ),
-            CheckpointWorkload(
-                name="llama3_70b",
-                dlio_model_name="llama_70b",
-                model_gb=130,
-                optimizer_gb=781,
-                tensor_parallelism=8,
-                pipeline_parallelism=1,
-                data_parallelism=8,
-                zero_stage=3,
-                num_layers=80,
-                hidden_size=8192,
-                ffn_hidden_size=28_672,
-                num_attention_heads=128,
-                num_kv_heads=8,
-            ),
-            CheckpointWorkload(
-                name="llama3_405b",
-                dlio_model_name="llama_405b",
-                model_gb=755,
-                optimizer_gb=4533,
-                tensor_parallelism=8,
-                pipeline_parallelism=32,
-                data_parallelism=2,
-                zero_stage=1,
-                num_layers=126,
-                hidden_size=16_384,
-                ffn_hidden_size=53_248,
-                num_attention_heads=128,
-                num_kv_heads=8,
-            ),
-            CheckpointWorkload(
-                name="llama3_1t",
-                dlio_model_name="llama_1t",
-                model_gb=2571,
-                optimizer_gb=15_426,
-                tensor_parallelism=8,
-                pipeline_parallelism=64,
-                data_parallelism=2,
-                zero_stage=1,
-                num_layers=128,
-                hidden_size=25_872,
-                ffn_hidden_size=98_304,
-                num_attention_heads=192,
-                num_kv_heads=32,
-            ),
+            # size, model GB, optimizer GB, TP, PP, DP, ZeRO stage, layers, hidden size,
+            # FFN hidden size, attention heads, KV heads
+            _llama3("8b", 15, 90, 1, 1, 8, 3, 32, 4096, 14_336, 32, 8),
+            _llama3("70b", 130, 781, 8, 1, 8, 3, 80, 8192, 28_672, 128, 8),
+            _llama3("405b", 755, 4533, 8, 32, 2, 1, 126, 16_384, 53_248, 128, 8),
+            _llama3("1t", 2571, 15_426, 8, 64, 2, 1, 128, 25_872, 98_304, 192, 32),
         )
     }
 )

@@ -1,8 +1,9 @@
 """storage-workloads' extensions of the DLIO engine (dlio-benchmark 2.0.0), loaded by DLIO.
 
-This package runs inside DLIO's own environment: ``storage_workloads.dliorun`` puts the folder
-that holds it on DLIO's ``PYTHONPATH`` and starts DLIO through :mod:`.launch`. It imports
-nothing from ``storage_workloads`` (only relative imports), so it works without the workspace.
+This package runs inside DLIO's own environment: ``storage_workloads.dlio.launch`` puts the
+folder that holds it on DLIO's ``PYTHONPATH`` and starts DLIO through :mod:`.launch`. It imports
+nothing from ``storage_workloads``, only itself as the top-level package ``sw_dlio_ext``, so it
+works without the workspace.
 
 What DLIO 2.0.0 offers, and what is used:
 

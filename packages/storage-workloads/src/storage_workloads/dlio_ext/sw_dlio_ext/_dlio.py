@@ -8,8 +8,7 @@ from typing import Any
 
 import numpy as np
 from dlio_benchmark.common.enumerations import StorageType
-
-from . import LAUNCHER, RAW_CONFIG_ATTRIBUTE
+from sw_dlio_ext import LAUNCHER, RAW_CONFIG_ATTRIBUTE
 
 #: Seed of the generators: file ``i`` draws from ``default_rng((SEED, i))``, so its content
 #: does not depend on the number of ranks that generate the dataset.

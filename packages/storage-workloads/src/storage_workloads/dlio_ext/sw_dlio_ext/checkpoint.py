@@ -30,9 +30,8 @@ from typing import Any
 from dlio_benchmark.checkpointing.base_checkpointing import BaseCheckpointing
 from dlio_benchmark.utils.config import ConfigArguments
 from dlio_benchmark.utils.utility import DLIOMPI
-
-from . import CHECKPOINT_TIMINGS
-from ._dlio import SEED, raw_config, require_local_storage
+from sw_dlio_ext import CHECKPOINT_TIMINGS
+from sw_dlio_ext._dlio import SEED, raw_config, require_local_storage
 
 _CHUNK = 8 << 20
 

@@ -17,9 +17,8 @@ import numpy as np
 from dlio_benchmark.data_generator.data_generator import DataGenerator
 from dlio_benchmark.utils.utility import progress
 from PIL import Image
-
-from ._dlio import file_rng, partial_path, replace_into, require_local_storage, sizes_for
-from .formats import jpeg_pixels_for, pad_jpeg
+from sw_dlio_ext._dlio import file_rng, partial_path, replace_into, require_local_storage, sizes_for
+from sw_dlio_ext.formats import jpeg_pixels_for, pad_jpeg
 
 #: Aim this much below the target before padding, so that one encode usually suffices.
 _UNDERSHOOT = 0.97

@@ -21,20 +21,20 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import RAW_CONFIG_ATTRIBUTE
+from sw_dlio_ext import RAW_CONFIG_ATTRIBUTE
 
 
 def _generator(fmt: str) -> Callable[[], Any]:
     def make() -> Any:
         if fmt == "parquet":
-            from .parquet import ParquetGenerator
+            from sw_dlio_ext.parquet import ParquetGenerator
 
             return ParquetGenerator()
         if fmt == "tfrecord":
-            from .tfrecord import IndexedTFRecordGenerator
+            from sw_dlio_ext.tfrecord import IndexedTFRecordGenerator
 
             return IndexedTFRecordGenerator()
-        from .jpeg import SizedJPEGGenerator
+        from sw_dlio_ext.jpeg import SizedJPEGGenerator
 
         return SizedJPEGGenerator()
 

@@ -27,9 +27,14 @@ import pyarrow.parquet as pq
 from dlio_benchmark.data_generator.data_generator import DataGenerator
 from dlio_benchmark.reader.reader_handler import FormatReader
 from dlio_benchmark.utils.utility import progress
-
-from ._dlio import file_rng, partial_path, raw_config, replace_into, require_local_storage
-from .formats import ParquetColumn, ParquetSchema, parquet_schema
+from sw_dlio_ext._dlio import (
+    file_rng,
+    partial_path,
+    raw_config,
+    replace_into,
+    require_local_storage,
+)
+from sw_dlio_ext.formats import ParquetColumn, ParquetSchema, parquet_schema
 
 _ARROW_TYPES = {
     "int8": pa.int8(),

@@ -20,9 +20,8 @@ import os
 import tensorflow as tf
 from dlio_benchmark.data_generator.data_generator import DataGenerator
 from dlio_benchmark.utils.utility import progress
-
-from ._dlio import file_rng, partial_path, replace_into, require_local_storage, sizes_for
-from .formats import tfrecord_index
+from sw_dlio_ext._dlio import file_rng, partial_path, replace_into, require_local_storage, sizes_for
+from sw_dlio_ext.formats import tfrecord_index
 
 
 class IndexedTFRecordGenerator(DataGenerator):

@@ -165,7 +165,7 @@ def to_dlio_config(
 
     A key the workload leaves at ``None`` is not written (DLIO's default applies), as in the
     official file. dlio-benchmark 2.0.0 has no parquet format of its own: the package's DLIO
-    extension (`storage_workloads.dlio_ext`, started by `storage_workloads.dliorun`) supplies
+    extension (`storage_workloads.dlio_ext`, started by `storage_workloads.dlio.launch`) supplies
     the parquet generator and reader, so both engines run the parquet workloads.
     """
     if not isinstance(workload, Workload):

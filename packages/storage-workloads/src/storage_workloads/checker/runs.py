@@ -1,0 +1,271 @@
+"""Checking a run's parameters (:func:`check_params`), and a parameters file, a run directory
+or a submission directory (:func:`check_path`)."""
+
+from __future__ import annotations
+
+import numbers
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from storage_workloads.checker.checkpointing import _check_checkpointing
+from storage_workloads.checker.params import TRAINING_KEYS, _load_mapping, _unknown_keys
+from storage_workloads.checker.report import CheckReport, _invalid, _same, flatten
+from storage_workloads.checker.training import _check_training
+from storage_workloads.checkpoint import CHECKPOINT_WORKLOADS
+from storage_workloads.rules import Issue, verdict
+from storage_workloads.workloads import MODELS, WORKLOADS
+
+#: Runs one submission must hold.
+RUNS_PER_SUBMISSION: Final = 5
+
+
+def check_params(
+    params: Mapping[str, Any], *, source: str = "params", datagen: bool = False
+) -> CheckReport:
+    """Check the parameters of one run (a mapping with the keys of :data:`TRAINING_KEYS` or,
+    for a llama3 model, :data:`CHECKPOINT_KEYS`). ``source`` names it in messages."""
+    issues: list[Issue] = []
+    skipped: list[str] = []
+    model: str | None = None
+    accelerator: str | None = None
+    name = params.get("model")
+    if isinstance(name, str) and name.strip().lower().replace("-", "_") in CHECKPOINT_WORKLOADS:
+        cw = _check_checkpointing(params, source, issues, skipped)
+        model = cw.name if cw else None
+    elif name is None:
+        issues.append(
+            _invalid(
+                "model",
+                f"{source}: model not declared",
+                "model-recognized",
+                expected="a model name",
+            )
+        )
+        _unknown_keys(params, TRAINING_KEYS, source, issues)
+    else:
+        w = _check_training(params, source, issues, skipped, datagen)
+        if w is not None:
+            model, accelerator = w.model, w.accelerator
+    return CheckReport(
+        path=source,
+        kind="params",
+        verdict=verdict(issues),
+        issues=tuple(issues),
+        skipped=tuple(skipped),
+        model=model,
+        accelerator=accelerator,
+    )
+
+
+#: Where a run directory keeps what the checker reads.
+RUN_RECORD: Final = "run.json"
+
+_HYDRA_CONFIGS: Final = (".hydra/config.yaml", "dlio/.hydra/config.yaml", "dlio_config/config.yaml")
+
+
+def _is_run_dir(path: Path) -> bool:
+    return (
+        (path / RUN_RECORD).is_file()
+        or (path / "summary.json").is_file()
+        or any((path / c).is_file() for c in _HYDRA_CONFIGS)
+    )
+
+
+def _summary(path: Path) -> Path | None:
+    for candidate in (path / "summary.json", path / "dlio" / "summary.json"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _infer_accelerator(config: Mapping[str, Any]) -> str | None:
+    flat = flatten(config)
+    model = str(flat.get("model.name", flat.get("model", ""))).lower()
+    compute = flat.get("train.computation_time")
+    for (m, a), w in WORKLOADS.items():
+        if (
+            m == model
+            and isinstance(compute, numbers.Real)
+            and _same(compute, w.computation_time_s)
+        ):
+            return a
+    return None
+
+
+def _check_run_dir(path: Path) -> CheckReport:
+    issues: list[Issue] = []
+    skipped: list[str] = []
+    record_path = path / RUN_RECORD
+    params: dict[str, Any] | None
+    datagen = False
+    summary_path = _summary(path)
+    summary: dict[str, Any] | None = None
+    if summary_path is not None:
+        summary = _load_mapping(summary_path, issues)
+    if record_path.is_file():
+        record = _load_mapping(record_path, issues)
+        if record is None:
+            return CheckReport(str(path), "run", "INVALID", tuple(issues))
+        params = record.get("params") if isinstance(record.get("params"), Mapping) else None
+        if params is None:
+            issues.append(_invalid("params", f"{record_path}: no 'params' mapping", "parse"))
+            return CheckReport(str(path), "run", "INVALID", tuple(issues))
+        params = dict(params)
+        config_file = record.get("config_file")
+        if isinstance(config_file, str):
+            config = _load_mapping(path / config_file, issues)
+            if config is None:
+                return CheckReport(str(path), "run", "INVALID", tuple(issues))
+            params["config"] = config
+        datagen = record.get("command") == "datagen"
+        if datagen:
+            skipped.append("au: a datagen run has no accelerator utilisation")
+    else:
+        hydra = next((path / c for c in _HYDRA_CONFIGS if (path / c).is_file()), None)
+        if hydra is None:
+            issues.append(
+                _invalid(
+                    str(path), f"{path}: no {RUN_RECORD} and no DLIO Hydra config.yaml", "readable"
+                )
+            )
+            return CheckReport(str(path), "run", "INVALID", tuple(issues))
+        loaded = _load_mapping(hydra, issues)
+        if loaded is None:
+            return CheckReport(str(path), "run", "INVALID", tuple(issues))
+        config = loaded.get("workload", loaded)
+        if not isinstance(config, Mapping):
+            issues.append(_invalid("workload", f"{hydra}: 'workload' is not a mapping", "parse"))
+            return CheckReport(str(path), "run", "INVALID", tuple(issues))
+        flat = flatten(config)
+        model = flat.get("model.name", config.get("model"))
+        params = {"model": model, "accelerator": _infer_accelerator(config), "config": dict(config)}
+        if params["accelerator"] is None:
+            params["accelerator"] = (
+                f"unknown (computation_time {flat.get('train.computation_time')!r})"
+            )
+    if summary is not None:
+        n = summary.get("num_accelerators")
+        declared = params.get("num_accelerators")
+        if isinstance(n, int) and not isinstance(n, bool):
+            if declared is None:
+                params["num_accelerators"] = n
+            elif declared != n:
+                issues.append(
+                    _invalid(
+                        "num_accelerators",
+                        f"declared {declared} accelerators, but DLIO ran {n} processes",
+                        "num-accelerators",
+                        expected=declared,
+                        actual=n,
+                    )
+                )
+        host_memory = summary.get("host_memory_GB")
+        if (
+            isinstance(host_memory, list)
+            and host_memory
+            and params.get("host_memory_gb") is None
+            and params.get("measured_host_memory_gb") is None
+        ):
+            values = [
+                v for v in host_memory if isinstance(v, int | float) and not isinstance(v, bool)
+            ]
+            if values:
+                params["host_memory_gb"] = max(values)
+                params.setdefault("hosts", len(values))
+    report = check_params(params, source=str(path), datagen=datagen)
+    issues = [*issues, *report.issues]
+    skipped = [*skipped, *report.skipped]
+    if summary is not None and report.model in MODELS and report.accelerator:
+        metric = summary.get("metric") if isinstance(summary.get("metric"), Mapping) else {}
+        mean = metric.get("train_au_mean_percentage")
+        w = WORKLOADS[(report.model, report.accelerator)]
+        if isinstance(mean, int | float) and not isinstance(mean, bool):
+            if mean < w.au_threshold * 100:
+                issues.append(
+                    _invalid(
+                        "metric.au",
+                        f"mean accelerator utilisation {mean:.2f}% is below the workload's "
+                        f"{w.au_threshold * 100:g}%",
+                        "au",
+                        expected=f">= {w.au_threshold * 100:g}%",
+                        actual=round(float(mean), 4),
+                    )
+                )
+        elif not any(s.startswith("au:") for s in skipped):
+            skipped.append("au: summary.json has no train_au_mean_percentage")
+    elif summary is None and not any(s.startswith("au:") for s in skipped):
+        skipped.append("au: no summary.json (DLIO did not finish, or this is not a DLIO run)")
+    return CheckReport(
+        path=str(path),
+        kind="run",
+        verdict=verdict(issues),
+        issues=tuple(issues),
+        skipped=tuple(skipped),
+        model=report.model,
+        accelerator=report.accelerator,
+    )
+
+
+def _check_submission(path: Path, runs: Sequence[Path]) -> CheckReport:
+    reports = tuple(_check_run_dir(run) for run in runs)
+    issues: list[Issue] = []
+    if len(reports) != RUNS_PER_SUBMISSION:
+        issues.append(
+            _invalid(
+                "runs",
+                f"a submission is {RUNS_PER_SUBMISSION} runs; {path} has {len(reports)} "
+                f"({', '.join(r.name for r in runs) or 'none'})",
+                "five-runs",
+                expected=RUNS_PER_SUBMISSION,
+                actual=len(reports),
+            )
+        )
+    kinds = {(r.model, r.accelerator) for r in reports}
+    if len(kinds) > 1:
+        issues.append(
+            _invalid(
+                "model",
+                "the runs of one submission must be of one workload, got "
+                + ", ".join(sorted(f"{m} {a}" for m, a in kinds if m)),
+                "one-workload",
+                expected="one workload",
+                actual=sorted(f"{m} {a}" for m, a in kinds if m),
+            )
+        )
+    levels = [*issues, *(Issue("run", r.verdict, "") for r in reports if r.verdict != "CLOSED")]
+    model, accelerator = next(iter(kinds)) if len(kinds) == 1 else (None, None)
+    return CheckReport(
+        path=str(path),
+        kind="submission",
+        verdict=verdict(levels),
+        issues=tuple(issues),
+        runs=reports,
+        model=model,
+        accelerator=accelerator,
+    )
+
+
+def check_path(path: str | os.PathLike[str]) -> CheckReport:
+    """Check a parameters file, a run directory or a submission directory (see the module
+    docstring). Never raises for bad content: problems are INVALID issues."""
+    p = Path(path)
+    if p.is_file():
+        issues: list[Issue] = []
+        params = _load_mapping(p, issues)
+        if params is None:
+            return CheckReport(str(p), "params", "INVALID", tuple(issues))
+        report = check_params(params, source=str(p))
+        return report
+    if not p.is_dir():
+        return CheckReport(
+            str(p),
+            "params",
+            "INVALID",
+            (_invalid(str(p), f"{p} does not exist", "readable"),),
+        )
+    if _is_run_dir(p):
+        return _check_run_dir(p)
+    runs = sorted(child for child in p.iterdir() if child.is_dir() and _is_run_dir(child))
+    return _check_submission(p, runs)

@@ -1,0 +1,255 @@
+"""Checkpointing runs with dlio-benchmark 2.0.0: :func:`checkpoint_config` and
+:func:`run_checkpointing`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from storage_workloads._atomic import write_text_atomic
+from storage_workloads.checkpoint import NUM_CHECKPOINTS, CheckpointWorkload
+from storage_workloads.dlio.launch import DlioError, Log, _quiet, config_name
+from storage_workloads.dlio.results import _load_json, _number
+from storage_workloads.dlio.runs import (
+    _Options,
+    _refuse_earlier_run,
+    _start,
+    _validated_run,
+    _where,
+    _write_mlperf_files,
+)
+from storage_workloads.dlio_ext import CHECKPOINT_MECHANISM, CHECKPOINT_TIMINGS
+from storage_workloads.hosts import HostMemory, HostSpec
+
+_CHECKPOINT_SCHEMA: Final = "storage-workloads/dlio-checkpoint/1"
+
+#: Bytes of each sample of the step dataset a checkpointing run trains on (one sample a step
+#: and rank; only there to drive DLIO's training loop, which is where DLIO 2.0.0 checkpoints).
+_STEP_RECORD_BYTES: Final = 4096
+
+
+def checkpoint_config(
+    workload: CheckpointWorkload,
+    *,
+    checkpoint_folder: str | os.PathLike[str],
+    steps_folder: str | os.PathLike[str],
+    processes: int,
+    scale: float = 1.0,
+    num_checkpoints_write: int = NUM_CHECKPOINTS,
+    num_checkpoints_read: int = NUM_CHECKPOINTS,
+) -> dict[str, Any]:
+    """The dlio-benchmark 2.0.0 config that runs ``workload``'s checkpoints.
+
+    DLIO 2.0.0 has no checkpoint-only workflow: it checkpoints between training steps. This
+    config trains ``num_checkpoints_write`` steps (batch 1, no compute) on a tiny npz dataset
+    that DLIO generates in ``steps_folder``, checkpointing after every step with the checkpoint
+    mechanism of :mod:`storage_workloads.dlio_ext`. Each of the ``processes`` ranks writes
+    ``written_gb(processes) / processes`` of the model and of the optimizer state (the closed
+    division's share, or the subset mode's below ``closed_processes``), times ``scale``; then
+    the last ``num_checkpoints_read`` checkpoints are read back.
+    """
+    if not isinstance(workload, CheckpointWorkload):
+        raise TypeError(f"workload must be a CheckpointWorkload, got {type(workload).__name__}")
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise ValueError(f"processes must be an integer >= 1, got {processes!r}")
+    if isinstance(scale, bool) or not isinstance(scale, int | float) or not 0 < scale <= 1:
+        raise ValueError(f"scale must be a number in (0, 1], got {scale!r}")
+    for key, value, low in (
+        ("num_checkpoints_write", num_checkpoints_write, 1),
+        ("num_checkpoints_read", num_checkpoints_read, 0),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{key} must be an integer >= {low}, got {value!r}")
+    if num_checkpoints_read > num_checkpoints_write:
+        raise ValueError(
+            f"num_checkpoints_read {num_checkpoints_read} > num_checkpoints_write "
+            f"{num_checkpoints_write}: only written checkpoints can be read"
+        )
+    share = min(1.0, processes / workload.closed_processes) * scale / processes
+    model = round(workload.model_gb * 1e9 * share)
+    optimizer = round(workload.optimizer_gb * 1e9 * share)
+    if model + optimizer < 1:
+        raise ValueError(f"scale {scale!r} leaves nothing to write")
+    return {
+        "model": {"name": workload.dlio_model_name},
+        "framework": "tensorflow",
+        "workflow": {"generate_data": True, "train": True, "checkpoint": True},
+        "dataset": {
+            "data_folder": os.fspath(steps_folder),
+            "format": "npz",
+            "num_files_train": processes * num_checkpoints_write,
+            "num_samples_per_file": 1,
+            "record_length": _STEP_RECORD_BYTES,
+        },
+        "reader": {"data_loader": "tensorflow", "batch_size": 1, "read_threads": 1},
+        "train": {
+            "epochs": 1,
+            "computation_time": 0.0,
+            "total_training_steps": num_checkpoints_write,
+        },
+        "checkpoint": {
+            "checkpoint_folder": os.fspath(checkpoint_folder),
+            "checkpoint_mechanism_classname": CHECKPOINT_MECHANISM,
+            "type": "all_ranks",
+            "steps_between_checkpoints": 1,
+            "num_checkpoints_write": num_checkpoints_write,
+            "num_checkpoints_read": num_checkpoints_read,
+            "fsync": True,
+            "model_bytes_per_rank": model,
+            "optimizer_bytes_per_rank": optimizer,
+        },
+    }
+
+
+def _phase(durations: object, bytes_per_checkpoint: int, what: str) -> dict[str, Any]:
+    if not isinstance(durations, list):
+        raise DlioError(f"{CHECKPOINT_TIMINGS}: {what} is not a list")
+    seconds = [_number(d, f"{CHECKPOINT_TIMINGS}: {what}") for d in durations]
+    rates = [bytes_per_checkpoint / s / 1e9 if s > 0 else math.inf for s in seconds]
+    finite = [r for r in rates if math.isfinite(r)]
+    return {
+        "count": len(seconds),
+        "seconds": seconds,
+        "gb_per_s": [r if math.isfinite(r) else None for r in rates],
+        "seconds_mean": statistics.fmean(seconds) if seconds else None,
+        "gb_per_s_mean": statistics.fmean(finite) if finite else None,
+    }
+
+
+def run_checkpointing(
+    workload: CheckpointWorkload,
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    results_dir: str | os.PathLike[str] | None = None,
+    checkpoint_folder: str | os.PathLike[str],
+    processes: int | None = None,
+    hosts: int | Sequence[HostSpec] = 1,
+    host_memory: HostMemory | None = None,
+    scale: float = 1.0,
+    num_checkpoints_write: int = NUM_CHECKPOINTS,
+    num_checkpoints_read: int = NUM_CHECKPOINTS,
+    dlio_venv: str | os.PathLike[str] | None = None,
+    mpi: bool = True,
+    mpi_args: Sequence[str] = (),
+    timeout_s: float | None = None,
+    what_if: bool = False,
+    log: Log = _quiet,
+) -> dict[str, Any]:
+    """Run a checkpointing workload with dlio-benchmark 2.0.0 (:func:`checkpoint_config`).
+
+    Writes ``run.json``, the config, DLIO's output, the metadata file, the system description
+    and, last, ``checkpoint-results.json`` into ``run_dir`` or a new
+    ``results_dir/checkpointing/<model>/<datetime>`` (give one of the two): per phase
+    (``write``, ``read``) the seconds of each checkpoint over all ranks, between barriers, and
+    GB/s (10^9 bytes), plus DLIO's own checkpoint durations from ``per_epoch_stats.json``
+    (rank 0, two decimals) as a cross-check. ``hosts`` is a host count or a host list
+    (``HostSpec``), whose slots give the process count when ``processes`` is ``None``; the
+    hosts are read (:func:`read_hosts`) and recorded. ``checkpoint_folder`` must be empty or
+    missing: earlier checkpoints are never overwritten. A run with ``scale`` below 1 or with
+    fewer processes than the closed count is no submission; the rules checker is not run on
+    it (it judges configs of the MLPerf DLIO, which this engine lacks). With ``what_if``,
+    returns after validation what the run would do (the command, the config and ``run.json``)
+    without creating any file or folder.
+    """
+    where = _where(run_dir, results_dir, command="checkpoint", model=workload.name)
+    run = where.run
+    folder = Path(checkpoint_folder).resolve()
+    options = _Options(
+        processes, hosts, host_memory, dlio_venv, mpi, mpi_args, timeout_s, what_if, log
+    )
+    config = checkpoint_config(
+        workload,
+        checkpoint_folder=folder,
+        steps_folder=run / "steps-data",
+        processes=options.launch()[0].processes,
+        scale=scale,
+        num_checkpoints_write=num_checkpoints_write,
+        num_checkpoints_read=num_checkpoints_read,
+    )
+    _refuse_earlier_run(run)
+    if folder.is_dir() and any(folder.iterdir()):
+        raise DlioError(
+            f"{folder} is not empty; checkpoints go into an empty folder (nothing is overwritten)"
+        )
+    if (run / "steps-data").exists():
+        raise DlioError(f"{run / 'steps-data'} exists: give a new run directory")
+    ctx = _validated_run(where, options)
+    name = config_name(workload.name, "checkpoint")
+    record_params = {
+        "model": workload.name,
+        "num_processes": ctx.mpi.processes,
+        "hosts": ctx.host_count,
+        "scale": scale,
+    }
+    started = _start(
+        config,
+        ctx,
+        command="checkpoint",
+        name=name,
+        engine="dlio",
+        params=record_params,
+        extensions=["checkpoint-mechanism"],
+    )
+    if isinstance(started, dict):
+        return started
+    processes = ctx.mpi.processes
+    wall = started.wall
+    timings = _load_json(run / CHECKPOINT_TIMINGS)
+    total = timings.get("bytes_per_checkpoint")
+    if isinstance(total, bool) or not isinstance(total, int) or total < 1:
+        raise DlioError(f"{CHECKPOINT_TIMINGS}: bytes_per_checkpoint is {total!r}")
+    write = _phase(timings.get("writes_s"), total, "writes_s")
+    read = _phase(timings.get("reads_s"), total, "reads_s")
+    if write["count"] != num_checkpoints_write or read["count"] != num_checkpoints_read:
+        raise DlioError(
+            f"DLIO wrote {write['count']} and read {read['count']} checkpoints, expected "
+            f"{num_checkpoints_write} and {num_checkpoints_read}"
+        )
+    stats_path = run / "per_epoch_stats.json"
+    dlio_durations: list[float] = []
+    if stats_path.is_file():
+        stats = _load_json(stats_path)
+        for epoch in stats.values():
+            if isinstance(epoch, Mapping):
+                for key, value in epoch.items():
+                    if key.startswith("ckpt") and isinstance(value, Mapping):
+                        with contextlib.suppress(TypeError, ValueError):
+                            dlio_durations.append(float(value["duration"]))
+    files = sorted(p for p in folder.glob("ckpt*.bin") if p.is_file())
+    result = {
+        "schema": _CHECKPOINT_SCHEMA,
+        "model": workload.name,
+        "engine": "dlio",
+        "processes": processes,
+        "scale": scale,
+        "closed_processes": workload.closed_processes,
+        "bytes_per_checkpoint": total,
+        "bytes_per_checkpoint_full_scale": round(workload.written_gb(processes) * 1e9),
+        "model_bytes_per_rank": timings.get("model_bytes_per_rank"),
+        "optimizer_bytes_per_rank": timings.get("optimizer_bytes_per_rank"),
+        "fsync": timings.get("fsync"),
+        "write": write,
+        "read": read,
+        "dlio_checkpoint_durations_s": dlio_durations,
+        "files_written": len(files),
+        "bytes_on_disk": sum(p.stat().st_size for p in files),
+        "hosts": started.record["hosts"],
+        "run_dir": str(run),
+        "command": started.launch.cmd,
+        "wall_s": wall,
+        "verdict": "not checked: a dlio-benchmark 2.0.0 emulation"
+        + (f" at scale {scale:g}" if scale != 1 else ""),
+    }
+    _write_mlperf_files(
+        ctx, started, model=workload.name, params={}, result_file="checkpoint-results.json"
+    )
+    write_text_atomic(
+        run / "checkpoint-results.json", json.dumps(result, indent=2, allow_nan=False) + "\n"
+    )
+    return result

@@ -1,0 +1,258 @@
+"""One report over many runs: :func:`aggregate_results` and :func:`write_report`."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from storage_workloads._atomic import write_text_atomic
+from storage_workloads.checker import check_path
+from storage_workloads.dlio.checkpointing import _CHECKPOINT_SCHEMA
+from storage_workloads.dlio.launch import DlioError
+from storage_workloads.dlio.results import _fmt, _load_json
+from storage_workloads.layout import METADATA_SUFFIX, find_runs
+from storage_workloads.workloads import WORKLOADS
+
+REPORT_CSV_COLUMNS: Final = (
+    "run",
+    "source",
+    "model",
+    "accelerator",
+    "processes",
+    "epochs",
+    "au_mean_percent",
+    "samples_per_s_mean",
+    "mb_per_s_mean",
+    "passed",
+    "verdict",
+)
+
+#: Columns of ``checkpoint-report.csv``: one row per checkpointing run.
+CHECKPOINT_REPORT_CSV_COLUMNS: Final = (
+    "run",
+    "model",
+    "processes",
+    "hosts",
+    "scale",
+    "bytes_per_checkpoint",
+    "write_count",
+    "write_seconds_mean",
+    "write_gb_per_s_mean",
+    "read_count",
+    "read_seconds_mean",
+    "read_gb_per_s_mean",
+    "verdict",
+)
+
+
+def _training_row(path: Path) -> dict[str, Any]:
+    data = _load_json(path / "results.json")
+    return {
+        "run": str(path),
+        "source": "storage-workloads",
+        "model": data.get("model"),
+        "accelerator": data.get("accelerator"),
+        "processes": data.get("processes"),
+        "hosts": data.get("hosts"),
+        "epochs": len(data.get("epochs", [])),
+        "au_mean_percent": data.get("au_mean_percent"),
+        "samples_per_s_mean": data.get("samples_per_s_mean"),
+        "mb_per_s_mean": data.get("mb_per_s_mean"),
+        "passed": data.get("passed"),
+        "verdict": data.get("verdict"),
+    }
+
+
+def _metadata_of(path: Path) -> dict[str, Any]:
+    for candidate in sorted(path.glob(f"*{METADATA_SUFFIX}")):
+        with contextlib.suppress(DlioError):
+            return _load_json(candidate)
+    return {}
+
+
+def _dlio_row(path: Path) -> dict[str, Any] | str:
+    """A report row from DLIO's ``summary.json`` of a run folder that has no ``results.json``
+    (as mlpstorage leaves one), or why it is no training run."""
+    meta = _metadata_of(path)
+    if meta.get("command") == "datagen":
+        return "data generation"
+    if meta.get("benchmark_type") not in (None, "training") or meta.get("command") not in (
+        None,
+        "run",
+        "run_benchmark",
+    ):
+        return (
+            f"a {meta.get('benchmark_type')} {meta.get('command')} run: its summary.json is "
+            "not read here"
+        )
+    summary = _load_json(path / "summary.json")
+    metric = summary.get("metric") if isinstance(summary.get("metric"), Mapping) else {}
+    au = metric.get("train_au_mean_percentage")
+    if isinstance(au, bool) or not isinstance(au, int | float):
+        return "summary.json holds no training metrics (train_au_mean_percentage)"
+    checked = check_path(path)
+    model = checked.model or meta.get("model")
+    accelerator = checked.accelerator or meta.get("accelerator")
+    workload = WORKLOADS.get((str(model), str(accelerator)))
+    passed = (
+        au >= workload.au_threshold * 100
+        if workload is not None
+        else metric.get("train_au_meet_expectation") == "success"
+    )
+    epochs = metric.get("train_au_percentage")
+    return {
+        "run": str(path),
+        "source": "dlio-summary",
+        "model": model,
+        "accelerator": accelerator,
+        "processes": summary.get("num_accelerators"),
+        "hosts": summary.get("num_hosts"),
+        "epochs": len(epochs) if isinstance(epochs, list) else None,
+        "au_mean_percent": au,
+        "samples_per_s_mean": metric.get("train_throughput_mean_samples_per_second"),
+        "mb_per_s_mean": metric.get("train_io_mean_MB_per_second"),
+        "passed": passed,
+        "verdict": checked.verdict,
+    }
+
+
+def _checkpoint_row(path: Path) -> dict[str, Any]:
+    data = _load_json(path / "checkpoint-results.json")
+    if data.get("schema") != _CHECKPOINT_SCHEMA:
+        raise DlioError(f"{path / 'checkpoint-results.json'} is not a storage-workloads result")
+    write = data.get("write") if isinstance(data.get("write"), Mapping) else {}
+    read = data.get("read") if isinstance(data.get("read"), Mapping) else {}
+    return {
+        "run": str(path),
+        "model": data.get("model"),
+        "processes": data.get("processes"),
+        "hosts": data.get("hosts", 1),
+        "scale": data.get("scale"),
+        "bytes_per_checkpoint": data.get("bytes_per_checkpoint"),
+        "write_count": write.get("count"),
+        "write_seconds_mean": write.get("seconds_mean"),
+        "write_gb_per_s_mean": write.get("gb_per_s_mean"),
+        "read_count": read.get("count"),
+        "read_seconds_mean": read.get("seconds_mean"),
+        "read_gb_per_s_mean": read.get("gb_per_s_mean"),
+        "verdict": data.get("verdict"),
+    }
+
+
+def _stats(rows: Sequence[Mapping[str, Any]], key: str) -> dict[str, float]:
+    values = [
+        float(r[key])
+        for r in rows
+        if isinstance(r.get(key), int | float) and not isinstance(r.get(key), bool)
+    ]
+    if not values:
+        return {}
+    return {"mean": statistics.fmean(values), "min": min(values), "max": max(values)}
+
+
+def aggregate_results(run_dirs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
+    """Gather the results of runs into one report.
+
+    Each path is a run directory or any folder above run directories: a submission, the
+    ``loop-1`` .. folders of ``run --loops``, or the root (or any part) of a results tree
+    (``training/<model>/<command>/<datetime>``, ``checkpointing/<model>/<datetime>``), walked
+    down to its run folders (:func:`storage_workloads.layout.find_runs`). A training run
+    contributes its ``results.json`` or, where it has none but a ``summary.json`` and a
+    ``*_metadata.json`` (a run mlpstorage made), DLIO's own figures and the rules checker's
+    verdict; a checkpointing run its ``checkpoint-results.json``. Data generation runs and
+    runs without results are listed under ``skipped``.
+
+    The report lists each run and, over the training runs, the count, whether all passed
+    (``None`` without training runs), the mean, minimum and maximum of the mean AU, samples/s
+    and MB/s, and the workloads seen; over the checkpointing runs, their count and the mean,
+    minimum and maximum of the write and read GB/s. Raises :class:`DlioError` for a path that
+    does not exist, holds no run, or a result file that cannot be read.
+    """
+    found: list[tuple[Path, str]] = []
+    for given in run_dirs:
+        p = Path(given)
+        if not p.exists():
+            raise DlioError(f"{p}: does not exist")
+        runs = find_runs(p) if p.is_dir() else []
+        if not runs:
+            raise DlioError(
+                f"{p} has no results.json, checkpoint-results.json or DLIO summary.json with a "
+                f"*{METADATA_SUFFIX} (in it or below)"
+            )
+        found.extend(runs)
+    rows: list[dict[str, Any]] = []
+    checkpoints: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    for path, kind in found:
+        if kind == "training":
+            rows.append(_training_row(path))
+        elif kind == "checkpoint":
+            checkpoints.append(_checkpoint_row(path))
+        elif kind == "dlio":
+            row = _dlio_row(path)
+            if isinstance(row, str):
+                skipped.append({"run": str(path), "reason": row})
+            else:
+                rows.append(row)
+        else:
+            reason = (
+                "data generation"
+                if (path / "datagen.json").is_file()
+                or _metadata_of(path).get("command") == "datagen"
+                else "no results (an unfinished or failed run)"
+            )
+            skipped.append({"run": str(path), "reason": reason})
+    if not rows and not checkpoints:
+        names = ", ".join(str(Path(g)) for g in run_dirs)
+        raise DlioError(
+            f"{names} has no results.json, checkpoint-results.json or DLIO summary.json with a "
+            f"*{METADATA_SUFFIX} (in it or below)"
+            + (f"; skipped: {skipped[0]['run']} ({skipped[0]['reason']})" if skipped else "")
+        )
+    return {
+        "runs": rows,
+        "count": len(rows),
+        "all_passed": all(r["passed"] is True for r in rows) if rows else None,
+        "workloads": sorted({f"{r['model']} {r['accelerator']}" for r in rows}),
+        "au_mean_percent": _stats(rows, "au_mean_percent"),
+        "samples_per_s_mean": _stats(rows, "samples_per_s_mean"),
+        "mb_per_s_mean": _stats(rows, "mb_per_s_mean"),
+        "checkpoint_runs": checkpoints,
+        "checkpoint_count": len(checkpoints),
+        "checkpoint_write_gb_per_s": _stats(checkpoints, "write_gb_per_s_mean"),
+        "checkpoint_read_gb_per_s": _stats(checkpoints, "read_gb_per_s_mean"),
+        "skipped": skipped,
+    }
+
+
+def _csv(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    for r in rows:
+        writer.writerow([_fmt(r.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+def write_report(out_dir: str | os.PathLike[str], report: Mapping[str, Any]) -> dict[str, Path]:
+    """Write ``report.csv`` (one row per training run), ``checkpoint-report.csv`` (one row per
+    checkpointing run, when there are any) and then ``report.json``, each atomically."""
+    out = Path(out_dir)
+    paths = {"report.csv": out / "report.csv"}
+    write_text_atomic(paths["report.csv"], _csv(REPORT_CSV_COLUMNS, report["runs"]))
+    if report.get("checkpoint_runs"):
+        paths["checkpoint-report.csv"] = out / "checkpoint-report.csv"
+        write_text_atomic(
+            paths["checkpoint-report.csv"],
+            _csv(CHECKPOINT_REPORT_CSV_COLUMNS, report["checkpoint_runs"]),
+        )
+    paths["report.json"] = out / "report.json"
+    write_text_atomic(paths["report.json"], json.dumps(report, indent=2, allow_nan=False) + "\n")
+    return paths

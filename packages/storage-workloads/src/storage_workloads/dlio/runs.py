@@ -1,0 +1,377 @@
+"""What the data generation, training and checkpointing runs share.
+
+A run directory is laid out as mlpstorage lays out its run folders
+(:mod:`storage_workloads.layout`), and holds:
+
+- ``run.json``: what was run (the parameters the rules checker reads, the config name, the
+  Hydra overrides, the DLIO extensions used, the hosts and the memory read from them);
+- ``configs/workload/storage_workloads_<name>.yaml``: the DLIO workload YAML;
+- DLIO's output (``summary.json``, ``per_epoch_stats.json``, ``<rank>_output.json``,
+  ``dlio.log``) and its Hydra record ``dlio_config/``;
+- ``dlio-console.log``: DLIO's stdout and stderr;
+- ``<training|checkpointing>_<datetime>_metadata.json`` and ``system-description.yaml``;
+- ``results.json`` and ``results.csv`` (runs), ``datagen.json`` (data generation) or
+  ``checkpoint-results.json`` (checkpointing), each written atomically, last.
+
+With ``results_dir`` instead of ``run_dir`` the run directory is a new folder of a results
+tree, ``ROOT/training/<model>/<datagen|run>/<datetime>`` or
+``ROOT/checkpointing/<model>/<datetime>``.
+
+A run directory that already holds results is refused, and so is a datagen into a data folder
+that already holds files: nothing here overwrites an earlier run's results or dataset.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from storage_workloads._atomic import write_text_atomic
+from storage_workloads.checker import RUN_RECORD
+from storage_workloads.dlio.launch import (
+    DlioError,
+    Log,
+    _execute,
+    _Launch,
+    _Mpi,
+    _prepare,
+    _quiet,
+    find_dlio,
+)
+from storage_workloads.dlio_ext import GENERATED_FORMATS
+from storage_workloads.dlio_ext.sw_dlio_ext.formats import ParquetSchema, parquet_schema
+from storage_workloads.hosts import (
+    HostMemory,
+    HostSpec,
+    check_host_list,
+    format_hosts,
+    host_options_in,
+    local_host_memory,
+    read_host_memory,
+    resolve_processes,
+)
+from storage_workloads.layout import (
+    METADATA_SUFFIX,
+    metadata,
+    run_datetime,
+    system_description,
+    tree_location,
+    write_run_files,
+)
+
+
+def _mpi_options(
+    processes: int | None,
+    hosts: int | Sequence[HostSpec],
+    *,
+    dlio_venv: str | os.PathLike[str] | None,
+    mpi: bool,
+    mpi_args: Sequence[str],
+) -> tuple[_Mpi, int]:
+    """The launch options and the host count, validated: a host list needs mpirun and no
+    host option in ``mpi_args``, and its slots must add up to ``processes`` (when given)."""
+    host_list: tuple[HostSpec, ...] = ()
+    if isinstance(hosts, bool) or not isinstance(hosts, int | Sequence) or isinstance(hosts, str):
+        raise ValueError(f"hosts must be a host count or a list of HostSpec, got {hosts!r}")
+    if isinstance(hosts, int):
+        if hosts < 1:
+            raise ValueError(f"--hosts must be a host count >= 1, got {hosts}")
+        count = hosts
+    else:
+        host_list = tuple(hosts)
+        if not host_list or not all(isinstance(h, HostSpec) for h in host_list):
+            raise ValueError(f"hosts must be a host count or a list of HostSpec, got {hosts!r}")
+        count = len(host_list)
+        check_host_list(host_list, mpi=mpi, mpi_args=mpi_args)
+    n = resolve_processes(processes, host_list)
+    return _Mpi(n, host_list, dlio_venv, mpi, tuple(mpi_args)), count
+
+
+@dataclass(frozen=True)
+class _Options:
+    """The launch options of a run as its caller gave them (see :func:`_validated_run`)."""
+
+    processes: int | None
+    hosts: int | Sequence[HostSpec]
+    host_memory: HostMemory | None
+    dlio_venv: str | os.PathLike[str] | None
+    mpi: bool
+    mpi_args: Sequence[str]
+    timeout_s: float | None
+    what_if: bool
+    log: Log
+
+    def launch(self) -> tuple[_Mpi, int]:
+        """How DLIO is started, and the host count, validated (:func:`_mpi_options`)."""
+        return _mpi_options(
+            self.processes,
+            self.hosts,
+            dlio_venv=self.dlio_venv,
+            mpi=self.mpi,
+            mpi_args=self.mpi_args,
+        )
+
+
+def _validated_run(where: _Where, options: _Options) -> _Run:
+    """The run, once its launch options are validated, DLIO has been found (a missing DLIO is
+    the cheaper error to report) and the hosts read (:func:`read_hosts`), unless
+    ``options.host_memory`` holds a reading made before."""
+    launch, host_count = options.launch()
+    find_dlio(launch.dlio_venv)
+    host_memory = options.host_memory
+    if host_memory is None:
+        host_memory = read_hosts(options.hosts, mpi_args=launch.mpi_args, log=options.log)
+    if host_memory is not None and len(host_memory.hosts) != host_count:
+        raise ValueError(
+            f"the memory reading covers {len(host_memory.hosts)} host(s), the run has {host_count}"
+        )
+    return _Run(
+        where, launch, host_count, host_memory, options.what_if, options.timeout_s, options.log
+    )
+
+
+def read_hosts(
+    hosts: int | Sequence[HostSpec], *, mpi_args: Sequence[str] = (), log: Log = _quiet
+) -> HostMemory | None:
+    """The memory (and CPUs, OS) of the client hosts, read from them: for a host list, one
+    mpirun launch per host (:func:`storage_workloads.hosts.read_host_memory`; raises
+    :class:`DlioError` naming a host that cannot be read); otherwise this host, read
+    directly, when it is the only client (``hosts`` 1 and no host option in ``mpi_args``),
+    else ``None``: the other hosts are unknown here."""
+    if isinstance(hosts, int):
+        if hosts != 1 or host_options_in(mpi_args):
+            log(
+                f"{hosts} host(s) without a --hosts list: only a host list lets the hosts' "
+                "memory be read; the rules check uses --host-memory-gb or DLIO's own figures"
+            )
+            return None
+        return local_host_memory()
+    try:
+        memory = read_host_memory(hosts, mpi_args=mpi_args)
+    except RuntimeError as exc:
+        raise DlioError(str(exc)) from None
+    machine = {h.host: h.hostname for h in memory.hosts}
+    for names in memory.same_machine():
+        log(
+            f"hosts {', '.join(names)} are one machine ({machine[names[0]]}): its memory is "
+            "counted once per host named"
+        )
+    return memory
+
+
+def _what_if(launch: _Launch, run_dir: Path, record: Mapping[str, Any]) -> dict[str, Any]:
+    """What a run would do, for ``what_if=True``: the command, the workload YAML's path and
+    content, and ``run.json``. Nothing is written; the caller has validated everything."""
+    plan: dict[str, Any] = {
+        "what_if": True,
+        "command": list(launch.cmd),
+        "config_file": str(run_dir / "configs" / "workload" / f"{launch.name}.yaml"),
+        "config": copy.deepcopy(launch.config),
+        "run_record": dict(record),
+        "dlio_extensions": list(launch.extensions),
+    }
+    if launch.extensions:
+        plan["env"] = {"PYTHONPATH": launch.env["PYTHONPATH"]}
+    return plan
+
+
+def _write_record(run_dir: Path, record: Mapping[str, Any]) -> None:
+    write_text_atomic(run_dir / RUN_RECORD, json.dumps(record, indent=2) + "\n")
+
+
+_RESULT_FILES: Final = (
+    "results.json",
+    "datagen.json",
+    "checkpoint-results.json",
+    "summary.json",
+    "dlio/summary.json",
+)
+
+
+def _refuse_earlier_run(run_dir: Path) -> None:
+    """A run directory that holds an earlier run's results, DLIO output or metadata file is
+    not reused."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"--run-dir {run_dir} is a file, not a directory")
+    found = [run_dir / f for f in _RESULT_FILES if (run_dir / f).exists()]
+    found += sorted(run_dir.glob(f"*{METADATA_SUFFIX}"))
+    if found:
+        raise DlioError(
+            f"{run_dir} already holds an earlier run ({found[0].name}); give a new --run-dir "
+            "(nothing is overwritten)"
+        )
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Where a run goes: its directory, its datetime, and whether the directory must be new
+    (a results-tree folder, claimed when the run starts)."""
+
+    run: Path
+    stamp: str
+    new: bool
+
+
+def _where(
+    run_dir: str | os.PathLike[str] | None,
+    results_dir: str | os.PathLike[str] | None,
+    *,
+    command: str,
+    model: str,
+) -> _Where:
+    if (run_dir is None) == (results_dir is None):
+        raise ValueError("give a run directory (--run-dir) or a results tree (--results-dir)")
+    if results_dir is not None:
+        root = Path(results_dir)
+        if root.exists() and not root.is_dir():
+            raise ValueError(f"--results-dir {results_dir} is a file, not a directory")
+        try:
+            folder, stamp = tree_location(root, command=command, model=model)
+        except FileExistsError as exc:
+            raise DlioError(str(exc)) from None
+        return _Where(folder, stamp, True)
+    assert run_dir is not None
+    return _Where(Path(run_dir).resolve(), run_datetime(), False)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A run whose inputs are validated: where it goes, how DLIO starts, the hosts (their
+    count and what was read from them), and how the launch behaves."""
+
+    where: _Where
+    mpi: _Mpi
+    host_count: int
+    host_memory: HostMemory | None
+    what_if: bool
+    timeout_s: float | None
+    log: Log
+
+    @property
+    def hosts(self) -> int | tuple[HostSpec, ...]:
+        return self.mpi.hosts if self.mpi.hosts else self.host_count
+
+
+@dataclass(frozen=True)
+class _Started:
+    launch: _Launch
+    record: dict[str, Any]
+    wall: float
+
+
+def _start(
+    config: dict[str, Any],
+    run: _Run,
+    *,
+    command: str,
+    name: str,
+    engine: str,
+    params: Mapping[str, Any],
+    extensions: Sequence[str] = (),
+    overrides: Mapping[str, Any] | None = None,
+    schema: ParquetSchema | None = None,
+) -> _Started | dict[str, Any]:
+    """What :func:`run_datagen`, :func:`run_training` and :func:`run_checkpointing` share once
+    their inputs are validated: prepare the launch (finding DLIO and mpirun), build
+    ``run.json``, then either return the ``what_if`` plan, or create the run directory, write
+    ``run.json`` and run DLIO (:func:`_execute`)."""
+    where = run.where
+    launch = _prepare(
+        config,
+        run_dir=where.run,
+        name=name,
+        mpi=run.mpi,
+        extensions=extensions,
+        overrides=overrides,
+    )
+    record: dict[str, Any] = {
+        "command": command,
+        "engine": engine,
+        "config_file": f"configs/workload/{name}.yaml",
+        "params": dict(params),
+        "run_datetime": where.stamp,
+        "processes": run.mpi.processes,
+        "hosts": format_hosts(run.mpi.hosts) if run.mpi.hosts else run.host_count,
+        "host_memory": None if run.host_memory is None else run.host_memory.as_dict(),
+        "dlio_overrides": launch.overrides,
+        "dlio_extensions": list(extensions),
+    }
+    if schema is not None:
+        record["parquet_schema"] = schema.as_dict()
+    if run.what_if:
+        return _what_if(launch, where.run, record)
+    try:
+        where.run.mkdir(parents=True, exist_ok=not where.new)
+    except FileExistsError:
+        raise DlioError(f"{where.run} exists: another run started in the same second") from None
+    _write_record(where.run, record)
+    wall = _execute(launch, run_dir=where.run, timeout_s=run.timeout_s, log=run.log)
+    return _Started(launch, record, wall)
+
+
+def _write_mlperf_files(
+    run: _Run,
+    started: _Started,
+    *,
+    model: str,
+    params: Mapping[str, Any],
+    result_file: str,
+    accelerator: str | None = None,
+    end: str | None = None,
+) -> None:
+    """The metadata file and the system description of a finished run (before its result
+    file, which comes last)."""
+    record = started.record
+    command = str(record["command"])
+    meta = metadata(
+        command=command,
+        model=model,
+        stamp=run.where.stamp,
+        processes=run.mpi.processes,
+        parameters=started.launch.expected,
+        override_parameters={**started.launch.overrides, **params},
+        args={
+            **record["params"],
+            "command": command,
+            "engine": record["engine"],
+            "processes": run.mpi.processes,
+            "hosts": record["hosts"],
+            "num_hosts": run.host_count,
+            "mpi": run.mpi.mpi,
+            "mpi_args": list(run.mpi.mpi_args),
+        },
+        accelerator=accelerator,
+        host_memory=run.host_memory,
+        end=end,
+        runtime_s=started.wall,
+        result_file=result_file,
+    )
+    system = system_description(run.host_memory, run.hosts, mpi=run.mpi.mpi)
+    write_run_files(run.where.run, meta, system)
+
+
+def _dataset_files(folder: Path, fmt: str) -> list[Path]:
+    train = folder / "train"
+    return sorted(p for p in train.rglob(f"*.{fmt}") if p.is_file()) if train.is_dir() else []
+
+
+def _parquet(config: Mapping[str, Any]) -> ParquetSchema | None:
+    dataset = config.get("dataset")
+    if not isinstance(dataset, Mapping) or dataset.get("format") != "parquet":
+        return None
+    return parquet_schema(config)  # SchemaError (a ValueError) names the key
+
+
+def _extensions(fmt: str, *, generate: bool, train: bool) -> list[str]:
+    """The DLIO extensions a run of ``fmt`` needs (empty: plain ``dlio_benchmark``)."""
+    found = []
+    if generate and fmt in GENERATED_FORMATS:
+        found.append(f"{fmt}-generator")
+    if train and fmt == "parquet":
+        found.append("parquet-reader")
+    return found
