@@ -29,9 +29,9 @@ from typing import Any, NoReturn
 import numpy as np
 import polars as pl
 
-from ._io import InputFileError, first_line, reading, reading_any
-from .download import PINNED_REVISION, SIZES, DownloadError, download
-from .preprocess import (
+from yambda_data._io import InputFileError, first_line, reading, reading_any
+from yambda_data.download import PINNED_REVISION, SIZES, DownloadError, download
+from yambda_data.preprocess import (
     CHECKSUMS_FILE,
     ITEM_POPULARITY_FILE,
     SESSION_INDEX_DIR,
@@ -41,8 +41,8 @@ from .preprocess import (
     preprocess,
     verify_checksums,
 )
-from .samples import LISTEN_PLUS_MIN_RATIO
-from .schema import (
+from yambda_data.samples import LISTEN_PLUS_MIN_RATIO
+from yambda_data.schema import (
     EVENT_TYPE_DTYPE,
     MULTI_EVENT_FILE,
     SchemaError,
@@ -53,8 +53,8 @@ from .schema import (
     validate_mapping,
     validate_multi_event,
 )
-from .split import GAP_SECONDS, TEST_SECONDS, SplitMeta
-from .store import (
+from yambda_data.split import GAP_SECONDS, TEST_SECONDS, SplitMeta
+from yambda_data.store import (
     MANIFEST_FILE,
     READY_FILE,
     SampleStore,
@@ -64,7 +64,7 @@ from .store import (
     _source_files,
     build_store,
 )
-from .synth import YAMBDA_USERS, SynthConfig, SynthPaths, synthesize, yambda_shape
+from yambda_data.synth import YAMBDA_USERS, SynthConfig, SynthPaths, synthesize, yambda_shape
 
 __all__ = ["DEBUG_ENV", "main"]
 

@@ -35,8 +35,8 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from ._io import reading
-from .schema import EVENT_TYPE_CODES, EVENT_TYPE_DTYPE, mapping_path, read_mapping
+from yambda_data._io import reading
+from yambda_data.schema import EVENT_TYPE_CODES, EVENT_TYPE_DTYPE, mapping_path, read_mapping
 
 __all__ = [
     "ACTION_LIKE",

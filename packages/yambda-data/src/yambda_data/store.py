@@ -75,10 +75,16 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ._atomic import check_apart, check_only_ours, exclusive_lock, fsync_tree, replace_dir
-from ._checksums import sha256_file, sha256_files
-from ._io import InputFileError, first_line, reading, writing
-from .preprocess import (
+from yambda_data._atomic import (
+    check_apart,
+    check_only_ours,
+    exclusive_lock,
+    fsync_tree,
+    replace_dir,
+)
+from yambda_data._checksums import sha256_file, sha256_files
+from yambda_data._io import InputFileError, first_line, reading, writing
+from yambda_data.preprocess import (
     CHECKSUMS_FILE,
     ITEM_POPULARITY_FILE,
     SPLIT_META_FILE,
@@ -87,7 +93,7 @@ from .preprocess import (
     part_name,
     verify_checksums,
 )
-from .samples import (
+from yambda_data.samples import (
     ACTION_LIKE,
     ACTION_LISTEN_PLUS,
     ACTION_SKIP,
@@ -98,8 +104,8 @@ from .samples import (
     VocabSizes,
     event_arrays,
 )
-from .schema import EVENT_TYPE_CODES, mapping_path, read_mapping
-from .split import SplitMeta
+from yambda_data.schema import EVENT_TYPE_CODES, mapping_path, read_mapping
+from yambda_data.split import SplitMeta
 
 __all__ = [
     "ARRAY_FILES",

@@ -55,10 +55,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from ._atomic import atomic_path, atomic_paths, exclusive_lock
-from ._checksums import checksum_problem, file_checksums
-from ._io import writing
-from .schema import (
+from yambda_data._atomic import atomic_path, atomic_paths, exclusive_lock
+from yambda_data._checksums import checksum_problem, file_checksums
+from yambda_data._io import writing
+from yambda_data.schema import (
     ALBUM_ITEM_MAPPING_SCHEMA,
     ARTIST_ITEM_MAPPING_SCHEMA,
     EVENT_TYPE_CODES,
