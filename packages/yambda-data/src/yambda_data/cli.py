@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from yambda_data._io import InputFileError, first_line, reading, reading_any
+from yambda_data._store_build import _BuildSettings, _fingerprint, _source_files
 from yambda_data.download import PINNED_REVISION, SIZES, DownloadError, download
 from yambda_data.preprocess import (
     CHECKSUMS_FILE,
@@ -54,16 +55,7 @@ from yambda_data.schema import (
     validate_multi_event,
 )
 from yambda_data.split import GAP_SECONDS, TEST_SECONDS, SplitMeta
-from yambda_data.store import (
-    MANIFEST_FILE,
-    READY_FILE,
-    SampleStore,
-    StoreError,
-    _BuildSettings,
-    _fingerprint,
-    _source_files,
-    build_store,
-)
+from yambda_data.store import MANIFEST_FILE, READY_FILE, SampleStore, StoreError, build_store
 from yambda_data.synth import YAMBDA_USERS, SynthConfig, SynthPaths, synthesize, yambda_shape
 
 __all__ = ["DEBUG_ENV", "main"]

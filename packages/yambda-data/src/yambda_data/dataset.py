@@ -12,6 +12,7 @@ import polars as pl
 
 from yambda_data._atomic import atomic_path, check_apart, exclusive_lock
 from yambda_data._io import reading, writing
+from yambda_data._store_build import _BuildSettings, check_store_out
 from yambda_data.samples import (
     ItemFeatures,
     SampleConfig,
@@ -28,7 +29,7 @@ from yambda_data.schema import (
     validate_multi_event,
 )
 from yambda_data.split import SplitMeta, temporal_split
-from yambda_data.store import SampleStore, _BuildSettings, build_store, check_store_out
+from yambda_data.store import SampleStore, build_store
 
 
 @dataclass(frozen=True)
