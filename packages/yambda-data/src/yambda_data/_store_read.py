@@ -69,9 +69,8 @@ class SampleStore:
     """
 
     mapped_budget_bytes: int = 1 << 30
-    """File-backed resident bytes of this process (Linux: the shared pages of
-    ``/proc/self/statm``) above which the store's mapped pages are released; 0: never. Where
-    ``/proc`` does not exist they are never released."""
+    """File-backed resident bytes of this process (``/proc/self/statm``) above which a cut
+    releases the store's mapped pages; 0 (or no ``/proc``): never."""
 
     def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
         self.path = path

@@ -142,9 +142,8 @@ SESSION_INDEX_SCHEMA = pl.Schema(
         ("session_length", pl.List(pl.Int64)),
     ]
 )
-"""One row per train uid, in uid order: ``row_start`` is the row of the uid's first event in
-the same-numbered train_sessions part, ``num_events`` its train events; the lists hold its
-sessions in order, with each session's offset into the uid's events and its length."""
+"""One row per train uid: its first row in the same-numbered train_sessions part, its train
+events, and its sessions in order with their offsets into its events and their lengths."""
 
 
 def part_name(index: int) -> str:

@@ -499,9 +499,8 @@ def count_duplicate_rows_in_file(
 
 
 REPEATED_ROWS_WARNING_SHARE = 0.001
-"""The share of a file's rows repeating an earlier row in every column from which they are
-warned about. Fewer are what real logs hold (a track skipped twice within one 5-second step,
-which the synthetic data makes too); ``validate`` still counts them."""
+"""The share of a file's rows repeating an earlier row from which they are warned about (fewer
+are what real logs hold, a track skipped twice within 5 seconds); they are always counted."""
 
 
 def duplicate_rows_warning(source: str, duplicates: int, rows: int) -> str | None:
