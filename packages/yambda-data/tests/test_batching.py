@@ -39,23 +39,10 @@ def tiny_samples() -> Samples:
 
 
 def test_key_constants():
-    assert UIH_KEYS == (
-        "uid",
-        "user_x_artist",
-        "user_x_album",
-        "user_x_hour",
-        "item_x_hour",
-        "artist_x_hour",
-        "user_x_is_organic",
-        "user_x_artist_x_hour",
-        "item_id",
-        "artist_id",
-        "album_id",
-        "action_weight",
-        "action_timestamp",
-        "dummy_watch_time",
-        "dummy_query_time",
-    )
+    # The seven crosses, in the reference's order (test_crosses.py spells them out).
+    history = ("item_id", "artist_id", "album_id", "action_weight", "action_timestamp")
+    expected = ("uid", *CROSS_FEATURE_NAMES, *history, "dummy_watch_time", "dummy_query_time")
+    assert expected == UIH_KEYS
     assert CANDIDATE_KEYS == (
         "item_candidate_id",
         "item_candidate_artist_id",

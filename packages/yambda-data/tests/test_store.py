@@ -225,7 +225,7 @@ def test_a_failed_build_leaves_nothing_and_keeps_the_old_store(built_store, tmp_
     out = tmp_path / "store"
     build_store(pre, raw, out, min_history=16)
     before = (out / MANIFEST_FILE).read_text()
-    import yambda_data.store as store_module
+    import yambda_data._store_build as store_module
 
     def boom(*args, **kwargs):
         raise RuntimeError("disk full")
@@ -329,7 +329,7 @@ def test_no_space_while_building_keeps_the_old_store(built_store, tmp_path, monk
     out = tmp_path / "store"
     build_store(pre, raw, out, min_history=16)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    import yambda_data.store as store_module
+    import yambda_data._store_build as store_module
 
     class FullFile:  # the file of event_item_id hits a full disk
         def __init__(self, file):

@@ -8,10 +8,15 @@ batches and a multi-worker loader.
 Importing this package does not import torch.
 """
 
-from ._io import InputFileError, ReadError, WriteError
-from .crosses import CROSS_FEATURE_NAMES, CROSS_FEATURES, CrossFeature, cross_features
-from .dataset import DLRMv4Samples, load_dlrmv4_samples, prepare_preprocessed, prepare_store
-from .samples import (
+from yambda_data._io import InputFileError, ReadError, WriteError
+from yambda_data.crosses import CROSS_FEATURE_NAMES, CROSS_FEATURES, CrossFeature, cross_features
+from yambda_data.dataset import (
+    DLRMv4Samples,
+    load_dlrmv4_samples,
+    prepare_preprocessed,
+    prepare_store,
+)
+from yambda_data.samples import (
     HISTORY_STRATEGIES,
     ItemFeatures,
     SampleConfig,
@@ -20,7 +25,7 @@ from .samples import (
     build_samples,
     compute_vocab_sizes,
 )
-from .schema import (
+from yambda_data.schema import (
     EVENT_TYPE_CODES,
     EVENT_TYPE_DTYPE,
     EVENT_TYPES,
@@ -32,10 +37,10 @@ from .schema import (
     validate_mapping,
     validate_multi_event,
 )
-from .split import SplitMeta, SplitResult, temporal_split
-from .store import SampleStore, StoreError, build_store
-from .streaming import TEST, BatchPlan, holdout_users
-from .synth import (
+from yambda_data.split import SplitMeta, SplitResult, temporal_split
+from yambda_data.store import SampleStore, StoreError, build_store
+from yambda_data.streaming import TEST, BatchPlan, holdout_users
+from yambda_data.synth import (
     SynthConfig,
     SynthData,
     SynthPaths,

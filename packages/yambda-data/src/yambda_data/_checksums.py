@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ._io import InputFileError
+from yambda_data._io import InputFileError
 
 __all__ = ["HASH_THREADS", "checksum_problem", "file_checksums", "sha256_file", "sha256_files"]
 

@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from .crosses import CROSS_FEATURE_NAMES, CROSS_FEATURES, CrossFeature, cross_features
-from .samples import ACTION_LISTEN_PLUS, Samples
+from yambda_data.crosses import CROSS_FEATURE_NAMES, CROSS_FEATURES, CrossFeature, cross_features
+from yambda_data.samples import ACTION_LISTEN_PLUS, Samples
 
 __all__ = [
     "CANDIDATE_KEYS",

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import polars as pl
 
-from ._atomic import atomic_path, check_apart, exclusive_lock
-from ._io import reading, writing
-from .samples import (
+from yambda_data._atomic import atomic_path, check_apart, exclusive_lock
+from yambda_data._io import reading, writing
+from yambda_data._store_build import _BuildSettings, check_store_out
+from yambda_data.samples import (
     ItemFeatures,
     SampleConfig,
     Samples,
@@ -20,15 +21,15 @@ from .samples import (
     build_samples,
     compute_vocab_sizes,
 )
-from .schema import (
+from yambda_data.schema import (
     check_multi_event_header,
     duplicate_rows_warning,
     multi_event_path,
     normalize_multi_event,
     validate_multi_event,
 )
-from .split import SplitMeta, temporal_split
-from .store import SampleStore, _BuildSettings, build_store, check_store_out
+from yambda_data.split import SplitMeta, temporal_split
+from yambda_data.store import SampleStore, build_store
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def prepare_preprocessed(
     measured) as separate processes. The arguments, the raw file's columns and where the
     output goes (apart from the inputs) are checked before anything is created (the rows are
     checked by the preprocessing, before it writes)."""
-    from .preprocess import checksums_problem, preprocess, read_checksums
+    from yambda_data.preprocess import checksums_problem, preprocess, read_checksums
 
     path = multi_event_path(root, size)
     if not path.is_file():

@@ -25,9 +25,9 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from ._atomic import atomic_path
-from ._io import reading, writing
-from .schema import mapping_path, multi_event_path, read_mapping, read_multi_event
+from yambda_data._atomic import atomic_path
+from yambda_data._io import reading, writing
+from yambda_data.schema import mapping_path, multi_event_path, read_mapping, read_multi_event
 
 __all__ = [
     "DATASET_REPO",

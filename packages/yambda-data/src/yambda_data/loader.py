@@ -21,11 +21,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from .batching import HSTUBatch, make_batch
-from .crosses import CROSS_FEATURES, CrossFeature
-from .samples import SampleConfig
-from .store import SampleStore
-from .streaming import BatchPlan
+from yambda_data.batching import HSTUBatch, make_batch
+from yambda_data.crosses import CROSS_FEATURES, CrossFeature
+from yambda_data.samples import SampleConfig
+from yambda_data.store import SampleStore
+from yambda_data.streaming import BatchPlan
 
 __all__ = ["StoreBatches", "make_loader"]
 

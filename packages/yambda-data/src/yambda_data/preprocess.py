@@ -72,10 +72,16 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from ._atomic import check_apart, check_only_ours, exclusive_lock, fsync_tree, replace_dir
-from ._checksums import checksum_problem, file_checksums
-from ._io import InputFileError, reading, writing
-from .schema import (
+from yambda_data._atomic import (
+    check_apart,
+    check_only_ours,
+    exclusive_lock,
+    fsync_tree,
+    replace_dir,
+)
+from yambda_data._checksums import checksum_problem, file_checksums
+from yambda_data._io import InputFileError, reading, writing
+from yambda_data.schema import (
     EVENT_TYPE_DTYPE,
     MULTI_EVENT_SCHEMA,
     ROWS_PER_PARTITION,
@@ -89,7 +95,7 @@ from .schema import (
     normalize_multi_event,
     uid_range_edges,
 )
-from .split import (
+from yambda_data.split import (
     GAP_SECONDS,
     SESSION_GAP_SECONDS,
     TEST_SECONDS,
@@ -136,9 +142,8 @@ SESSION_INDEX_SCHEMA = pl.Schema(
         ("session_length", pl.List(pl.Int64)),
     ]
 )
-"""One row per train uid, in uid order: ``row_start`` is the row of the uid's first event in
-the same-numbered train_sessions part, ``num_events`` its train events; the lists hold its
-sessions in order, with each session's offset into the uid's events and its length."""
+"""One row per train uid: its first row in the same-numbered train_sessions part, its train
+events, and its sessions in order with their offsets into its events and their lengths."""
 
 
 def part_name(index: int) -> str:

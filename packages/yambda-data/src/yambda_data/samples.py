@@ -35,8 +35,8 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-from ._io import reading
-from .schema import EVENT_TYPE_CODES, EVENT_TYPE_DTYPE, mapping_path, read_mapping
+from yambda_data._io import reading
+from yambda_data.schema import EVENT_TYPE_CODES, EVENT_TYPE_DTYPE, mapping_path, read_mapping
 
 __all__ = [
     "ACTION_LIKE",
@@ -79,10 +79,8 @@ class SampleConfig:
     min_history: int = 16
     """Minimum number of earlier events (any type) of an anchor."""
     strategy: Strategy = "interleaved"
-    """How the history is drawn from the causal window: ``"interleaved"`` (the default, the
-    reference's training strategy) keeps the last ``history_length // 3`` events of each pool
-    (listen_plus, like, skip) merged in time order; ``"last_n"`` keeps the last
-    ``history_length`` history events of any pool. See the module docstring."""
+    """``"interleaved"`` (the reference's): the last ``history_length // 3`` events of each pool,
+    merged in time order; ``"last_n"``: the last ``history_length`` history events of any pool."""
     causal_window: int = CAUSAL_WINDOW
     """Stream events before the anchor (any type) that the history may be drawn from."""
 

@@ -221,7 +221,7 @@ def validate_multi_event(frame: FrameLike, *, source: str | None = None) -> Mult
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file")
         src = source or str(path)
-        from ._io import reading
+        from yambda_data._io import reading
 
         with reading(path):
             etype = _event_type(pl.scan_parquet(path).collect_schema())
@@ -246,7 +246,7 @@ def check_multi_event_header(path: str | Path) -> None:
     """Check what the parquet metadata of the multi_event file at ``path`` says (it can be
     read, its columns and dtypes), reading nothing else: a truncated or foreign file is
     named (InputFileError, SchemaError) at once, whatever its size."""
-    from ._io import reading
+    from yambda_data._io import reading
 
     with reading(path):
         check_multi_event_columns(pl.scan_parquet(path).collect_schema(), str(path))
@@ -485,7 +485,7 @@ def count_duplicate_rows_in_file(
 ) -> int:
     """:func:`count_duplicate_rows` of a valid multi_event file (sorted by (uid, timestamp)),
     one uid range of about :data:`ROWS_PER_PARTITION` rows in memory at a time."""
-    from ._io import reading
+    from yambda_data._io import reading
 
     # A scan of its own, never asked for its schema, so the uid filter reaches the row groups.
     scan = pl.scan_parquet(path)
@@ -499,9 +499,8 @@ def count_duplicate_rows_in_file(
 
 
 REPEATED_ROWS_WARNING_SHARE = 0.001
-"""The share of a file's rows repeating an earlier row in every column from which they are
-warned about. Fewer are what real logs hold (a track skipped twice within one 5-second step,
-which the synthetic data makes too); ``validate`` still counts them."""
+"""The share of a file's rows repeating an earlier row from which they are warned about (fewer
+are what real logs hold, a track skipped twice within 5 seconds); they are always counted."""
 
 
 def duplicate_rows_warning(source: str, duplicates: int, rows: int) -> str | None:
@@ -527,7 +526,7 @@ def check_multi_event_file(
     counted from 0 in the file), and :class:`~yambda_data.InputFileError` naming the file
     when it cannot be read (truncated, not parquet).
     """
-    from ._io import reading
+    from yambda_data._io import reading
 
     path = Path(path)
     src = source or str(path)

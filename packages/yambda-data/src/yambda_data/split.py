@@ -22,7 +22,7 @@ from pathlib import Path
 
 import polars as pl
 
-from ._atomic import atomic_path
+from yambda_data._atomic import atomic_path
 
 __all__ = [
     "GAP_SECONDS",

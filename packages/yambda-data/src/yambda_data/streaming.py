@@ -23,8 +23,8 @@ from typing import Literal
 
 import numpy as np
 
-from .crosses import xxh64_int64
-from .store import SampleStore
+from yambda_data.crosses import xxh64_int64
+from yambda_data.store import SampleStore
 
 __all__ = ["HOLDOUT_BUCKETS", "TEST", "BatchPlan", "holdout_users"]
 

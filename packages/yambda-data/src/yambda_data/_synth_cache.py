@@ -1,0 +1,108 @@
+"""The synthetic data as a cache that runs and ranks share: :func:`synthesize_cached` makes
+the dataset of a config once, under a lock, and checks its files' sha256 at every reuse."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from yambda_data._atomic import atomic_path, exclusive_lock
+from yambda_data._checksums import checksum_problem, file_checksums
+from yambda_data._io import writing
+from yambda_data._synth_config import SynthConfig, SynthPaths
+from yambda_data._synth_write import synthesize
+
+SYNTH_RECORD_FILE = "synth.json"
+"""The record of :func:`synthesize_cached` in its root: the config and, once the files are
+complete, their size and sha256 (``{"config": {...}, "files": {name: {"bytes", "sha256"}}}``)."""
+
+
+def synthesize_cached(
+    root: str | Path, config: SynthConfig, progress: Callable[[str], None] | None = None
+) -> SynthPaths:
+    """The dataset of ``config`` under ``root``, made once and checked at every reuse: a cache
+    that many runs (and ranks) share.
+
+    Under an exclusive lock (``.synth.json.lock``, so concurrent callers take turns) it removes
+    the temporary files of syntheses that were killed in ``root``, then reuses the dataset
+    when :data:`SYNTH_RECORD_FILE` holds ``config`` and the size and sha256 of each of the
+    three files; otherwise it synthesizes it again, telling ``progress`` why (naming the file
+    that differs), and writes the record last, atomically. Files in ``root`` without a record
+    were not made here and are never replaced (ValueError naming one); a synthesis claims
+    ``root`` by writing a record without checksums first, so that files a killed synthesis
+    left are replaced next time."""
+    if not isinstance(config, SynthConfig):
+        raise TypeError(f"config must be a SynthConfig, got {type(config).__name__}")
+    root = Path(root)
+    paths = SynthPaths.of(root, config)
+    paths.check_writable()
+    record = root / SYNTH_RECORD_FILE
+    if record.exists() and not record.is_file():
+        raise ValueError(f"{record}: exists and is not a file; refusing to replace it")
+    if not record.exists():  # (only a synthesis here writes one, before its files)
+        present = [path for path in paths.files if path.exists()]
+        if present:
+            raise ValueError(
+                f"{present[0]}: exists and {record} does not; refusing to replace a dataset "
+                "that synthesize_cached did not make"
+            )
+    say = progress or (lambda _message: None)
+    with writing(root):
+        root.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(record):
+        for leftover in _killed_synthesis_leftovers(paths):
+            say(f"removing {leftover} (left by a synthesis that was killed)")
+            if leftover.is_dir():
+                shutil.rmtree(leftover)
+            else:
+                leftover.unlink()
+        why = _cache_problem(record, config, paths)
+        if why is None:
+            say(f"{root}: synthetic data up to date")
+            return paths
+        say(f"synthesizing {root}" + (f" ({why})" if why else ""))
+        _write_record(record, {"config": config.to_dict(), "files": None})
+        synthesize(root, config)
+        names = [path.relative_to(root).as_posix() for path in paths.files]
+        _write_record(record, {"config": config.to_dict(), "files": file_checksums(root, names)})
+    return paths
+
+
+def _killed_synthesis_leftovers(paths: SynthPaths) -> list[Path]:
+    """Temporary files of :func:`synthesize` (``.<name>.*.tmp``, and the part folders
+    ``.<name>.*.tmp.parts-*`` of its streaming path) and of the record, by their names."""
+    found: list[Path] = []
+    for target in [*paths.files, paths.root / SYNTH_RECORD_FILE]:
+        if target.parent.is_dir():
+            found += sorted(target.parent.glob(f".{target.name}.*.tmp"))
+            found += sorted(target.parent.glob(f".{target.name}.*.tmp.parts-*"))
+    return found
+
+
+def _cache_problem(record: Path, config: SynthConfig, paths: SynthPaths) -> str | None:
+    """Why the dataset under ``paths.root`` is not that of ``config`` with the files its
+    record describes, as one line naming the file ("" for a root never synthesized); None
+    when it is."""
+    if not record.is_file():
+        return ""  # (files without a record were refused before)
+    try:
+        recorded = json.loads(record.read_text())
+        recorded_config, files = recorded["config"], recorded["files"]
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+        return f"{record}: not a record of synthesize_cached"
+    if recorded_config != config.to_dict():
+        return f"{record}: made for another config"
+    if not isinstance(files, dict):
+        return f"{record}: no checksums (an earlier synthesis did not finish)"
+    names = {path.relative_to(paths.root).as_posix() for path in paths.files}
+    if set(files) != names:
+        return f"{record}: lists {sorted(files)}, not {sorted(names)}"
+    problem = checksum_problem(paths.root, files, record)
+    return None if problem is None else str(problem)
+
+
+def _write_record(record: Path, content: dict) -> None:
+    with writing(record), atomic_path(record) as tmp:
+        tmp.write_text(json.dumps(content, indent=2, sort_keys=True) + "\n")
