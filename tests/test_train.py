@@ -567,7 +567,7 @@ KILLABLE_TRAIN = """
 import os, runpy, sys, time
 from pathlib import Path
 
-import hstu_model.checkpoint as ck
+import hstu_model.checkpoint.format as ck
 from hstu_model.training.trainer import Trainer
 
 point, marker, train_py = os.environ["KILL_AT"], Path(os.environ["KILL_MARKER"]), sys.argv[1]
