@@ -205,7 +205,7 @@ def _sequence(seq_offsets, num_targets, b, c, HAS_CTX: tl.constexpr, HAS_TARGETS
 
 
 # --------------------------------------------------------------------------------------------
-# Programs and tiles
+# Programs: one per (block of rows, head, sequence)
 # --------------------------------------------------------------------------------------------
 @triton.jit
 def _program_block(
@@ -223,27 +223,6 @@ def _program_block(
     b = tl.program_id(2)
     seq_start, n, h = _sequence(seq_offsets, num_targets, b, c, HAS_CTX, HAS_TARGETS)
     return head, b, seq_start, n, h, pid * BLOCK
-
-
-@triton.jit
-def _load_rows(X, offs, stride, row_end, offs_d, dim):
-    """The tile of rows ``offs`` and columns ``offs_d`` of X (row stride ``stride``), zero in
-    the rows from ``row_end`` on and the columns from ``dim`` on."""
-    return tl.load(
-        X + offs[:, None] * stride + offs_d[None, :],
-        mask=(offs[:, None] < row_end) & (offs_d[None, :] < dim),
-        other=0.0,
-    )
-
-
-@triton.jit
-def _store_rows(X, offs, stride, row_end, offs_d, dim, acc, INTERPRET_BF16: tl.constexpr):
-    """Stores the float32 tile ``acc``, rounded to X's dtype, where _load_rows reads."""
-    tl.store(
-        X + offs[:, None] * stride + offs_d[None, :],
-        cast(acc, X.dtype.element_ty, INTERPRET_BF16),
-        mask=(offs[:, None] < row_end) & (offs_d[None, :] < dim),
-    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -420,7 +399,11 @@ def _hstu_attn_fwd_kernel(
         offs_m = m0 + tl.arange(0, BLOCK_M)
         offs_dqk = tl.arange(0, BLOCK_DQK)
         offs_dv = tl.arange(0, BLOCK_DV)
-        q = _load_rows(Q, offs_m, stride_qt, n, offs_dqk, ATTN_DIM)
+        q = tl.load(
+            Q + offs_m[:, None] * stride_qt + offs_dqk[None, :],
+            mask=(offs_m[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
+            other=0.0,
+        )
         acc = tl.full([BLOCK_M, BLOCK_DV], 0.0, dtype=tl.float32)
         lo, hi = _key_range(
             m0,
@@ -437,8 +420,16 @@ def _hstu_attn_fwd_kernel(
         )
         for start_n in range(lo, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            k = _load_rows(K, offs_n, stride_kt, n, offs_dqk, ATTN_DIM)
-            v = _load_rows(V, offs_n, stride_vt, n, offs_dv, HIDDEN_DIM)
+            k = tl.load(
+                K + offs_n[:, None] * stride_kt + offs_dqk[None, :],
+                mask=(offs_n[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
+                other=0.0,
+            )
+            v = tl.load(
+                V + offs_n[:, None] * stride_vt + offs_dv[None, :],
+                mask=(offs_n[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
+                other=0.0,
+            )
             z = dot(q, tl.trans(k), DOT_PRECISION, INTERPRET_BF16) * alpha
             w = z / (1.0 + tl.exp(-z)) * inv_max_seq_len  # silu(z) / max_seq_len
             ok, scale = _pair_weight_rules(
@@ -464,7 +455,11 @@ def _hstu_attn_fwd_kernel(
             if HAS_DROPOUT:
                 w *= scale
             acc += dot(cast(w, v.dtype, INTERPRET_BF16), v, DOT_PRECISION, INTERPRET_BF16)
-        _store_rows(Out, offs_m, stride_ot, n, offs_dv, HIDDEN_DIM, acc, INTERPRET_BF16)
+        tl.store(
+            Out + offs_m[:, None] * stride_ot + offs_dv[None, :],
+            cast(acc, Out.dtype.element_ty, INTERPRET_BF16),
+            mask=(offs_m[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -492,8 +487,16 @@ def _block_tiles(
     offs = start + tl.arange(0, BLOCK)
     offs_dqk = tl.arange(0, BLOCK_DQK)
     offs_dv = tl.arange(0, BLOCK_DV)
-    a = _load_rows(A, offs, stride_a, n, offs_dqk, ATTN_DIM)
-    b = _load_rows(B, offs, stride_b, n, offs_dv, HIDDEN_DIM)
+    a = tl.load(
+        A + offs[:, None] * stride_a + offs_dqk[None, :],
+        mask=(offs[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
+        other=0.0,
+    )
+    b = tl.load(
+        B + offs[:, None] * stride_b + offs_dv[None, :],
+        mask=(offs[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
+        other=0.0,
+    )
     return offs, offs_dqk, offs_dv, a, b
 
 
@@ -592,8 +595,16 @@ def _hstu_attn_bwd_dkdv_kernel(
             for start_m in range(row_lo, row_hi, BLOCK_M):
                 offs_m = start_m + tl.arange(0, BLOCK_M)
                 row_ok = offs_m < row_hi
-                q = _load_rows(Q, offs_m, stride_qt, row_hi, offs_dqk, ATTN_DIM)
-                do = _load_rows(DO, offs_m, stride_dot, row_hi, offs_dv, HIDDEN_DIM)
+                q = tl.load(
+                    Q + offs_m[:, None] * stride_qt + offs_dqk[None, :],
+                    mask=row_ok[:, None] & (offs_dqk[None, :] < ATTN_DIM),
+                    other=0.0,
+                )
+                do = tl.load(
+                    DO + offs_m[:, None] * stride_dot + offs_dv[None, :],
+                    mask=row_ok[:, None] & (offs_dv[None, :] < HIDDEN_DIM),
+                    other=0.0,
+                )
                 # Transposed tiles: keys by queries, [BLOCK_N, BLOCK_M].
                 z_t = dot(k, tl.trans(q), DOT_PRECISION, INTERPRET_BF16) * alpha
                 sig_t = 1.0 / (1.0 + tl.exp(-z_t))
@@ -626,8 +637,16 @@ def _hstu_attn_bwd_dkdv_kernel(
                     dw_t, z_t, sig_t, ok_t, scale_t, alpha, inv_max_seq_len, HAS_DROPOUT
                 )
                 dk += dot(cast(dz_t, q.dtype, INTERPRET_BF16), q, DOT_PRECISION, INTERPRET_BF16)
-        _store_rows(DK, offs_n, stride_dkt, n, offs_dqk, ATTN_DIM, dk, INTERPRET_BF16)
-        _store_rows(DV, offs_n, stride_dvt, n, offs_dv, HIDDEN_DIM, dv, INTERPRET_BF16)
+        tl.store(
+            DK + offs_n[:, None] * stride_dkt + offs_dqk[None, :],
+            cast(dk, DK.dtype.element_ty, INTERPRET_BF16),
+            mask=(offs_n[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
+        )
+        tl.store(
+            DV + offs_n[:, None] * stride_dvt + offs_dv[None, :],
+            cast(dv, DV.dtype.element_ty, INTERPRET_BF16),
+            mask=(offs_n[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -703,8 +722,16 @@ def _hstu_attn_bwd_dq_kernel(
         )
         for start_n in range(lo, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            k = _load_rows(K, offs_n, stride_kt, n, offs_dqk, ATTN_DIM)
-            v = _load_rows(V, offs_n, stride_vt, n, offs_dv, HIDDEN_DIM)
+            k = tl.load(
+                K + offs_n[:, None] * stride_kt + offs_dqk[None, :],
+                mask=(offs_n[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
+                other=0.0,
+            )
+            v = tl.load(
+                V + offs_n[:, None] * stride_vt + offs_dv[None, :],
+                mask=(offs_n[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
+                other=0.0,
+            )
             z = dot(q, tl.trans(k), DOT_PRECISION, INTERPRET_BF16) * alpha
             sig = 1.0 / (1.0 + tl.exp(-z))
             dw = dot(do, tl.trans(v), DOT_PRECISION, INTERPRET_BF16)
@@ -729,7 +756,11 @@ def _hstu_attn_bwd_dq_kernel(
             )
             dz = _score_grad(dw, z, sig, ok, scale, alpha, inv_max_seq_len, HAS_DROPOUT)
             dq += dot(cast(dz, k.dtype, INTERPRET_BF16), k, DOT_PRECISION, INTERPRET_BF16)
-        _store_rows(DQ, offs_m, stride_dqt, n, offs_dqk, ATTN_DIM, dq, INTERPRET_BF16)
+        tl.store(
+            DQ + offs_m[:, None] * stride_dqt + offs_dqk[None, :],
+            cast(dq, DQ.dtype.element_ty, INTERPRET_BF16),
+            mask=(offs_m[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
+        )
 
 
 # --------------------------------------------------------------------------------------------
