@@ -4,6 +4,12 @@ Run from the workspace root (needs a CUDA or ROCm GPU; elsewhere it says so and 
 
     uv run --package hstu-ops python packages/hstu-ops/benchmarks/bench_triton_attention.py
 
+Without a GPU and with ``TRITON_INTERPRET=1`` in the environment it times the kernels in
+Triton's interpreter on CPU tensors instead (wall clock, use a small shape such as
+``--batch 2 --seq-len 128 --heads 1 --attn-dim 32 --hidden-dim 32 --dtype fp32``): those
+are interpreter times, useful only to compare two versions of the kernels on one machine, never
+GPU times.
+
 Defaults: 4 sequences of 4096 tokens, 4 heads, attn_dim = hidden_dim = 128, bfloat16, causal.
 Options: --seq-len, --batch, --heads, --attn-dim, --hidden-dim, --dtype {bf16,fp16,fp32},
 --no-causal, --targets N (candidates per sequence), --contextual N, --max-attn-len N,
@@ -13,14 +19,17 @@ FLOPs are useful work, the same figure for both kernels: forward 2 * pairs * (at
 hidden_dim) per head, where pairs is the number of (query, key) pairs the mask allows (about
 half of n^2 per causal sequence); forward + backward 3.5 times that (flash-attention's
 convention: the backward's four matmuls plus the recomputation of q k^T). Times are medians of
---repeats runs after warm-up, measured with CUDA events. Prints a table; asserts nothing.
+--repeats runs after warm-up, measured with CUDA events (in the interpreter, with the wall
+clock). Prints a table; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
+import time
 
 import torch
 
@@ -49,32 +58,39 @@ def _parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-def _median_ms(fn, repeats: int) -> float:
+def _elapsed_ms(fn, device: torch.device) -> float:
+    if device.type == "cpu":
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
+
+
+def _median_ms(fn, repeats: int, device: torch.device) -> float:
     for _ in range(2):  # warm-up (and, the first time, Triton's compilation)
         fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return statistics.median(_elapsed_ms(fn, device) for _ in range(repeats))
 
 
 def main() -> int:
     args = _parse()
-    if not torch.cuda.is_available():
+    interpreter = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+    if not torch.cuda.is_available() and not interpreter:
         print(
-            "bench_triton_attention: needs a CUDA or ROCm GPU (torch.cuda.is_available() is False); nothing measured."
+            "bench_triton_attention: needs a CUDA or ROCm GPU (torch.cuda.is_available() is False), "
+            "or TRITON_INTERPRET=1 for interpreter times; nothing measured."
         )
         return 0
     if not hstu_ops.triton_available():
         print("bench_triton_attention: the triton package is not installed; nothing measured.")
         return 0
 
-    device = torch.device("cuda")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = DTYPES[args.dtype]
     gen = torch.Generator(device="cpu").manual_seed(0)
     if args.jagged:
@@ -116,8 +132,12 @@ def main() -> int:
     fwd_flops = 2.0 * pairs * (args.attn_dim + args.hidden_dim) * args.heads
     total_flops = 3.5 * fwd_flops
 
+    if device.type == "cpu":
+        where = "the CPU, Triton's interpreter (interpreter times, not GPU times)"
+    else:
+        where = torch.cuda.get_device_name()
     print(
-        f"hstu_mha on {torch.cuda.get_device_name()}: {args.batch} sequences "
+        f"hstu_mha on {where}: {args.batch} sequences "
         f"({'jagged, ' if args.jagged else ''}{total} tokens, longest {int(lengths.max())}), "
         f"{args.heads} heads, attn_dim {args.attn_dim}, hidden_dim {args.hidden_dim}, "
         f"{args.dtype}, causal={args.causal}, targets={args.targets}, "
@@ -141,18 +161,21 @@ def main() -> int:
             out = hstu_ops.hstu_mha(max_seq_len, alpha, q, k, v, offsets, kernel=kernel, **options)
             torch.autograd.grad(out, (q, k, v), dout)
 
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
         try:
-            fwd_ms = _median_ms(forward, args.repeats)
-            both_ms = _median_ms(forward_backward, args.repeats)
+            fwd_ms = _median_ms(forward, args.repeats, device)
+            both_ms = _median_ms(forward_backward, args.repeats, device)
         except torch.OutOfMemoryError:
             print(f"| {kernel.name} | out of memory | | | | |")
             continue
-        peak = torch.cuda.max_memory_allocated() / 2**30
+        peak = "–"
+        if device.type == "cuda":
+            peak = f"{torch.cuda.max_memory_allocated() / 2**30:.2f}"
         print(
             f"| {kernel.name} | {fwd_ms:.3f} | {fwd_flops / fwd_ms / 1e9:.1f} | {both_ms:.3f} | "
-            f"{total_flops / both_ms / 1e9:.1f} | {peak:.2f} |"
+            f"{total_flops / both_ms / 1e9:.1f} | {peak} |"
         )
     return 0
 

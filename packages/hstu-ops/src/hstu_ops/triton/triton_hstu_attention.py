@@ -205,6 +205,27 @@ def _sequence(seq_offsets, num_targets, b, c, HAS_CTX: tl.constexpr, HAS_TARGETS
 
 
 # --------------------------------------------------------------------------------------------
+# Programs: one per (block of rows, head, sequence)
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _program_block(
+    seq_offsets,
+    num_targets,
+    c,
+    BLOCK: tl.constexpr,
+    HAS_CTX: tl.constexpr,
+    HAS_TARGETS: tl.constexpr,
+):
+    """(head, sequence b, its first row, length n and target rank h, the first row of the
+    block) of a program of the grid (blocks of BLOCK rows, heads, sequences)."""
+    pid = tl.program_id(0)
+    head = tl.program_id(1)
+    b = tl.program_id(2)
+    seq_start, n, h = _sequence(seq_offsets, num_targets, b, c, HAS_CTX, HAS_TARGETS)
+    return head, b, seq_start, n, h, pid * BLOCK
+
+
+# --------------------------------------------------------------------------------------------
 # Dropout: a counter-based RNG, so that the backward regenerates the forward's mask.
 # --------------------------------------------------------------------------------------------
 PHILOX_ROUNDS = _common.PHILOX_ROUNDS
@@ -366,11 +387,9 @@ def _hstu_attn_fwd_kernel(
     DOT_PRECISION: tl.constexpr,
     INTERPRET_BF16: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    head = tl.program_id(1)
-    b = tl.program_id(2)
-    seq_start, n, h = _sequence(seq_offsets, num_targets, b, c, HAS_CTX, HAS_TARGETS)
-    m0 = pid_m * BLOCK_M
+    head, b, seq_start, n, h, m0 = _program_block(
+        seq_offsets, num_targets, c, BLOCK_M, HAS_CTX, HAS_TARGETS
+    )
     if m0 < n:
         # Scalar (64-bit) offset to the sequence and head; tile offsets below stay 32-bit.
         Q += seq_start * stride_qt + head * stride_qh
@@ -444,94 +463,41 @@ def _hstu_attn_fwd_kernel(
 
 
 # --------------------------------------------------------------------------------------------
-# Backward: dk, dv per key block
+# Backward: a kernel for dk, dv per key block, a kernel for dq per query block
 # --------------------------------------------------------------------------------------------
 @triton.jit
-def _hstu_attn_bwd_dkdv_rows(
-    dk,
-    dv,
-    k,
-    v,
-    offs_n,
-    row_lo,
-    row_hi,
-    Q,
-    DO,
-    stride_qt,
-    stride_qh,
-    stride_dot,
-    stride_doh,
-    b,
-    head,
+def _block_tiles(
+    A,
+    B,
+    stride_a,
+    stride_b,
+    start,
     n,
-    c,
-    h,
-    max_attn_len,
-    alpha,
-    inv_max_seq_len,
     ATTN_DIM,
     HIDDEN_DIM,
-    seed_lo,
-    seed_hi,
-    drop_threshold,
-    inv_keep,
-    CAUSAL: tl.constexpr,
-    HAS_CTX: tl.constexpr,
-    HAS_TARGETS: tl.constexpr,
-    HAS_MAX_ATTN_LEN: tl.constexpr,
-    HAS_DROPOUT: tl.constexpr,
-    BLOCK_M: tl.constexpr,
+    BLOCK: tl.constexpr,
     BLOCK_DQK: tl.constexpr,
     BLOCK_DV: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-    INTERPRET_BF16: tl.constexpr,
 ):
-    """Adds the contributions of query rows [row_lo, row_hi) to dk, dv (transposed tiles)."""
+    """The prologue of the backward kernels, whose program owns rows [start, start + BLOCK) of
+    a sequence of n rows: those rows' offsets, the column offsets of q, k (attn_dim) and of
+    v, dout (hidden_dim), and the block's tiles of A (attn_dim wide: k for a key block, q for a
+    query block) and of B (hidden_dim wide: v, or dout). A and B point at the sequence and
+    head."""
+    offs = start + tl.arange(0, BLOCK)
     offs_dqk = tl.arange(0, BLOCK_DQK)
     offs_dv = tl.arange(0, BLOCK_DV)
-    for start_m in range(row_lo, row_hi, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)
-        row_ok = offs_m < row_hi
-        q = tl.load(
-            Q + offs_m[:, None] * stride_qt + offs_dqk[None, :],
-            mask=row_ok[:, None] & (offs_dqk[None, :] < ATTN_DIM),
-            other=0.0,
-        )
-        do = tl.load(
-            DO + offs_m[:, None] * stride_dot + offs_dv[None, :],
-            mask=row_ok[:, None] & (offs_dv[None, :] < HIDDEN_DIM),
-            other=0.0,
-        )
-        z_t = dot(k, tl.trans(q), DOT_PRECISION, INTERPRET_BF16) * alpha  # [BLOCK_N, BLOCK_M]
-        sig_t = 1.0 / (1.0 + tl.exp(-z_t))
-        ok_t, scale_t = _pair_weight_rules(
-            offs_m[None, :],
-            offs_n[:, None],
-            b,
-            head,
-            n,
-            c,
-            h,
-            max_attn_len,
-            seed_lo,
-            seed_hi,
-            drop_threshold,
-            inv_keep,
-            CAUSAL,
-            HAS_CTX,
-            HAS_TARGETS,
-            HAS_MAX_ATTN_LEN,
-            HAS_DROPOUT,
-        )
-        ok_t = ok_t & row_ok[None, :]
-        w_t = tl.where(ok_t, z_t * sig_t * inv_max_seq_len, 0.0)
-        if HAS_DROPOUT:
-            w_t *= scale_t
-        dv += dot(cast(w_t, do.dtype, INTERPRET_BF16), do, DOT_PRECISION, INTERPRET_BF16)
-        dw_t = dot(v, tl.trans(do), DOT_PRECISION, INTERPRET_BF16)
-        dz_t = _score_grad(dw_t, z_t, sig_t, ok_t, scale_t, alpha, inv_max_seq_len, HAS_DROPOUT)
-        dk += dot(cast(dz_t, q.dtype, INTERPRET_BF16), q, DOT_PRECISION, INTERPRET_BF16)
-    return dk, dv
+    a = tl.load(
+        A + offs[:, None] * stride_a + offs_dqk[None, :],
+        mask=(offs[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
+        other=0.0,
+    )
+    b = tl.load(
+        B + offs[:, None] * stride_b + offs_dv[None, :],
+        mask=(offs[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
+        other=0.0,
+    )
+    return offs, offs_dqk, offs_dv, a, b
 
 
 @triton.jit(do_not_specialize=_DROPOUT_SEEDS)
@@ -578,11 +544,9 @@ def _hstu_attn_bwd_dkdv_kernel(
     DOT_PRECISION: tl.constexpr,
     INTERPRET_BF16: tl.constexpr,
 ):
-    pid_n = tl.program_id(0)
-    head = tl.program_id(1)
-    b = tl.program_id(2)
-    seq_start, n, h = _sequence(seq_offsets, num_targets, b, c, HAS_CTX, HAS_TARGETS)
-    n0 = pid_n * BLOCK_N
+    head, b, seq_start, n, h, n0 = _program_block(
+        seq_offsets, num_targets, c, BLOCK_N, HAS_CTX, HAS_TARGETS
+    )
     if n0 < n:
         # Scalar (64-bit) offset to the sequence and head; tile offsets below stay 32-bit.
         Q += seq_start * stride_qt + head * stride_qh
@@ -591,18 +555,8 @@ def _hstu_attn_bwd_dkdv_kernel(
         DO += seq_start * stride_dot + head * stride_doh
         DK += seq_start * stride_dkt + head * stride_dkh
         DV += seq_start * stride_dvt + head * stride_dvh
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        offs_dqk = tl.arange(0, BLOCK_DQK)
-        offs_dv = tl.arange(0, BLOCK_DV)
-        k = tl.load(
-            K + offs_n[:, None] * stride_kt + offs_dqk[None, :],
-            mask=(offs_n[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
-            other=0.0,
-        )
-        v = tl.load(
-            V + offs_n[:, None] * stride_vt + offs_dv[None, :],
-            mask=(offs_n[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
-            other=0.0,
+        offs_n, offs_dqk, offs_dv, k, v = _block_tiles(
+            K, V, stride_kt, stride_vt, n0, n, ATTN_DIM, HIDDEN_DIM, BLOCK_N, BLOCK_DQK, BLOCK_DV
         )
         # Query rows that may attend these keys, apart from the contextual rows: [lo, hi).
         n_last = tl.minimum(n0 + BLOCK_N, n) - 1
@@ -629,86 +583,60 @@ def _hstu_attn_bwd_dkdv_kernel(
         lo = (lo // BLOCK_M) * BLOCK_M
         dk = tl.full([BLOCK_N, BLOCK_DQK], 0.0, dtype=tl.float32)
         dv = tl.full([BLOCK_N, BLOCK_DV], 0.0, dtype=tl.float32)
-        dk, dv = _hstu_attn_bwd_dkdv_rows(
-            dk,
-            dv,
-            k,
-            v,
-            offs_n,
-            lo,
-            hi,
-            Q,
-            DO,
-            stride_qt,
-            stride_qh,
-            stride_dot,
-            stride_doh,
-            b,
-            head,
-            n,
-            c,
-            h,
-            max_attn_len,
-            alpha,
-            inv_max_seq_len,
-            ATTN_DIM,
-            HIDDEN_DIM,
-            seed_lo,
-            seed_hi,
-            drop_threshold,
-            inv_keep,
-            CAUSAL,
-            HAS_CTX,
-            HAS_TARGETS,
-            HAS_MAX_ATTN_LEN,
-            HAS_DROPOUT,
-            BLOCK_M,
-            BLOCK_DQK,
-            BLOCK_DV,
-            DOT_PRECISION,
-            INTERPRET_BF16,
-        )
-        if HAS_CTX:
-            # The contextual rows [0, c) not visited above see every non-target key.
-            dk, dv = _hstu_attn_bwd_dkdv_rows(
-                dk,
-                dv,
-                k,
-                v,
-                offs_n,
-                0,
-                tl.minimum(tl.minimum(lo, c), n),
-                Q,
-                DO,
-                stride_qt,
-                stride_qh,
-                stride_dot,
-                stride_doh,
-                b,
-                head,
-                n,
-                c,
-                h,
-                max_attn_len,
-                alpha,
-                inv_max_seq_len,
-                ATTN_DIM,
-                HIDDEN_DIM,
-                seed_lo,
-                seed_hi,
-                drop_threshold,
-                inv_keep,
-                CAUSAL,
-                HAS_CTX,
-                HAS_TARGETS,
-                HAS_MAX_ATTN_LEN,
-                HAS_DROPOUT,
-                BLOCK_M,
-                BLOCK_DQK,
-                BLOCK_DV,
-                DOT_PRECISION,
-                INTERPRET_BF16,
-            )
+        # Two passes over query rows: [lo, hi), then, with contextual tokens, the contextual
+        # rows below lo, which see every non-target key.
+        for rows_pass in tl.static_range(2 if HAS_CTX else 1):
+            if rows_pass == 0:
+                row_lo = lo
+                row_hi = hi
+            else:
+                row_lo = 0
+                row_hi = tl.minimum(tl.minimum(lo, c), n)
+            for start_m in range(row_lo, row_hi, BLOCK_M):
+                offs_m = start_m + tl.arange(0, BLOCK_M)
+                row_ok = offs_m < row_hi
+                q = tl.load(
+                    Q + offs_m[:, None] * stride_qt + offs_dqk[None, :],
+                    mask=row_ok[:, None] & (offs_dqk[None, :] < ATTN_DIM),
+                    other=0.0,
+                )
+                do = tl.load(
+                    DO + offs_m[:, None] * stride_dot + offs_dv[None, :],
+                    mask=row_ok[:, None] & (offs_dv[None, :] < HIDDEN_DIM),
+                    other=0.0,
+                )
+                # Transposed tiles: keys by queries, [BLOCK_N, BLOCK_M].
+                z_t = dot(k, tl.trans(q), DOT_PRECISION, INTERPRET_BF16) * alpha
+                sig_t = 1.0 / (1.0 + tl.exp(-z_t))
+                ok_t, scale_t = _pair_weight_rules(
+                    offs_m[None, :],
+                    offs_n[:, None],
+                    b,
+                    head,
+                    n,
+                    c,
+                    h,
+                    max_attn_len,
+                    seed_lo,
+                    seed_hi,
+                    drop_threshold,
+                    inv_keep,
+                    CAUSAL,
+                    HAS_CTX,
+                    HAS_TARGETS,
+                    HAS_MAX_ATTN_LEN,
+                    HAS_DROPOUT,
+                )
+                ok_t = ok_t & row_ok[None, :]
+                w_t = tl.where(ok_t, z_t * sig_t * inv_max_seq_len, 0.0)
+                if HAS_DROPOUT:
+                    w_t *= scale_t
+                dv += dot(cast(w_t, do.dtype, INTERPRET_BF16), do, DOT_PRECISION, INTERPRET_BF16)
+                dw_t = dot(v, tl.trans(do), DOT_PRECISION, INTERPRET_BF16)
+                dz_t = _score_grad(
+                    dw_t, z_t, sig_t, ok_t, scale_t, alpha, inv_max_seq_len, HAS_DROPOUT
+                )
+                dk += dot(cast(dz_t, q.dtype, INTERPRET_BF16), q, DOT_PRECISION, INTERPRET_BF16)
         tl.store(
             DK + offs_n[:, None] * stride_dkt + offs_dqk[None, :],
             cast(dk, DK.dtype.element_ty, INTERPRET_BF16),
@@ -765,11 +693,9 @@ def _hstu_attn_bwd_dq_kernel(
     DOT_PRECISION: tl.constexpr,
     INTERPRET_BF16: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    head = tl.program_id(1)
-    b = tl.program_id(2)
-    seq_start, n, h = _sequence(seq_offsets, num_targets, b, c, HAS_CTX, HAS_TARGETS)
-    m0 = pid_m * BLOCK_M
+    head, b, seq_start, n, h, m0 = _program_block(
+        seq_offsets, num_targets, c, BLOCK_M, HAS_CTX, HAS_TARGETS
+    )
     if m0 < n:
         # Scalar (64-bit) offset to the sequence and head; tile offsets below stay 32-bit.
         Q += seq_start * stride_qt + head * stride_qh
@@ -777,18 +703,8 @@ def _hstu_attn_bwd_dq_kernel(
         V += seq_start * stride_vt + head * stride_vh
         DO += seq_start * stride_dot + head * stride_doh
         DQ += seq_start * stride_dqt + head * stride_dqh
-        offs_m = m0 + tl.arange(0, BLOCK_M)
-        offs_dqk = tl.arange(0, BLOCK_DQK)
-        offs_dv = tl.arange(0, BLOCK_DV)
-        q = tl.load(
-            Q + offs_m[:, None] * stride_qt + offs_dqk[None, :],
-            mask=(offs_m[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
-            other=0.0,
-        )
-        do = tl.load(
-            DO + offs_m[:, None] * stride_dot + offs_dv[None, :],
-            mask=(offs_m[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
-            other=0.0,
+        offs_m, offs_dqk, offs_dv, q, do = _block_tiles(
+            Q, DO, stride_qt, stride_dot, m0, n, ATTN_DIM, HIDDEN_DIM, BLOCK_M, BLOCK_DQK, BLOCK_DV
         )
         dq = tl.full([BLOCK_M, BLOCK_DQK], 0.0, dtype=tl.float32)
         lo, hi = _key_range(
@@ -996,14 +912,23 @@ class _Problem:
     dropout_pr: float = 0.0  # 0 unless training
     dropout_seed: int = 0
 
-    def common_args(self, attn_dim: int, hidden_dim: int) -> tuple:
+    def kernel_args(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *others) -> tuple:
+        """The positional arguments of a kernel: q, k, v and its other tensors, the offsets and
+        targets, the (row, head) strides of each tensor, then the scalars."""
+        tensors = (q, k, v, *others)
+        # num_targets is never read when HAS_TARGETS is False; any tensor of the device will do.
+        targets = self.num_targets if self.num_targets is not None else self.seq_offsets
         return (
+            *tensors,
+            self.seq_offsets,
+            targets,
+            *(stride for x in tensors for stride in (x.stride(0), x.stride(1))),
             float(self.alpha),
             1.0 / float(self.max_seq_len),
             int(self.max_attn_len),
             int(self.contextual_seq_len),
-            attn_dim,
-            hidden_dim,
+            q.shape[2],
+            v.shape[2],
             *_dropout_args(self.dropout_pr, self.dropout_seed),
         )
 
@@ -1024,10 +949,6 @@ class _Problem:
             "num_stages": self.config.num_stages,
         }
 
-    def targets_arg(self) -> torch.Tensor:
-        # Never read when HAS_TARGETS is False; any tensor of the device will do.
-        return self.num_targets if self.num_targets is not None else self.seq_offsets
-
 
 def hstu_attention_fwd(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p: _Problem
@@ -1042,21 +963,7 @@ def hstu_attention_fwd(
     cfg = p.config
     grid = (triton.cdiv(p.max_len, cfg.fwd_block_m), heads, batch)
     _hstu_attn_fwd_kernel[grid](
-        q,
-        k,
-        v,
-        out,
-        p.seq_offsets,
-        p.targets_arg(),
-        q.stride(0),
-        q.stride(1),
-        k.stride(0),
-        k.stride(1),
-        v.stride(0),
-        v.stride(1),
-        out.stride(0),
-        out.stride(1),
-        *p.common_args(attn_dim, hidden_dim),
+        *p.kernel_args(q, k, v, out),
         BLOCK_M=cfg.fwd_block_m,
         BLOCK_N=cfg.fwd_block_n,
         num_warps=cfg.fwd_warps,
@@ -1080,31 +987,10 @@ def hstu_attention_bwd(
     dout = _common.last_dim_contiguous(dout)
     _check_tile_offsets(p.max_len, dout)
     cfg = p.config
-    common = p.common_args(attn_dim, hidden_dim)
     flags = p.flags(q.dtype, attn_dim, hidden_dim)
     grid = (triton.cdiv(p.max_len, cfg.dkdv_block_n), heads, batch)
     _hstu_attn_bwd_dkdv_kernel[grid](
-        q,
-        k,
-        v,
-        dout,
-        dk,
-        dv,
-        p.seq_offsets,
-        p.targets_arg(),
-        q.stride(0),
-        q.stride(1),
-        k.stride(0),
-        k.stride(1),
-        v.stride(0),
-        v.stride(1),
-        dout.stride(0),
-        dout.stride(1),
-        dk.stride(0),
-        dk.stride(1),
-        dv.stride(0),
-        dv.stride(1),
-        *common,
+        *p.kernel_args(q, k, v, dout, dk, dv),
         BLOCK_M=cfg.dkdv_block_m,
         BLOCK_N=cfg.dkdv_block_n,
         num_warps=cfg.dkdv_warps,
@@ -1112,24 +998,7 @@ def hstu_attention_bwd(
     )
     grid = (triton.cdiv(p.max_len, cfg.dq_block_m), heads, batch)
     _hstu_attn_bwd_dq_kernel[grid](
-        q,
-        k,
-        v,
-        dout,
-        dq,
-        p.seq_offsets,
-        p.targets_arg(),
-        q.stride(0),
-        q.stride(1),
-        k.stride(0),
-        k.stride(1),
-        v.stride(0),
-        v.stride(1),
-        dout.stride(0),
-        dout.stride(1),
-        dq.stride(0),
-        dq.stride(1),
-        *common,
+        *p.kernel_args(q, k, v, dout, dq),
         BLOCK_M=cfg.dq_block_m,
         BLOCK_N=cfg.dq_block_n,
         num_warps=cfg.dq_warps,
@@ -1187,15 +1056,7 @@ def triton_hstu_mha(
     of a seed.
     """
     lengths = _check_inputs(
-        max_seq_len,
-        q,
-        k,
-        v,
-        seq_offsets,
-        dropout_pr,
-        num_targets,
-        max_attn_len,
-        contextual_seq_len,
+        max_seq_len, q, k, v, seq_offsets, dropout_pr, num_targets, max_attn_len, contextual_seq_len
     )
     _common.check_float_dtype(_OP, q.dtype)
     _common.check_device(_OP, q.device, INTERPRETED)
