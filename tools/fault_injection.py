@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -31,118 +30,27 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-TRAIN = [sys.executable, str(ROOT / "tools" / "train.py")]
-YAMBDA_DATA = [sys.executable, "-m", "yambda_data"]
-RUN = ["--users", "40", "--steps", "6", "--evals", "1", "--workers", "0"]
-CHECKPOINTED = [*RUN, "--checkpoint-every", "2", "--keep-checkpoints", "5"]
-LOCK_FILE = ".lock"
-"""A run's lock file (hstu_model.training.folder_lock): its content names the last holder."""
-
-
-def train(
-    *args: str, env: dict | None = None, timeout: float = 600, cwd: Path | None = None
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*TRAIN, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-    )
-
-
-def yambda_data(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*YAMBDA_DATA, *args], capture_output=True, text=True, timeout=600)
-
-
-def synthesize(root: Path) -> Path:
-    """A 40-user synthetic Yambda dataset under `root` (yambda-data synth); its events file."""
-    done = yambda_data("synth", "--users", "40", "--seed", "0", "--out", str(root))
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr)
-    return root / "flat" / "50m" / "multi_event.parquet"
-
-
-def digest(*paths: Path) -> dict[str, str]:
-    """sha256 of every file under `paths` (a file or a folder), lock files aside."""
-    found = {}
-    for root in paths:
-        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-        for path in files:
-            if path.name != LOCK_FILE:
-                found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return found
-
-
-def kept(before: dict[str, str], *paths: Path) -> str:
-    """ "every file kept" or what changed, comparing `before` with the files under `paths`."""
-    after = digest(*paths)
-    changed = sorted(p for p in before if after.get(p) != before[p])
-    added = sorted(set(after) - set(before))
-    if not changed and not added:
-        return f"all {len(before)} files kept byte for byte"
-    return f"CHANGED {len(changed)} ({', '.join(changed[:3])}), ADDED {len(added)}"
-
-
-def one_line(result: subprocess.CompletedProcess) -> str | None:
-    """The only line of stderr (None when there are more or none)."""
-    lines = result.stderr.strip().splitlines()
-    return lines[0] if len(lines) == 1 else None
-
-
-def summary(result: subprocess.CompletedProcess) -> dict:
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        raise RuntimeError(f"no summary; status {result.returncode}: {result.stderr[-500:]}")
-    return json.loads(lines[-1])
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
-
-
-def last_record(log: Path) -> dict:
-    lines = [line for line in log.read_text().splitlines() if line.startswith(":::MLLOG")]
-    return json.loads(lines[-1].removeprefix(":::MLLOG "))
-
-
-def wait_for(ready: Callable[[], bool], process: subprocess.Popen, what: str) -> None:
-    """Poll until `ready()`; RuntimeError(`what`) if `process` ends first or after 600 s."""
-    deadline = time.monotonic() + 600
-    while not ready():
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(what)
-        time.sleep(0.02)
-
-
-def bump_middle_byte(path: Path) -> None:
-    """Add 1 to the byte in the middle of `path`: same size, other content."""
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] = (data[len(data) // 2] + 1) % 256
-    path.write_bytes(bytes(data))
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for status in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = status.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(status.parent.name))
-    return found
-
-
-def descendants(pid: int) -> list[int]:
-    todo, found = [pid], []
-    while todo:
-        for child in children(todo.pop()):
-            found.append(child)
-            todo.append(child)
-    return found
+# The support module sits beside this script (found however the script is loaded).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fault_support import (
+    CHECKPOINTED,
+    ROOT,
+    RUN,
+    TRAIN,
+    bump_middle_byte,
+    children,
+    descendants,
+    digest,
+    kept,
+    last_record,
+    one_line,
+    snapshot,
+    summary,
+    synthesize,
+    train,
+    wait_for,
+    yambda_data,
+)
 
 
 class Scenarios:

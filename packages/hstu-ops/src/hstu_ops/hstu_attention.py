@@ -66,10 +66,27 @@ def hstu_mha(
         [total, heads, hidden_dim].
     """
     chosen = resolve_kernel(_OP, kernel)
-    impl = pytorch_hstu_mha
     if chosen is Kernel.NATIVE:
-        impl = _native_hstu_mha
-    elif chosen is Kernel.TRITON:
+        ops = _native_ops_for(q, k, v)
+        _check_inputs(
+            max_seq_len, q, k, v, seq_offsets, dropout_pr, num_targets, max_attn_len,
+            contextual_seq_len,
+        )  # fmt: skip
+        _check_native_support(q, seq_offsets, num_targets, dropout_pr, training)
+        return ops.hstu_mha_fwd(
+            int(max_seq_len),
+            float(alpha),
+            q,
+            k,
+            v,
+            seq_offsets,
+            bool(causal),
+            num_targets,
+            int(max_attn_len),
+            int(contextual_seq_len),
+        )
+    impl = pytorch_hstu_mha
+    if chosen is Kernel.TRITON:
         impl = load_triton_module(_OP, "triton_hstu_attention").triton_hstu_mha
     return impl(
         max_seq_len,
@@ -87,39 +104,26 @@ def hstu_mha(
     )
 
 
-def _native_hstu_mha(
-    max_seq_len: int,
-    alpha: float,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    seq_offsets: torch.Tensor,
-    causal: bool = True,
-    dropout_pr: float = 0.0,
-    training: bool = True,
-    num_targets: torch.Tensor | None = None,
-    max_attn_len: int = 0,
-    contextual_seq_len: int = 0,
-) -> torch.Tensor:
-    """The NATIVE kernel: the reference's checks, then ``torch.ops.hstu_ops.hstu_mha_fwd``."""
+def _native_ops_for(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """The NATIVE kernel's ops, for CPU tensors only."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.device.type != "cpu":
             raise ValueError(
                 f"{_OP}: the NATIVE kernel runs on CPU tensors only, but {name} is on "
                 f"{t.device}; use kernel=Kernel.TRITON (or Kernel.PYTORCH) for GPU tensors"
             )
-    ops = native_ops(_OP, q.device)
-    _check_inputs(
-        max_seq_len,
-        q,
-        k,
-        v,
-        seq_offsets,
-        dropout_pr,
-        num_targets,
-        max_attn_len,
-        contextual_seq_len,
-    )
+    return native_ops(_OP, q.device)
+
+
+def _check_native_support(
+    q: torch.Tensor,
+    seq_offsets: torch.Tensor,
+    num_targets: torch.Tensor | None,
+    dropout_pr: float,
+    training: bool,
+) -> None:
+    """What the NATIVE kernel needs beyond the reference's checks: no dropout while training,
+    a float dtype it computes, offsets on the CPU."""
     if dropout_pr > 0.0 and training:
         raise NotImplementedError(
             f"{_OP}: the NATIVE kernel does not implement dropout (dropout_pr = {dropout_pr} "
@@ -134,15 +138,3 @@ def _native_hstu_mha(
             raise ValueError(
                 f"{_OP}: the NATIVE kernel runs on CPU tensors only, but {name} is on {t.device}"
             )
-    return ops.hstu_mha_fwd(
-        int(max_seq_len),
-        float(alpha),
-        q,
-        k,
-        v,
-        seq_offsets,
-        bool(causal),
-        num_targets,
-        int(max_attn_len),
-        int(contextual_seq_len),
-    )
