@@ -105,3 +105,22 @@ def gloo_world_1_fixture(tmp_path):
         yield dist.group.WORLD
     finally:
         dist.destroy_process_group()
+
+
+@pytest.fixture
+def reference_table_rows() -> dict[str, int]:
+    """The reference's eleven embedding tables and their rows (facts.md section 3), in the
+    model's table order: the id tables, then the seven crosses."""
+    return {
+        "item_id": 9_390_624,
+        "artist_id": 1_293_395,
+        "album_id": 3_367_692,
+        "uid": 1_000_001,
+        "user_x_artist": 100_000_000,
+        "user_x_album": 40_000_000,
+        "user_x_hour": 24_000_000,
+        "item_x_hour": 40_000_000,
+        "artist_x_hour": 32_000_000,
+        "user_x_is_organic": 2_000_000,
+        "user_x_artist_x_hour": 40_000_000,
+    }

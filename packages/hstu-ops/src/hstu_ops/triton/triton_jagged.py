@@ -368,17 +368,7 @@ def triton_concat_2D_jagged(
         offsets_left,
         offsets_right,
     )
-    _check_copy_dtype(_CONCAT, values_left.dtype)
-    _common.check_device(_CONCAT, values_left.device, INTERPRETED)
-    _common.check_batch(_CONCAT, sides.batch)
-    d = values_left.shape[1]
-    moves = _RowMoves(
-        sides=sides,
-        offsets_left=_contiguous_offsets(offsets_left),
-        offsets_right=_contiguous_offsets(offsets_right),
-        width=d,
-        rows_per_program=rows_per_program or default_rows_per_program(d),
-    )
+    moves = _row_moves(_CONCAT, sides, values_left, offsets_left, offsets_right, rows_per_program)
     return _Concat2DJaggedFunction.apply(values_left, values_right, moves)
 
 
@@ -410,18 +400,30 @@ def triton_split_2D_jagged(
         offsets_left,
         offsets_right,
     )
-    _check_copy_dtype(_SPLIT, values.dtype)
-    _common.check_device(_SPLIT, values.device, INTERPRETED)
-    _common.check_batch(_SPLIT, sides.batch)
+    moves = _row_moves(_SPLIT, sides, values, offsets_left, offsets_right, rows_per_program)
+    return _Split2DJaggedFunction.apply(values, moves)
+
+
+def _row_moves(
+    op: str,
+    sides: JaggedSides,
+    values: torch.Tensor,
+    offsets_left: torch.Tensor | None,
+    offsets_right: torch.Tensor | None,
+    rows_per_program: int | None,
+) -> _RowMoves:
+    """The Triton-side checks of a 2-D jagged concat or split of `values`, and its row moves."""
+    _check_copy_dtype(op, values.dtype)
+    _common.check_device(op, values.device, INTERPRETED)
+    _common.check_batch(op, sides.batch)
     d = values.shape[1]
-    moves = _RowMoves(
+    return _RowMoves(
         sides=sides,
         offsets_left=_contiguous_offsets(offsets_left),
         offsets_right=_contiguous_offsets(offsets_right),
         width=d,
         rows_per_program=rows_per_program or default_rows_per_program(d),
     )
-    return _Split2DJaggedFunction.apply(values, moves)
 
 
 # --------------------------------------------------------------------------------------------
