@@ -299,3 +299,12 @@ def test_a_requeued_run_with_other_settings_is_refused(tmp_path, monkeypatch):
     with pytest.raises(RunRefused, match=r"unfinished run of other settings: --seed 0 then"):
         train.main([*argv, "--resume", "auto", "--seed", "3"])
     assert tree_digest(tmp_path / "run") == before
+
+
+def test_an_out_that_is_a_file_is_refused_naming_it(tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.write_text("mine")
+    with pytest.raises(SystemExit):
+        train.parse_args(["--out", str(taken)])
+    assert f"--out: {taken} exists and is not a folder" in capsys.readouterr().err
+    assert taken.read_text() == "mine"

@@ -274,11 +274,6 @@ class RunConfig:
             "checkpoint_dir",
             "needs checkpoint_every > 0, checkpoint_seconds > 0 or checkpoint_every_window",
         )
-        require(
-            self.out is None or not self.out.exists() or self.out.is_dir(),
-            "out",
-            f"{self.out} exists and is not a folder",
-        )
 
     def synth_config(self) -> yambda_data.SynthConfig:
         """The synthetic dataset the run trains on without `data` (with it, only `seed` and
@@ -392,9 +387,11 @@ def resolve_run(
     `init_distributed` picks) among `world_size` ranks (default: WORLD_SIZE): the kernel
     family for the device, the model and training config (the preset, the config file, the
     HSTU_* variables of `environ` (default: os.environ) and the --set items), the contextual
-    features yambda-data must know, and, for `division="closed"`, everything the closed rules
-    pin. Raises ConfigError (a RunConfigError naming the field, or one naming the file,
+    features yambda-data must know, an `out` that is a folder if it exists, and, for
+    `division="closed"`, everything the closed rules pin. Raises ConfigError (a RunConfigError naming the field, or one naming the file,
     variable or item at fault)."""
+    if config.out is not None and config.out.exists() and not config.out.is_dir():
+        raise RunConfigError("out", f"{config.out} exists and is not a folder")
     if device_type is None:
         from hstu_model.training.distributed import device_type as current_device_type
 
