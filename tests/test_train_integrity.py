@@ -22,6 +22,7 @@ from hstu_model.training.run_folders import newest_unfinished_run
 from mlperf_compliance import read_log
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))  # fault_support: process trees
 _spec = importlib.util.spec_from_file_location("train_tool", ROOT / "tools" / "train.py")
 train = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(train)
@@ -308,3 +309,28 @@ def test_an_out_that_is_a_file_is_refused_naming_it(tmp_path, capsys):
         train.parse_args(["--out", str(taken)])
     assert f"--out: {taken} exists and is not a folder" in capsys.readouterr().err
     assert taken.read_text() == "mine"
+
+
+def _living(pids: list[int]) -> list[int]:
+    return [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+
+
+def test_loader_workers_die_with_a_killed_trainer(tmp_path):
+    """kill -9 of the trainer leaves no loader worker running on, reparented."""
+    from fault_support import descendants
+
+    command = [sys.executable, str(ROOT / "tools" / "train.py"), *TINY_RUN[:2]]
+    command += ["--steps", "2000", "--evals", "1", "--workers", "2", "--out", str(tmp_path / "r")]
+    trainer = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while len(workers := descendants(trainer.pid)) < 2:
+            assert trainer.poll() is None and time.monotonic() < deadline, "no workers started"
+            time.sleep(0.2)
+    finally:
+        trainer.kill()
+        trainer.wait()
+    deadline = time.monotonic() + 2  # (the DataLoader's own watchdog polls every 5 s)
+    while _living(workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _living(workers) == []

@@ -43,19 +43,11 @@ import signal
 import sys
 import typing
 from pathlib import Path
+from typing import NoReturn
 
-from hstu_model.training.run import (
-    FAILURES,
-    REFUSALS,
-    ResolvedRun,
-    RunConfig,
-    RunConfigError,
-    RunInterrupted,
-    field_types,
-    flag,
-    resolve_run,
-    train,
-)
+# The run's one entry; its names load their modules when first used, so --help and a refused
+# argument answer before torch is imported.
+import hstu_model.training as training
 
 DEBUG_VARIABLE = "DLRMV4_DEBUG"
 """Set to 1 for tracebacks with errors, as --debug does."""
@@ -66,6 +58,17 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The module docstring as written; each option's default where it has one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        unset = action.default is None or action.default is False or action.default == []
+        if unset or action.default is argparse.SUPPRESS or "default" in text:
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def _value_parser(parse: typing.Callable[[str], object]) -> typing.Callable[[str], object]:
@@ -83,9 +86,9 @@ def _value_parser(parse: typing.Callable[[str], object]) -> typing.Callable[[str
 def build_parser() -> argparse.ArgumentParser:
     """One option per RunConfig field (its flag, default, type, choices and help come from the
     field), and --debug."""
-    p = OneLineParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    types = field_types()
-    for spec in dataclasses.fields(RunConfig):
+    p = OneLineParser(description=__doc__, formatter_class=HelpFormatter)
+    types = training.field_types()
+    for spec in dataclasses.fields(training.RunConfig):
         meta, kind = spec.metadata, types[spec.name]
         base = [a for a in typing.get_args(kind) if a is not type(None)] or [kind]
         option = {"dest": spec.name, "help": meta["help"], "default": spec.default}
@@ -101,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
             option["type"] = base[0]
         if meta["metavar"] is not None:
             option["metavar"] = meta["metavar"]
-        p.add_argument(flag(spec.name), **option)
+        p.add_argument(training.flag(spec.name), **option)
     p.add_argument(
         "--debug",
         action="store_true",
@@ -113,23 +116,23 @@ def build_parser() -> argparse.ArgumentParser:
 def flag_message(error: Exception) -> str:
     """A RunConfig field's error worded with its option ("--min-history: ..."); other
     messages unchanged."""
-    if isinstance(error, RunConfigError):
-        return f"{flag(error.field)}: {error.reason}"
+    if isinstance(error, training.RunConfigError):
+        return f"{training.flag(error.field)}: {error.reason}"
     return str(error)
 
 
-def run_config(args: argparse.Namespace) -> RunConfig:
-    names = {f.name for f in dataclasses.fields(RunConfig)}
-    return RunConfig(**{k: v for k, v in vars(args).items() if k in names})
+def run_config(args: argparse.Namespace) -> training.RunConfig:
+    names = {f.name for f in dataclasses.fields(training.RunConfig)}
+    return training.RunConfig(**{k: v for k, v in vars(args).items() if k in names})
 
 
-def parse_args(argv: list[str] | None = None) -> ResolvedRun:
+def parse_args(argv: list[str] | None = None) -> training.ResolvedRun:
     """The run the command line asks for, resolved (once); a bad value exits with one line."""
     p = build_parser()
     args = p.parse_args(argv)
     try:
-        return resolve_run(run_config(args))
-    except REFUSALS as error:
+        return training.resolve_run(run_config(args))
+    except training.ConfigError as error:
         p.error(flag_message(error))
 
 
@@ -138,40 +141,43 @@ def debugging(argv: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    summary = train(parse_args(argv))
+    run = parse_args(argv)  # before `training.train` loads torch: --help answers at once
+    summary = training.train(run)
     if os.environ.get("RANK", "0") == "0":  # under torchrun every rank returns it
         print(json.dumps(summary), flush=True)
     return summary
 
 
-def quiet_exit() -> None:
-    """A failure is being reported: a launcher's SIGTERM must not cut the message short."""
+def exit_for(error: BaseException) -> NoReturn:
+    """Say why the run ended in one line on stderr and exit with its status (see the module
+    docstring); re-raise what is not the run's to report, or anything under --debug."""
+    # From here on a launcher's SIGTERM must not cut the message short.
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, signal.SIG_IGN)
+    if isinstance(error, training.RunInterrupted):
+        # Under torchrun often the launcher, after another rank died before this one noticed.
+        rank, ranks = os.environ.get("RANK"), os.environ.get("WORLD_SIZE", "1")
+        where = f"rank {rank} of {ranks}: " if ranks != "1" and rank is not None else ""
+        print(f"train.py: {where}{error}", file=sys.stderr)
+        sys.exit(error.code)
+    if isinstance(error, KeyboardInterrupt):  # before the run started
+        print("train.py: interrupted", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
+    if debugging(sys.argv[1:]) or not isinstance(error, Exception):
+        raise error
+    if isinstance(error, training.REFUSALS):  # refused before anything was written
+        print(f"train.py: error: {flag_message(error)}", file=sys.stderr)
+        sys.exit(2)
+    if isinstance(error, training.FAILURES):  # started and failed: the log says aborted
+        print(f"train.py: {error}", file=sys.stderr)
+        sys.exit(1)
+    raise error
 
 
 if __name__ == "__main__":
     try:
         main()
-    except REFUSALS as error:
-        # A bad input, refused before the run created or changed anything.
-        quiet_exit()
-        if debugging(sys.argv[1:]):
-            raise
-        print(f"train.py: error: {flag_message(error)}", file=sys.stderr)
-        sys.exit(2)
-    except RunInterrupted as interrupted:
-        # A signal ended the run (under torchrun: often the launcher, after another rank died
-        # before this one noticed); its log ends with run_stop "aborted".
-        quiet_exit()
-        rank, ranks = os.environ.get("RANK"), os.environ.get("WORLD_SIZE", "1")
-        where = f"rank {rank} of {ranks}: " if ranks != "1" and rank is not None else ""
-        print(f"train.py: {where}{interrupted}", file=sys.stderr)
-        sys.exit(interrupted.code)
-    except FAILURES as error:
-        # The run started and failed; its log ends with run_stop "aborted".
-        quiet_exit()
-        if debugging(sys.argv[1:]):
-            raise
-        print(f"train.py: {error}", file=sys.stderr)
-        sys.exit(1)
+    except SystemExit:
+        raise
+    except BaseException as error:
+        exit_for(error)

@@ -174,7 +174,7 @@ def test_recorder_of_two_ranks_writes_what_one_process_does(tmp_path):
     def record(recorder, part):
         for step in range(1, steps + 1):
             i = step - 1
-            recorder.train_step(step, losses[i], logits[i, part], labels[i, part], 1.0 * step)
+            recorder.train_step(step, losses[i], logits[i, part], labels[i, part])
         recorder.sync()
         recorder.evaluation(steps, 0.6, 0.5, 0.9)
         recorder.close()

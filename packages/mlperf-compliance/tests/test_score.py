@@ -337,6 +337,15 @@ def test_finding_result_logs(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     (plain / "b.log").write_text("", encoding="utf-8")
     (plain / "a.log").write_text("", encoding="utf-8")
     assert [p.name for p in find_result_logs(plain)] == ["a.log", "b.log"]
+    runs = tmp_path / "runs"  # tools/train.py's run folders
+    for name in ("train-20261126-101500", "train-20261126-090000", "cache"):
+        (runs / name).mkdir(parents=True)
+    for name in ("train-20261126-101500", "train-20261126-090000"):
+        (runs / name / "mlperf.log").write_text("", encoding="utf-8")
+    assert [p.parent.name for p in find_result_logs(runs)] == [
+        "train-20261126-090000",
+        "train-20261126-101500",
+    ]
 
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import errno
 import re
 import socket
-import time
 
 import pytest
 
@@ -102,15 +101,48 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-def test_unreachable_hub_fails_fast_with_a_hint(tmp_path):
+def test_unreachable_hub_fails_fast_with_a_hint_and_creates_nothing(tmp_path, capsys):
     endpoint = f"http://127.0.0.1:{closed_port()}"
-    start = time.monotonic()
-    with pytest.raises(
-        DownloadError, match=r"could not be downloaded from http://127\.0\.0\.1.*--source"
-    ):
+    with pytest.raises(DownloadError, match=r"http://127\.0\.0\.1:\d+ did not answer .*--source"):
         download("50m", tmp_path / "dest", endpoint=endpoint)
-    assert time.monotonic() - start < 60
-    assert not (tmp_path / "dest" / "flat" / "50m" / "multi_event.parquet").exists()
+    assert list(tmp_path.iterdir()) == []
+    # The command line: one line on stderr (no retry chatter), no double period.
+    assert main(["download", "--size", "50m", "--dest", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ".." not in err[0] and "did not answer" in err[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_fetch_leaves_only_a_partial_download(tmp_path, monkeypatch):
+    """The Hub answers, then a file fails: the folders the fetch made are removed, unless they
+    hold a partial download the same command resumes."""
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", lambda *args, **kwargs: None)
+    partial = {"bytes": False}
+
+    def failing(repo, name, *, local_dir, **kwargs):
+        locks = local_dir / ".cache" / "huggingface" / "download" / name
+        locks.parent.mkdir(parents=True, exist_ok=True)
+        (locks.parent / f"{locks.name}.lock").write_text("")
+        if partial["bytes"]:
+            (locks.parent / f"{locks.name}.incomplete").write_bytes(b"123")
+        (local_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        raise OSError("connection reset.")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", failing)
+    dest = tmp_path / "dest"
+    with pytest.raises(DownloadError, match=r"\(OSError: connection reset\); the same command"):
+        download("50m", dest)
+    assert not dest.exists()
+    (dest / "mine").mkdir(parents=True)  # a folder the user had is kept
+    partial["bytes"] = True
+    with pytest.raises(DownloadError):
+        download("50m", dest)
+    assert (dest / "mine").is_dir()
+    assert [p.name for p in (dest / ".cache").rglob("*.incomplete")] == [
+        "multi_event.parquet.incomplete"
+    ]
 
 
 def test_cli_copies_from_a_mirror(mirror, tiny_config, tmp_path, capsys):

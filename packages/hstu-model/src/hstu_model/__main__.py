@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -126,8 +128,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    json.dump(result, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
+    try:
+        json.dump(result, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush)
+        return 128 + signal.SIGPIPE
     return 0
 
 

@@ -40,6 +40,7 @@ from torchrec.modules.embedding_modules import EmbeddingCollection
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
+from hstu_model._quiet import quiet_torchrec_sharding
 from hstu_model.config import (
     SHARDING_TYPES,
     ConfigError,
@@ -350,10 +351,11 @@ def shard_model(
         ),
         kernel_config=KernelConfig(compute_device=sharding.compute_device),
     )
-    planner = EmbeddingShardingPlanner(
-        topology=topology, batch_size=config.train.batch_size, constraints=constraints
-    )
-    plan = _plan(planner, model, sharder, pg, device)
+    with quiet_torchrec_sharding():
+        planner = EmbeddingShardingPlanner(
+            topology=topology, batch_size=config.train.batch_size, constraints=constraints
+        )
+        plan = _plan(planner, model, sharder, pg, device)
     table_plans = plan_summary(plan, module_path)
     for table in tables:
         entry = table_plans[table]
@@ -379,7 +381,10 @@ def shard_model(
     # seed (else every rank's row-wise shard would repeat the same rows); the dense parameters
     # are then broadcast from rank 0 by DDP, the data_parallel tables below.
     base_seed = int(torch.randint(0, 2**62, (1,))) if on_meta else 0
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+    with (
+        torch.random.fork_rng(devices=[device] if device.type == "cuda" else []),
+        quiet_torchrec_sharding(),
+    ):
         if on_meta:
             torch.manual_seed(base_seed + rank)
         dmp = DistributedModelParallel(

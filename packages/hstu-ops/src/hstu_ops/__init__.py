@@ -1,15 +1,23 @@
 """HSTU kernels: PyTorch references, native (C++/CUDA/HIP) ops and Triton kernels.
 
 Every op takes ``kernel=`` (a :class:`Kernel`, or None for the process default set with
-:func:`set_default_kernel`); :data:`OP_KERNELS` says which kernels each op has, :func:`fallback`
-which one it runs for a family, and :func:`device_kernel` which family a device runs
-(``Kernel.AUTO`` resolved, a family it cannot run refused). The PYTORCH kernels in :mod:`hstu_ops.pytorch` are the
-specification; the NATIVE kernels come from the compiled extension and are also reachable as
-``torch.ops.hstu_ops.*`` once this package is imported. The TRITON kernels
-(:mod:`hstu_ops.triton`) are imported on first use, so this package imports without triton.
+:func:`set_default_kernel`); :data:`OP_KERNELS` says which kernels each op has,
+:func:`fallback` which one it runs for a family, and :func:`device_kernel` which family a
+device runs (``Kernel.AUTO`` resolved, a family it cannot run refused). The PYTORCH kernels in
+:mod:`hstu_ops.pytorch` are the specification; the NATIVE kernels come from the compiled
+extension and are also reachable as ``torch.ops.hstu_ops.*`` once it is loaded (by the first
+op or ``native_available()``). The TRITON kernels (:mod:`hstu_ops.triton`) are imported on
+first use, so this package imports without triton.
+
+Importing the package is cheap: the kernel selection (:class:`Kernel` and its functions)
+imports nothing heavy, and the ops, with torch, load when first named.
 """
 
-from hstu_ops import pytorch
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from hstu_ops._kernel import (
     OP_KERNELS,
     Kernel,
@@ -20,27 +28,65 @@ from hstu_ops._kernel import (
     set_default_kernel,
     unavailable_reason,
 )
-from hstu_ops._native import (
-    NativeExtensionError,
-    native_available,
-    native_build_info,
-)
-from hstu_ops._triton import TritonUnavailableError, triton_available
-from hstu_ops.hstu_attention import hstu_mha
-from hstu_ops.hstu_compute import hstu_compute_output, hstu_compute_uqvk
-from hstu_ops.jagged import (
-    complete_cumsum,
-    concat_1d_jagged,
-    concat_2D_jagged,
-    jagged_dense_bmm_broadcast_add,
-    split_1d_jagged,
-    split_2D_jagged,
-)
-from hstu_ops.mm import addmm
-from hstu_ops.norms import layer_norm, rms_norm, swish_layer_norm
-from hstu_ops.position import add_timestamp_positional_embeddings
+
+if TYPE_CHECKING:
+    from hstu_ops import pytorch
+    from hstu_ops._native import NativeExtensionError, native_available, native_build_info
+    from hstu_ops._triton import TritonUnavailableError, triton_available
+    from hstu_ops.hstu_attention import hstu_mha
+    from hstu_ops.hstu_compute import hstu_compute_output, hstu_compute_uqvk
+    from hstu_ops.jagged import (
+        complete_cumsum,
+        concat_1d_jagged,
+        concat_2D_jagged,
+        jagged_dense_bmm_broadcast_add,
+        split_1d_jagged,
+        split_2D_jagged,
+    )
+    from hstu_ops.mm import addmm
+    from hstu_ops.norms import layer_norm, rms_norm, swish_layer_norm
+    from hstu_ops.position import add_timestamp_positional_embeddings
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "pytorch": "hstu_ops.pytorch",
+    "NativeExtensionError": "hstu_ops._native",
+    "native_available": "hstu_ops._native",
+    "native_build_info": "hstu_ops._native",
+    "TritonUnavailableError": "hstu_ops._triton",
+    "triton_available": "hstu_ops._triton",
+    "hstu_mha": "hstu_ops.hstu_attention",
+    "hstu_compute_output": "hstu_ops.hstu_compute",
+    "hstu_compute_uqvk": "hstu_ops.hstu_compute",
+    "complete_cumsum": "hstu_ops.jagged",
+    "concat_1d_jagged": "hstu_ops.jagged",
+    "concat_2D_jagged": "hstu_ops.jagged",
+    "jagged_dense_bmm_broadcast_add": "hstu_ops.jagged",
+    "split_1d_jagged": "hstu_ops.jagged",
+    "split_2D_jagged": "hstu_ops.jagged",
+    "addmm": "hstu_ops.mm",
+    "layer_norm": "hstu_ops.norms",
+    "rms_norm": "hstu_ops.norms",
+    "swish_layer_norm": "hstu_ops.norms",
+    "add_timestamp_positional_embeddings": "hstu_ops.position",
+}
+"""Public names loaded on first use (name -> module; a subpackage's name is the module)."""
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(module_name)
+    value = module if module_name.endswith(f".{name}") else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "OP_KERNELS",

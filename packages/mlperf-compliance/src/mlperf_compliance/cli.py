@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -205,10 +206,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)  # an argument error exits with status 2
     debug = bool(getattr(args, "debug", False)) or debug_requested()
     try:
-        return _COMMANDS[args.command](args, debug)
+        status = _COMMANDS[args.command](args, debug)
+        sys.stdout.flush()
+        return status
     except KeyboardInterrupt:
         print(f"mlperf-compliance {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush)
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -48,24 +48,32 @@ RESULT_PATTERNS = ("result_*.txt", "result_*.log")
 
 
 def _natural_key(path: Path) -> list[object]:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name)]
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.as_posix())]
+
+
+RUN_FOLDER_LOG = "mlperf.log"
+"""The log of a run folder."""
 
 
 def find_result_logs(directory: str | os.PathLike[str]) -> list[Path]:
     """The result logs in ``directory``, in natural name order.
 
     These are the ``result_*.txt`` and ``result_*.log`` files if there are any (MLPerf packages
-    results as ``result_<i>.txt``), else every ``*.log``. Raises ``FileNotFoundError`` naming
-    the directory if it does not exist or holds none.
+    results as ``result_<i>.txt``), else every ``*.log``, else the ``mlperf.log`` of each run
+    folder in it (``runs/`` of tools/train.py holds ``train-<date-time>/mlperf.log``). Raises
+    ``FileNotFoundError`` naming the directory if it does not exist or holds none.
     """
     folder = Path(directory)
     if not folder.is_dir():
         raise FileNotFoundError(f"no directory {folder}")
     found = {p for pattern in RESULT_PATTERNS for p in folder.glob(pattern) if p.is_file()}
+    for fallback in ("*.log", f"*/{RUN_FOLDER_LOG}"):
+        if not found:
+            found = {p for p in folder.glob(fallback) if p.is_file()}
     if not found:
-        found = {p for p in folder.glob("*.log") if p.is_file()}
-    if not found:
-        raise FileNotFoundError(f"{folder}: no result logs (result_*.txt, result_*.log or *.log)")
+        raise FileNotFoundError(
+            f"{folder}: no result logs (result_*.txt, result_*.log, *.log or */{RUN_FOLDER_LOG})"
+        )
     return sorted(found, key=_natural_key)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import signal
 import sys
 import time
 import traceback
@@ -401,6 +402,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     prefix = f"yambda-data {args.command}"
     try:
         _COMMANDS[args.command](args)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush)
+        return 128 + signal.SIGPIPE
     except _Failed as exc:
         if debug:
             traceback.print_exception(exc.__cause__ or exc)

@@ -21,12 +21,13 @@ space there.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 from yambda_data._atomic import atomic_path
-from yambda_data._io import reading, writing
+from yambda_data._io import first_line, reading, writing
 from yambda_data.schema import mapping_path, multi_event_path, read_mapping, read_multi_event
 
 __all__ = [
@@ -89,12 +90,28 @@ def _copy_from(source: Path) -> Callable[[str, Path], None]:
     return fetch
 
 
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {first_line(str(exc)).rstrip('.')}"
+
+
 def _from_hub(revision: str, endpoint: str | None) -> Callable[[str, Path], None]:
+    """The Hub's fetch of one file, once the Hub has answered for the revision (asked once,
+    without retries: offline, that fails at once, before anything is created)."""
     try:
         import huggingface_hub
     except ImportError:
         raise DownloadError(
             "downloading needs huggingface_hub: install yambda-data[download]"
+        ) from None
+    where = endpoint or "the Hugging Face Hub"
+    try:
+        huggingface_hub.HfApi(endpoint=endpoint).dataset_info(
+            DATASET_REPO, revision=revision, timeout=10
+        )
+    except Exception as exc:  # no network, no such revision, an HTTP error
+        raise DownloadError(
+            f"{DATASET_REPO}@{revision}: {where} did not answer ({_reason(exc)}); without "
+            "network access, copy a mirror of the dataset and pass it as --source DIR"
         ) from None
 
     def fetch(name: str, dest: Path) -> None:
@@ -109,14 +126,35 @@ def _from_hub(revision: str, endpoint: str | None) -> Callable[[str, Path], None
                 etag_timeout=10,
             )
         except Exception as exc:  # network, HTTP, revision or disk errors alike
-            where = endpoint or "the Hugging Face Hub"
             raise DownloadError(
-                f"{DATASET_REPO}@{revision}: {name} could not be downloaded from {where}: "
-                f"{type(exc).__name__}: {exc}. Without network access, copy a mirror of the "
-                "dataset and pass it as --source DIR."
+                f"{DATASET_REPO}@{revision}: {name} could not be downloaded from {where} "
+                f"({_reason(exc)}); the same command resumes it"
             ) from exc
 
     return fetch
+
+
+_HUB_CACHE = Path(".cache") / "huggingface"
+"""Where huggingface_hub keeps its locks and partial downloads inside the destination."""
+
+
+def _missing_folders(dest: Path, names: list[str]) -> list[Path]:
+    """The folders a fetch of `names` into `dest` would create (the Hub's cache included),
+    deepest first."""
+    wanted = {dest / _HUB_CACHE, *((dest / name).parent for name in names)}
+    inside = {p for w in wanted for p in (w, *w.parents) if p == dest or dest in p.parents}
+    return sorted((p for p in inside if not p.exists()), key=lambda p: -len(p.parts))
+
+
+def _remove_what_is_empty(made: list[Path], hub_cache: Path) -> None:
+    """After a failed fetch: the Hub's cache folder if this call made it and it holds no
+    partial download to resume (only locks and markers), then each folder this call made
+    that is empty."""
+    if hub_cache in made and not any(hub_cache.rglob("*.incomplete")):
+        shutil.rmtree(hub_cache, ignore_errors=True)
+    for folder in made:
+        with contextlib.suppress(OSError):  # not empty, or gone
+            folder.rmdir()
 
 
 def download(
@@ -140,8 +178,13 @@ def download(
     if source is not None:
         _check_source(Path(source), size, names)
     fetch = _copy_from(Path(source)) if source is not None else _from_hub(revision, endpoint)
-    for name in names:
-        fetch(name, dest)
+    made = _missing_folders(dest, names)
+    try:
+        for name in names:
+            fetch(name, dest)
+    except BaseException:
+        _remove_what_is_empty(made, dest / _HUB_CACHE)
+        raise
     # Column names and dtypes come from the files' metadata: cheap even for 5b.
     with reading(multi_event_path(dest, size)):
         read_multi_event(dest, size)

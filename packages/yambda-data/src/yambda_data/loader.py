@@ -13,7 +13,10 @@ build the first batches of the next window while the current one trains.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,8 +75,18 @@ class StoreBatches(IterableDataset):
         return self.plan.batches(self.store)
 
 
-def _leave_the_process_group(worker_id: int) -> None:
+def _start_worker(worker_id: int, parent: int) -> None:
+    """A worker leaves the calling process's group and dies with it (see `make_loader`)."""
     os.setpgid(0, 0)
+    try:  # Linux: the kernel sends SIGKILL when the parent dies, however it dies
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # no prctl: the DataLoader's watchdog stops it
+        return
+    if os.getppid() != parent:  # the parent died before the request was made
+        os._exit(0)
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def make_loader(
@@ -95,7 +108,8 @@ def make_loader(
     group (Ctrl-C, a launcher such as torchrun stopping its ranks) is the calling process's to
     handle. Had a worker died of it first, the DataLoader would have raised "worker killed" in
     its place. The workers still stop when the loader shuts down, when the calling process
-    exits (it terminates them) or within seconds of its death (their parent watchdog).
+    exits (it terminates them) or, on Linux, when it dies, even by SIGKILL (the kernel kills
+    them: `PR_SET_PDEATHSIG`; elsewhere the DataLoader's watchdog, within seconds).
     """
     if num_workers < 0:
         raise ValueError(f"num_workers: must be >= 0, got {num_workers}")
@@ -109,7 +123,7 @@ def make_loader(
         extra = {
             "persistent_workers": True,
             "prefetch_factor": prefetch_factor,
-            "worker_init_fn": _leave_the_process_group,
+            "worker_init_fn": functools.partial(_start_worker, parent=os.getpid()),
         }
     return DataLoader(
         dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory, **extra

@@ -1,5 +1,5 @@
-"""What a run records besides the MLPerf log: metric scalars (CSV, TensorBoard), a progress
-line with samples/s and ETA, and at the end a PNG of the curves.
+"""What a run records besides the MLPerf log: metric scalars (CSV, TensorBoard) and at the end a
+PNG of the curves (the progress on stderr is `hstu_model.training.progress`).
 
 `metrics.csv` has one row per record: `step, samples, split, name, value` (split "train" or
 "eval"). It is append-only, so a resumed run cuts it back to its size at the checkpoint (like
@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,31 +20,17 @@ import numpy as np
 from hstu_model._atomic import atomic_path
 from hstu_model.metrics import BinnedAUC
 
-__all__ = ["MetricsRecorder", "format_duration"]
+__all__ = ["MetricsRecorder"]
 
 _FIELDS = ("step", "samples", "split", "name", "value")
-
-
-def format_duration(seconds: float) -> str:
-    """12s, 3m04s, 2h05m."""
-    if not math.isfinite(seconds) or seconds < 0:
-        return "?"
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 class MetricsRecorder:
     """Scalars of one run: running train loss, lifetime (binned) train AUC, eval metrics.
 
     `train_step` takes each step's loss (the mean over the ranks) and this rank's first-task
-    (logits, labels); every `every` steps it writes the mean loss since the last row and the
-    lifetime AUC, and logs a progress line. `evaluation` writes the eval metrics. `state_dict` /
+    (logits, labels); every `every` steps (and at the last step) it writes the mean loss since
+    the last row and the lifetime AUC, and returns that row. `evaluation` writes the eval metrics. `state_dict` /
     `load_state_dict` carry what a resume needs (the CSV size, the loss sum, the AUC bins), so a
     resumed run records the same rows.
 
@@ -62,6 +47,7 @@ class MetricsRecorder:
         every: int = 100,
         log: Callable[[str], None] = print,
         *,
+        target_auc: float | None = None,
         write: bool = True,
         reduce: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
@@ -75,6 +61,7 @@ class MetricsRecorder:
             every,
             log,
         )
+        self.target_auc = target_auc
         self.write, self._reduce = write, reduce
         self.lifetime_auc = BinnedAUC()
         """Counts of every rank up to the last `sync`."""
@@ -109,31 +96,22 @@ class MetricsRecorder:
             f.flush()
 
     def train_step(
-        self, step: int, loss: float, logits: np.ndarray, labels: np.ndarray, seconds: float
-    ) -> None:
-        """Record step `step` (1-based); `seconds` is the training time so far."""
+        self, step: int, loss: float, logits: np.ndarray, labels: np.ndarray
+    ) -> dict[str, float] | None:
+        """Record step `step` (1-based); the row written at this step (loss, lifetime_auc once
+        both classes were seen), or None."""
         self._loss_sum += loss
         self._loss_count += 1
         self._pending.update(logits, labels)
         if step % self.every and step != self.total_steps:
-            return
+            return None
         self.sync()
         values = {"loss": self._loss_sum / self._loss_count}
         with contextlib.suppress(ValueError):  # until both classes were seen
             values["lifetime_auc"] = self.lifetime_auc.compute()
         self._write(step, "train", values)
         self._loss_sum, self._loss_count = 0.0, 0
-        if not self.write:
-            return
-        rate = step * self.batch_size / seconds if seconds > 0 else float("nan")
-        eta = (self.total_steps - step) * self.batch_size / rate if rate > 0 else float("nan")
-        done = step / self.total_steps
-        bar = "#" * round(20 * done) + "." * (20 - round(20 * done))
-        auc = values.get("lifetime_auc", float("nan"))
-        self.log(
-            f"[{bar}] step {step}/{self.total_steps} loss {values['loss']:.4f} "
-            f"train auc {auc:.4f} {rate:.0f} samples/s ETA {format_duration(eta)}"
-        )
+        return values
 
     def evaluation(self, step: int, auc: float, loss: float, normalized_entropy: float) -> None:
         self._write(step, "eval", {"auc": auc, "loss": loss, "ne": normalized_entropy})
@@ -180,9 +158,12 @@ class MetricsRecorder:
         for (split, name), (xs, ys) in sorted(series.items()):
             ax = ax_loss if name == "loss" else ax_auc if "auc" in name else None
             if ax is not None:
-                ax.plot(xs, ys, marker="o" if split == "eval" else None, label=f"{split} {name}")
+                ax.plot(xs, ys, marker="o" if split == "eval" else ".", label=f"{split} {name}")
+        if self.target_auc is not None:
+            ax_auc.axhline(self.target_auc, color="gray", linestyle="--", label="target")
         for ax, title in ((ax_auc, "AUC"), (ax_loss, "loss")):
             ax.set_xlabel("training samples")
+            ax.set_ylabel(title)
             ax.set_title(title)
             ax.grid(alpha=0.3)
             ax.legend()

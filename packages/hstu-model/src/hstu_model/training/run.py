@@ -37,11 +37,13 @@ import torch
 import yambda_data
 from hstu_model import checkpoint as ckpt
 from hstu_model._atomic import atomic_write_text
+from hstu_model._quiet import quiet_fx_tracing_notice
 from hstu_model.config import ID_TABLES, ConfigError, HSTUConfig
 from hstu_model.memory import available_memory, format_bytes, training_memory
 from hstu_model.model import HSTURanker
 from hstu_model.sharding import shard_model
 from hstu_model.training.distributed import Distributed, RankLostError, init_distributed
+from hstu_model.training.progress import Progress
 from hstu_model.training.recorder import MetricsRecorder
 from hstu_model.training.run_config import (
     MIN_HISTORY,
@@ -106,10 +108,22 @@ def _stderr(message: str) -> None:
 
 def rng_neutral(batches: Iterable) -> Iterator:
     """The batches of a loader; starting its iterator draws from torch's global generator, which
-    would shift the model's random numbers by where a run was resumed, so that draw is undone."""
-    with torch.random.fork_rng(devices=[]):
+    would shift the model's random numbers by where a run was resumed, so that draw is undone.
+
+    A signal that arrives while the iterator starts its workers is raised once they have
+    started (raised inside, it would leave a half-built iterator that fails again when
+    collected), and when the batches are left early (an error, a signal, `close()`), the
+    loader's workers are shut down then and there, not whenever the iterator is collected."""
+    with _signals_deferred(), torch.random.fork_rng(devices=[]):
         iterator = iter(batches)
-    yield from iterator
+    try:
+        yield from iterator
+    except BaseException:
+        shutdown = getattr(iterator, "_shutdown_workers", None)  # a multi-process DataLoader's
+        if shutdown is not None:
+            with contextlib.suppress(Exception):  # its workers may have died of the signal
+                shutdown()
+        raise
 
 
 def check_inputs(config: RunConfig) -> None:
@@ -121,7 +135,11 @@ def check_inputs(config: RunConfig) -> None:
         paths = [events, *(mapping_path(config.data, kind) for kind in ("artist", "album"))]
         for path in paths:
             if not path.is_file():
-                raise RunRefused(f"--data {config.data} --size {config.size}: no file {path}")
+                raise RunRefused(
+                    f"--data {config.data} --size {config.size}: no file {path}; fetch the "
+                    f"dataset with `yambda-data download --size {config.size} --dest "
+                    f"{config.data}`"
+                )
         try:
             check_multi_event_header(events)
         except (yambda_data.SchemaError, yambda_data.InputFileError) as error:
@@ -183,9 +201,30 @@ _FAILING = False
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+_DEFERRED: list[int] | None = None
+"""While a loader starts its workers: the signals received meanwhile, raised after."""
+
+
 def _on_signal(signum: int, frame: object) -> None:
-    if not _FAILING:
-        raise RunInterrupted(signum)
+    if _FAILING:
+        return
+    if _DEFERRED is not None:
+        _DEFERRED.append(signum)
+        return
+    raise RunInterrupted(signum)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGTERM and SIGINT received inside are raised (RunInterrupted) when it ends."""
+    global _DEFERRED
+    _DEFERRED = []
+    try:
+        yield
+    finally:
+        pending, _DEFERRED = _DEFERRED, None
+        if pending and not _FAILING:
+            raise RunInterrupted(pending[0])
 
 
 def _failing() -> None:
@@ -239,6 +278,7 @@ def _train_run(run: ResolvedRun, log: Callable[[str], None] = _stderr) -> dict:
     ends the MLPerf log with run_stop "aborted" and propagates.
     """
     config, hstu = run.config, run.hstu
+    quiet_fx_tracing_notice()
     check_inputs(config)
     with init_distributed(config.dist_timeout_seconds) as ctx, contextlib.ExitStack() as held:
         say = log if ctx.is_main else lambda message: None
@@ -441,6 +481,24 @@ class _StreamingRun:
             seed=self.config.seed,
         )
 
+    def plan_line(self, eval_steps: list[int], train_samples: int) -> str:
+        """What the run will do: its steps, its evaluations and when it stops."""
+        steps, batch = eval_steps[-1], self.global_batch_size
+        evals = (
+            f"evaluations at steps {', '.join(map(str, eval_steps))}"
+            if len(eval_steps) <= 5
+            else f"{len(eval_steps)} evaluations, the first at step {eval_steps[0]}"
+        )
+        fewer = (
+            f" (the last evaluation not beyond train_samples {train_samples:,})"
+            if steps * batch < train_samples
+            else ""
+        )
+        return (
+            f"plan: {steps} steps of {batch} samples{fewer}, {evals}; the run stops at the "
+            f"first evaluation that reaches AUC {self.config.effective_target_auc}"
+        )
+
     def run(self) -> dict:
         config, store, tracker, mllog = self.config, self.store, self.tracker, self.mllog
         ctx = self.ctx
@@ -476,11 +534,13 @@ class _StreamingRun:
                 f"{run_config.train_samples} train samples in {config.evals} evaluation(s) at a "
                 f"global batch of {self.global_batch_size}: too short for a first evaluation"
             )
+        eval_steps = [samples // self.global_batch_size for samples in schedule]
         recorder = MetricsRecorder(
             self.out,
-            schedule[-1] // self.global_batch_size,
+            eval_steps[-1],
             self.global_batch_size,
             log=self.log,
+            target_auc=config.effective_target_auc,
             write=ctx.is_main,
             reduce=ctx.sum_array,
         )
@@ -519,12 +579,22 @@ class _StreamingRun:
             return time.perf_counter() - began
 
         batch_size = self.global_batch_size
+        self.log(self.plan_line(eval_steps, run_config.train_samples))
+        progress = Progress(
+            eval_steps,
+            batch_size,
+            self.log,
+            first_step=trainer.step,
+            bar=None if ctx.is_main else False,
+        )
         try:
             self._train(
-                trainer, schedule, loop, recorder, eval_batches, save_checkpoint, checkpoints
-            )
+                trainer, schedule, loop, recorder, eval_batches, save_checkpoint, checkpoints,
+                progress,
+            )  # fmt: skip
         except BaseException:
             _failing()  # from here on a launcher's SIGTERM does not cut the record short
+            progress.close()
             stream = getattr(self, "_stream", None)
             if stream is not None:
                 # The loader's workers stop before the log is written (a launcher's SIGTERM
@@ -535,6 +605,7 @@ class _StreamingRun:
             if tracker.state not in ("new", "stopped") and not mllog.run_stopped:
                 tracker.run_stop("aborted", max(trainer.step * batch_size, tracker.samples_count))
             raise
+        progress.close()
         status = tracker.run_stop()
         recorder.close()
         plot = recorder.plot()
@@ -561,6 +632,7 @@ class _StreamingRun:
         eval_batches: Iterable,
         save_checkpoint: Callable[[float], float],
         checkpoints: ckpt.Checkpointer | None,
+        progress: Progress,
     ) -> None:
         """Train and evaluate along `schedule` until its end or the target AUC; `loop` carries
         the epoch, the training seconds and the last evaluation's AUC and NE."""
@@ -585,7 +657,8 @@ class _StreamingRun:
                 position.advance(batch_size)
                 seconds = loop["trained_seconds"] + time.perf_counter() - started
                 logits, labels = (t.cpu().numpy() for t in trainer.last_scores)
-                recorder.train_step(step, loss, logits, labels.round().astype(np.int64), seconds)
+                row = recorder.train_step(step, loss, logits, labels.round().astype(np.int64))
+                progress.step(step, seconds, row)
                 # The schedule is asked at every step (its time decision is collective).
                 due = checkpoints is not None and checkpoints.schedule.due(step)
                 window_done = config.checkpoint_every_window and position.consumed == 0
@@ -596,7 +669,7 @@ class _StreamingRun:
             result = trainer.evaluate(rng_neutral(eval_batches), gather=ctx.concat)
             loop["auc"], loop["ne"] = result.auc, result.normalized_entropy
             recorder.evaluation(trainer.step, result.auc, result.loss, result.normalized_entropy)
-            self.log(
+            progress.write(
                 f"eval at step {trainer.step}: auc {result.auc:.4f} "
                 f"(target {config.effective_target_auc}), ne {result.normalized_entropy:.4f}, "
                 f"loss {result.loss:.4f}"

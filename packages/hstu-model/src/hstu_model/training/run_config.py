@@ -128,8 +128,13 @@ class RunConfig:
         flag="--set",
         metavar="SECTION.FIELD=VALUE",
     )
-    data: Path | None = option(None, "Yambda root (default: synthesize one under --out)")
-    size: str = option("50m", "dataset size folder under flat/ (default 50m)")
+    data: Path | None = option(
+        None,
+        "Yambda root holding flat/<size>/multi_event.parquet and the item mappings (`yambda-data "
+        "download` fetches one); without it, a synthetic dataset in the Yambda schema, made once "
+        "in runs/cache/ (in --out/data when --out is given)",
+    )
+    size: str = option("50m", "dataset size folder under flat/")
     users: int = option(400, "users of the synthetic dataset")
     seed: int = option(0, "seed of data, init and order")
     steps: int | None = option(
