@@ -177,7 +177,7 @@ def exit_for(error: BaseException) -> NoReturn:
 if __name__ == "__main__":
     try:
         main()
-    except SystemExit:
-        raise
     except BaseException as error:
+        if type(error) is SystemExit:  # argparse's (a RunInterrupted is a SystemExit too)
+            raise
         exit_for(error)
