@@ -134,7 +134,7 @@ def test_auto_kernel_is_native_on_the_cpu_and_resumes_native_checkpoints():
     """The identity a checkpoint stores names the kernel that ran: a run started with the old
     default (native) resumes under auto on the CPU, and only there."""
     auto = train.parse_args([])
-    native = train.resolve_run(train.RunConfig(kernel="native"))
+    native = train.training.resolve_run(train.training.RunConfig(kernel="native"))
     assert auto.config.kernel == "auto" and auto.hstu.model.kernel == "native"
     assert auto.identity()["kernel"] == "native"
     assert auto.identity() == native.identity()
