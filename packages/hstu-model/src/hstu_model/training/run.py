@@ -43,6 +43,7 @@ from hstu_model.memory import available_memory, format_bytes, training_memory
 from hstu_model.model import HSTURanker
 from hstu_model.sharding import shard_model
 from hstu_model.training.distributed import Distributed, RankLostError, init_distributed
+from hstu_model.training.fork_memory import exclude_from_forks
 from hstu_model.training.progress import Progress
 from hstu_model.training.recorder import MetricsRecorder
 from hstu_model.training.run_config import (
@@ -515,6 +516,9 @@ class _StreamingRun:
         else:
             model = HSTURanker(self.hstu.model, vocab, device=ctx.device)
         trainer = Trainer(model, self.hstu)
+        # before the first loader forks: its workers would keep copies of every page of the
+        # tables that the trainer writes afterwards
+        exclude_from_forks(itertools.chain(model.parameters(), model.buffers()))
         eval_batches = self.loader(self.eval_plan)
         checkpoints = None
         if config.checkpoint_dir is not None:
