@@ -619,7 +619,7 @@ def test_cli_list_show_size(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["size", "unet3d", "--accelerators", "8", "--host-memory-gb", "128",
                  "--hosts", "8", "--format", "json"]) == 0  # fmt: skip
     sized = json.loads(capsys.readouterr().out)
-    assert (sized["num_files_train"], sized["winner"]) == (37_501, "memory")
+    assert (sized["num_files_train"], sized["winner"]) == (37_500, "memory")
     assert sized["num_subfolders_train"] == 4
     with pytest.raises(SystemExit):
         main(["size", "unet3d", "--accelerators", "0", "--host-memory-gb", "1"])

@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import json
 import math
+from fractions import Fraction
 from typing import Any
 
 from storage_workloads.checker import check_path
@@ -19,9 +20,10 @@ from storage_workloads.cli.options import (
 )
 from storage_workloads.dlio import ENGINES, dump_yaml, to_datagen_config, to_dlio_config
 from storage_workloads.sizing import (
-    ACCELERATOR_SAMPLES_FACTOR,
-    HOST_MEMORY_FACTOR,
+    memory_term,
+    record_length,
     required_num_files,
+    steps_term,
     suggested_subfolders,
 )
 from storage_workloads.workloads import ASSUMED_FIELDS, WORKLOADS, workload
@@ -187,18 +189,20 @@ def _add_size(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     size.add_argument("--format", choices=("text", "json"), default="text")
 
 
+def _bytes_text(value: Fraction) -> str:
+    """A record length as published: whole bytes, or with its decimals (114,660.07)."""
+    return f"{int(value):,}" if value.denominator == 1 else f"{float(value):,.2f}"
+
+
 def _cmd_size(args: argparse.Namespace) -> int:
     w = workload(args.model, _default_accelerator(args.model, args.accelerator))
     memory = math.ceil(args.hosts * args.host_memory_gb * 2**30)
-    file_bytes = w.num_samples_per_file * w.record_length_bytes
-    by_memory = -(-HOST_MEMORY_FACTOR * memory // file_bytes)
-    by_steps = -(
-        -ACCELERATOR_SAMPLES_FACTOR * args.accelerators * w.batch_size // w.num_samples_per_file
-    )
+    file_bytes = w.num_samples_per_file * record_length(w)
+    by_memory = memory_term(w, memory)
+    by_steps = steps_term(w, args.accelerators)
     files = required_num_files(
         w, total_host_memory_bytes=memory, num_accelerators=args.accelerators
     )
-    assert files == max(by_memory, by_steps)
     winner = "memory" if by_memory >= by_steps else "steps"
     subfolders = suggested_subfolders(files)
     data = {
@@ -212,21 +216,21 @@ def _cmd_size(args: argparse.Namespace) -> int:
         "num_files_train": files,
         "winner": winner,
         "num_subfolders_train": subfolders,
-        "dataset_bytes": files * file_bytes,
+        "dataset_bytes": math.floor(files * file_bytes),
     }
     if args.format == "json":
         print(json.dumps(data, indent=2))
         return 0
     print(
-        f"{w.model} on {w.accelerator}: {files:,} files ({files * file_bytes / 1e9:,.1f} GB), "
+        f"{w.model} on {w.accelerator}: {files:,} files ({float(files * file_bytes) / 1e9:,.1f} GB), "
         f"{subfolders} subfolders"
     )
     print(
-        f"  memory term: ceil(5 x {args.hosts} x {args.host_memory_gb:g} GiB / "
-        f"({w.num_samples_per_file:,} x {w.record_length_bytes:,} B)) = {by_memory:,} files"
+        f"  memory term: floor(5 x {args.hosts} x {args.host_memory_gb:g} GiB / "
+        f"({w.num_samples_per_file:,} x {_bytes_text(record_length(w))} B)) = {by_memory:,} files"
     )
     print(
-        f"  steps term:  ceil(500 x {args.accelerators} accelerators x batch {w.batch_size:,} / "
+        f"  steps term:  floor(500 x {args.accelerators} accelerators x batch {w.batch_size:,} / "
         f"{w.num_samples_per_file:,} samples per file) = {by_steps:,} files"
     )
     reason = (
