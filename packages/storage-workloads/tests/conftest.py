@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from storage_workloads.dlio import dump_yaml, runs
 from storage_workloads.dlio_ext import CHECKPOINT_TIMINGS
 from storage_workloads.dliorun import DLIO_VENV_ENV
+from storage_workloads.layout import HYDRA_SUBDIR
 
 
 @pytest.fixture
@@ -45,11 +47,19 @@ FIXTURE = Path(__file__).parent / "data" / "dlio-2ranks-2epochs"
 
 def _fake_execute(launch: Any, *, run_dir: Path, timeout_s: float | None, log: Any) -> float:
     """Stand-in for the DLIO launch (``storage_workloads.dlio.runs._execute``): writes the
-    workload YAML as the real one does, leaves a recorded two-rank run as DLIO's output and,
-    for checkpointing, the mechanism's timings (2 MB a checkpoint, 10 ms a write, 5 ms a
-    read)."""
+    workload YAML as the real one does, leaves Hydra's record as DLIO does (the config it
+    composed, the task overrides of the command line, the workload it chose), a recorded
+    two-rank run as DLIO's output and, for checkpointing, the mechanism's timings (2 MB a
+    checkpoint, 10 ms a write, 5 ms a read)."""
     (run_dir / "configs" / "workload").mkdir(parents=True)
     (run_dir / "configs" / "workload" / f"{launch.name}.yaml").write_text(dump_yaml(launch.config))
+    record = run_dir / HYDRA_SUBDIR
+    record.mkdir()
+    (record / "config.yaml").write_text(dump_yaml({"workload": launch.expected}))
+    task = [a for a in launch.cmd if a.startswith(("workload=", "++workload."))]
+    (record / "overrides.yaml").write_text(yaml.safe_dump(task))
+    choices = {"hydra": {"runtime": {"choices": {"workload": launch.name}}}}
+    (record / "hydra.yaml").write_text(yaml.safe_dump(choices))
     shutil.copytree(FIXTURE, run_dir, dirs_exist_ok=True)
     section = launch.config.get("checkpoint", {})
     if "num_checkpoints_write" in section:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from storage_workloads.dotted import flatten
 from storage_workloads.rules import Issue, Verdict
+
+__all__ = ["CheckReport", "flatten"]
 
 
 @dataclass(frozen=True)
@@ -76,18 +78,6 @@ def _invalid(
     parameter: str, message: str, rule: str, expected: object = None, actual: object = None
 ) -> Issue:
     return Issue(parameter, "INVALID", message, expected=expected, actual=actual, rule=rule)
-
-
-def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"reader": {"batch_size": 7}}`` as ``{"reader.batch_size": 7}`` (leaves only)."""
-    flat: dict[str, Any] = {}
-    for key, value in mapping.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
 
 
 def _same(a: object, b: object) -> bool:

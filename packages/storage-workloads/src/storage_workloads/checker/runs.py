@@ -14,6 +14,7 @@ from storage_workloads.checker.params import TRAINING_KEYS, _load_mapping, _unkn
 from storage_workloads.checker.report import CheckReport, _invalid, _same, flatten
 from storage_workloads.checker.training import _check_training
 from storage_workloads.checkpoint import CHECKPOINT_WORKLOADS
+from storage_workloads.dotted import apply_params
 from storage_workloads.rules import Issue, verdict
 from storage_workloads.workloads import MODELS, WORKLOADS
 
@@ -94,6 +95,51 @@ def _infer_accelerator(config: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _hydra_workload(path: Path, issues: list[Issue]) -> dict[str, Any] | None:
+    """The workload config DLIO ran, from its Hydra record (``dlio_config/config.yaml``, or
+    ``.hydra/`` of older runs), or ``None`` where there is none."""
+    hydra = next((path / c for c in _HYDRA_CONFIGS if (path / c).is_file()), None)
+    if hydra is None:
+        return None
+    loaded = _load_mapping(hydra, issues)
+    if loaded is None:
+        return None
+    config = loaded.get("workload", loaded)
+    if not isinstance(config, Mapping):
+        issues.append(_invalid("workload", f"{hydra}: 'workload' is not a mapping", "parse"))
+        return None
+    return dict(config)
+
+
+def _run_config(
+    path: Path, record: Mapping[str, Any], issues: list[Issue]
+) -> dict[str, Any] | None:
+    """A run's DLIO config: what DLIO ran (its Hydra record), else the workload file the run
+    wrote with the Hydra overrides ``run.json`` records applied (a run that has not started)."""
+    ran = _hydra_workload(path, issues)
+    if ran is not None or issues:
+        return ran
+    config_file = record.get("config_file")
+    if not isinstance(config_file, str):
+        return None
+    written = _load_mapping(path / config_file, issues)
+    if written is None:
+        return None
+    overrides = record.get("dlio_overrides") or {}
+    if not isinstance(overrides, Mapping):
+        issues.append(
+            _invalid(
+                "dlio_overrides", f"{path / RUN_RECORD}: dlio_overrides is not a mapping", "parse"
+            )
+        )
+        return None
+    try:
+        return apply_params(written, overrides)
+    except ValueError as exc:
+        issues.append(_invalid("dlio_overrides", f"{path / RUN_RECORD}: {exc}", "parse"))
+        return None
+
+
 def _check_run_dir(path: Path) -> CheckReport:
     issues: list[Issue] = []
     skipped: list[str] = []
@@ -113,34 +159,29 @@ def _check_run_dir(path: Path) -> CheckReport:
             issues.append(_invalid("params", f"{record_path}: no 'params' mapping", "parse"))
             return CheckReport(str(path), "run", "INVALID", tuple(issues))
         params = dict(params)
-        config_file = record.get("config_file")
-        if isinstance(config_file, str):
-            config = _load_mapping(path / config_file, issues)
-            if config is None:
-                return CheckReport(str(path), "run", "INVALID", tuple(issues))
+        config = _run_config(path, record, issues)
+        if config is None and issues:
+            return CheckReport(str(path), "run", "INVALID", tuple(issues))
+        if config is not None:
             params["config"] = config
         datagen = record.get("command") == "datagen"
         if datagen:
             skipped.append("au: a datagen run has no accelerator utilisation")
     else:
-        hydra = next((path / c for c in _HYDRA_CONFIGS if (path / c).is_file()), None)
-        if hydra is None:
-            issues.append(
-                _invalid(
-                    str(path), f"{path}: no {RUN_RECORD} and no DLIO Hydra config.yaml", "readable"
+        config = _hydra_workload(path, issues)
+        if config is None:
+            if not issues:
+                issues.append(
+                    _invalid(
+                        str(path),
+                        f"{path}: no {RUN_RECORD} and no DLIO Hydra config.yaml",
+                        "readable",
+                    )
                 )
-            )
-            return CheckReport(str(path), "run", "INVALID", tuple(issues))
-        loaded = _load_mapping(hydra, issues)
-        if loaded is None:
-            return CheckReport(str(path), "run", "INVALID", tuple(issues))
-        config = loaded.get("workload", loaded)
-        if not isinstance(config, Mapping):
-            issues.append(_invalid("workload", f"{hydra}: 'workload' is not a mapping", "parse"))
             return CheckReport(str(path), "run", "INVALID", tuple(issues))
         flat = flatten(config)
         model = flat.get("model.name", config.get("model"))
-        params = {"model": model, "accelerator": _infer_accelerator(config), "config": dict(config)}
+        params = {"model": model, "accelerator": _infer_accelerator(config), "config": config}
         if params["accelerator"] is None:
             params["accelerator"] = (
                 f"unknown (computation_time {flat.get('train.computation_time')!r})"

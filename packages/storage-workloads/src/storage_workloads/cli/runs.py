@@ -24,12 +24,14 @@ from storage_workloads.cli.options import (
 from storage_workloads.dlio import ENGINES, dump_yaml
 from storage_workloads.dliorun import (
     DLIO_VENV_ENV,
+    DlioError,
     parse_param,
+    read_hosts,
     run_checkpointing,
     run_datagen,
     run_training,
 )
-from storage_workloads.hosts import HostMemory, HostSpec, parse_hosts
+from storage_workloads.hosts import HostSpec, parse_hosts
 from storage_workloads.workloads import workload
 
 
@@ -209,10 +211,14 @@ def _add_checkpoint(commands: argparse._SubParsersAction[argparse.ArgumentParser
     _run_options(ckpt)
 
 
-def _params(pairs: Sequence[str]) -> dict[str, Any]:
+def _params(pairs: Sequence[str], engine: str) -> dict[str, Any]:
+    """``--param KEY=VALUE`` items, each checked against the DLIO key it sets (one line naming
+    the key and value, exit 2, before anything runs); a key given twice is refused."""
     params: dict[str, Any] = {}
     for text in pairs:
-        key, value = parse_param(text)
+        key, value = parse_param(text, engine=engine)
+        if key in params:
+            raise ValueError(f"--param {key} is given twice ({params[key]!r} and {value!r})")
         params[key] = value
     return params
 
@@ -252,7 +258,7 @@ def _dlio_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "num_files": args.num_files,
         "num_subfolders": args.subfolders,
         "engine": args.engine,
-        "params": _params(args.param),
+        "params": _params(args.param, args.engine),
     }
 
 
@@ -262,6 +268,8 @@ def _print_plan(plan: Mapping[str, Any], heading: str = "") -> None:
     if heading:
         print(f"# {heading}")
     print(shlex.join(plan["command"]))
+    for note in plan.get("notes", ()):
+        print(f"# note: {note}")
     for key, value in plan.get("env", {}).items():
         print(f"# environment: {key}={value}")
     print(f"# config it would write, {plan['config_file']}:")
@@ -316,8 +324,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
 
     first = training(places[0], plan=True)
-    read = first["run_record"].get("host_memory")
-    memory = None if read is None else HostMemory.from_dict(read)
+    memory = None
+    if not what_if:
+        if first["missing_data"]:  # a plan notes it; a run cannot start without its data
+            raise DlioError(first["missing_data"])
+        # A plan reads no host: the runs read them once, here.
+        memory = read_hosts(_hosts(args), mpi_args=args.mpi_arg, log=_logger(args))
     plans = [first, *(training(place, plan=True, memory=memory) for place in places[1:])]
     if what_if:
         for i, plan in enumerate(plans, 1):

@@ -179,7 +179,7 @@ def run_checkpointing(
         )
     if (run / "steps-data").exists():
         raise DlioError(f"{run / 'steps-data'} exists: give a new run directory")
-    ctx = _validated_run(where, options)
+    ctx = _validated_run(where, options, engine="dlio")
     name = config_name(workload.name, "checkpoint")
     record_params = {
         "model": workload.name,

@@ -26,13 +26,15 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from storage_workloads._atomic import write_text_atomic
 from storage_workloads.checker import RUN_RECORD
+from storage_workloads.dlio.config import published_data_folder
+from storage_workloads.dlio.keys import checked_params
 from storage_workloads.dlio.launch import (
     DlioError,
     Log,
@@ -41,7 +43,10 @@ from storage_workloads.dlio.launch import (
     _Mpi,
     _prepare,
     _quiet,
+    apply_params,
+    check_engine,
     find_dlio,
+    hydra_overrides,
 )
 from storage_workloads.dlio_ext import GENERATED_FORMATS
 from storage_workloads.dlio_ext.sw_dlio_ext.formats import ParquetSchema, parquet_schema
@@ -117,21 +122,37 @@ class _Options:
         )
 
 
-def _validated_run(where: _Where, options: _Options) -> _Run:
-    """The run, once its launch options are validated, DLIO has been found (a missing DLIO is
-    the cheaper error to report) and the hosts read (:func:`read_hosts`), unless
-    ``options.host_memory`` holds a reading made before."""
+def _validated_run(where: _Where, options: _Options, *, engine: str, fallback: str = "") -> _Run:
+    """The run, once its launch options are validated, DLIO has been found and is of the
+    flavour ``engine`` writes for (a missing or mismatched DLIO is the cheaper error to
+    report) and the hosts read (:func:`read_hosts`), unless ``options.host_memory`` holds a
+    reading made before, or the run is only planned (``what_if``): a plan contacts no host,
+    so a host list is not read and a note says so."""
     launch, host_count = options.launch()
-    find_dlio(launch.dlio_venv)
+    dlio = find_dlio(launch.dlio_venv)
+    check_engine(dlio, engine, fallback=fallback)
     host_memory = options.host_memory
-    if host_memory is None:
+    notes: list[str] = []
+    if host_memory is None and options.what_if and not isinstance(options.hosts, int):
+        notes.append(
+            f"the {host_count} host(s) of --hosts were not read: a plan contacts no host (the "
+            "run reads each host's memory first)"
+        )
+    elif host_memory is None:
         host_memory = read_hosts(options.hosts, mpi_args=launch.mpi_args, log=options.log)
     if host_memory is not None and len(host_memory.hosts) != host_count:
         raise ValueError(
             f"the memory reading covers {len(host_memory.hosts)} host(s), the run has {host_count}"
         )
     return _Run(
-        where, launch, host_count, host_memory, options.what_if, options.timeout_s, options.log
+        where,
+        launch,
+        host_count,
+        host_memory,
+        options.what_if,
+        options.timeout_s,
+        options.log,
+        notes,
     )
 
 
@@ -164,16 +185,21 @@ def read_hosts(
     return memory
 
 
-def _what_if(launch: _Launch, run_dir: Path, record: Mapping[str, Any]) -> dict[str, Any]:
-    """What a run would do, for ``what_if=True``: the command, the workload YAML's path and
-    content, and ``run.json``. Nothing is written; the caller has validated everything."""
+def _what_if(
+    launch: _Launch, run_dir: Path, record: Mapping[str, Any], notes: Sequence[str]
+) -> dict[str, Any]:
+    """What a run would do, for ``what_if=True``: the command (with its Hydra overrides), the
+    workload YAML's path and content, ``run.json`` and the notes. Nothing is written; the
+    caller has validated everything."""
     plan: dict[str, Any] = {
         "what_if": True,
         "command": list(launch.cmd),
         "config_file": str(run_dir / "configs" / "workload" / f"{launch.name}.yaml"),
         "config": copy.deepcopy(launch.config),
+        "overrides": dict(launch.overrides),
         "run_record": dict(record),
         "dlio_extensions": list(launch.extensions),
+        "notes": list(notes),
     }
     if launch.extensions:
         plan["env"] = {"PYTHONPATH": launch.env["PYTHONPATH"]}
@@ -251,6 +277,8 @@ class _Run:
     what_if: bool
     timeout_s: float | None
     log: Log
+    #: What a plan (``what_if``) could not do or found missing, for the reader.
+    notes: list[str]
 
     @property
     def hosts(self) -> int | tuple[HostSpec, ...]:
@@ -304,7 +332,7 @@ def _start(
     if schema is not None:
         record["parquet_schema"] = schema.as_dict()
     if run.what_if:
-        return _what_if(launch, where.run, record)
+        return _what_if(launch, where.run, record, run.notes)
     try:
         where.run.mkdir(parents=True, exist_ok=not where.new)
     except FileExistsError:
@@ -353,6 +381,37 @@ def _write_mlperf_files(
     )
     system = system_description(run.host_memory, run.hosts, mpi=run.mpi.mpi)
     write_run_files(run.where.run, meta, system)
+
+
+@dataclass(frozen=True)
+class _Configs:
+    """A run's DLIO config (``config``: what DLIO is to run), the workload file it writes
+    (``written``: the published one) and the Hydra overrides between the two."""
+
+    config: dict[str, Any]
+    written: dict[str, Any]
+    overrides: dict[str, Any]
+
+
+def _configs(
+    build: Callable[..., dict[str, Any]],
+    model: str,
+    data_folder: Path,
+    num_files: int | None,
+    num_subfolders: int | None,
+    engine: str,
+    params: Mapping[str, Any] | None,
+) -> _Configs:
+    """``build`` (``to_dlio_config`` or ``to_datagen_config`` of one workload) with the run's
+    data folder, files and checked ``params``, and as published; the run writes the published
+    file and passes its changes on DLIO's command line, as mlpstorage does."""
+    changes = checked_params(params, engine)
+    config = build(
+        data_folder=data_folder, num_files=num_files, num_subfolders=num_subfolders, engine=engine
+    )
+    apply_params(config, changes)
+    written = build(data_folder=published_data_folder(model), num_subfolders=0, engine=engine)
+    return _Configs(config, written, hydra_overrides(written, config))
 
 
 def _dataset_files(folder: Path, fmt: str) -> list[Path]:
