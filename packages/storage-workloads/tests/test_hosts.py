@@ -134,6 +134,8 @@ PROBE_OUTPUT = """hostname=node7
 kernel=6.1.0-18-amd64
 arch=x86_64
 cpus=64
+cpu_model=AMD EPYC 9354 32-Core Processor
+sockets=2
 MemTotal:       263721332 kB
 os_NAME="Debian GNU/Linux"
 os_VERSION_ID="12"
@@ -152,7 +154,12 @@ def test_parse_probe() -> None:
         arch="x86_64",
         os_name="Debian GNU/Linux",
         os_version="12",
+        cpu_model="AMD EPYC 9354 32-Core Processor",
+        sockets=2,
     )
+    # No "physical id" in /proc/cpuinfo (some virtual machines): the sockets are unknown.
+    bare = parse_probe(PROBE_OUTPUT.replace("sockets=2", "sockets=0"), "h", 1)
+    assert bare.sockets is None and bare.cpu_model == r.cpu_model
     assert r.memory_gib == pytest.approx(251.5, abs=0.05)
     with pytest.raises(ValueError, match="no MemTotal in kB in /proc/meminfo of h1"):
         parse_probe("hostname=x\n", "h1", 1)
@@ -170,6 +177,10 @@ def test_local_host_memory_reads_proc_meminfo() -> None:
         if line.startswith("MemTotal:")
     )
     assert memory.total_bytes == kib * 1024
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    if "model name" in cpuinfo:  # the probe reads the CPU model as /proc/cpuinfo names it
+        model = next(line for line in cpuinfo.splitlines() if line.startswith("model name"))
+        assert memory.hosts[0].cpu_model == model.split(":", 1)[1].strip()
 
 
 def test_read_host_memory_one_launch_per_host(fake_mpi: Path) -> None:

@@ -247,7 +247,13 @@ def run_checkpointing(
         + (f" at scale {scale:g}" if scale != 1 else ""),
     }
     _write_mlperf_files(
-        ctx, started, model=workload.name, params={}, result_file="checkpoint-results.json"
+        ctx,
+        started,
+        model=workload.name,
+        params={},
+        result_file="checkpoint-results.json",
+        checkpoint_folder=folder,
+        checkpoints=(num_checkpoints_write, num_checkpoints_read),
     )
     write_text_atomic(
         run / "checkpoint-results.json", json.dumps(result, indent=2, allow_nan=False) + "\n"

@@ -284,6 +284,7 @@ def run_datagen(
         params=params or {},
         result_file="datagen.json",
         accelerator=record_params.get("accelerator"),
+        data_folder=folder,
     )
     write_text_atomic(where.run / "datagen.json", json.dumps(result, indent=2) + "\n")
     return result

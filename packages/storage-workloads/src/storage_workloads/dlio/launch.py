@@ -42,6 +42,8 @@ DLIO_VENV_ENV: Final = "STORAGE_WORKLOADS_DLIO_VENV"
 #: DLIO's own before the run's ``--config-dir``: a config of the same name would silently run
 #: DLIO's workload instead.
 CONFIG_PREFIX: Final = "storage_workloads_"
+#: The file of a run folder that holds DLIO's stdout and stderr.
+CONSOLE_LOG: Final = "dlio-console.log"
 
 Log = Callable[[str], None]
 
@@ -386,7 +388,7 @@ def _execute(launch: _Launch, *, run_dir: Path, timeout_s: float | None, log: Lo
         run_dir / "configs" / "workload" / f"{launch.name}.yaml", dump_yaml(launch.config)
     )
     out = run_dir
-    console = run_dir / "dlio-console.log"
+    console = run_dir / CONSOLE_LOG
     log(f"running: {' '.join(launch.cmd)}")
     record = out / HYDRA_SUBDIR / "config.yaml"
     launched_at = time.time()

@@ -36,6 +36,7 @@ from storage_workloads.checker import RUN_RECORD
 from storage_workloads.dlio.config import published_data_folder
 from storage_workloads.dlio.keys import checked_params
 from storage_workloads.dlio.launch import (
+    CONSOLE_LOG,
     DlioError,
     Log,
     _execute,
@@ -62,7 +63,9 @@ from storage_workloads.hosts import (
 )
 from storage_workloads.layout import (
     METADATA_SUFFIX,
+    RunFacts,
     metadata,
+    mlpstorage_args,
     run_datetime,
     system_description,
     tree_location,
@@ -241,6 +244,8 @@ class _Where:
     run: Path
     stamp: str
     new: bool
+    #: The results tree the run folder is in (``None``: a ``--run-dir`` of its own).
+    root: Path | None = None
 
 
 def _where(
@@ -260,7 +265,7 @@ def _where(
             folder, stamp = tree_location(root, command=command, model=model)
         except FileExistsError as exc:
             raise DlioError(str(exc)) from None
-        return _Where(folder, stamp, True)
+        return _Where(folder, stamp, True, root.resolve())
     assert run_dir is not None
     return _Where(Path(run_dir).resolve(), run_datetime(), False)
 
@@ -351,19 +356,51 @@ def _write_mlperf_files(
     result_file: str,
     accelerator: str | None = None,
     end: str | None = None,
+    verdict: str | None = None,
+    division: str | None = None,
+    host_memory_gb: float | None = None,
+    data_folder: Path | None = None,
+    checkpoint_folder: Path | None = None,
+    checkpoints: tuple[int, int] | None = None,
 ) -> None:
     """The metadata file and the system description of a finished run (before its result
     file, which comes last)."""
     record = started.record
     command = str(record["command"])
-    meta = metadata(
+    launch = started.launch
+    dlio = find_dlio(run.mpi.dlio_venv)
+    args = mlpstorage_args(
+        command=command,
+        model=model,
+        processes=run.mpi.processes,
+        hosts=run.hosts,
+        params=params,
+        dlio=dlio,
+        mpi_cmd=launch.cmd if run.mpi.mpi else (),
+        results_dir=None if run.where.root is None else str(run.where.root),
+        accelerator=accelerator,
+        data_dir=None if data_folder is None else str(data_folder),
+        division=division,
+        host_memory_gb=host_memory_gb,
+        checkpoint_folder=None if checkpoint_folder is None else str(checkpoint_folder),
+        num_checkpoints_write=None if checkpoints is None else checkpoints[0],
+        num_checkpoints_read=None if checkpoints is None else checkpoints[1],
+    )
+    facts = RunFacts(
         command=command,
         model=model,
         stamp=run.where.stamp,
+        run_dir=run.where.run,
         processes=run.mpi.processes,
-        parameters=started.launch.expected,
-        override_parameters={**started.launch.overrides, **params},
-        args={
+        config_name=launch.name,
+        written=launch.config,
+        overrides={**launch.overrides, **params},
+        ran=launch.expected,
+        dlio=dlio,
+        cmd=launch.cmd,
+        console=run.where.run / CONSOLE_LOG,
+        args=args,
+        own_args={
             **record["params"],
             "command": command,
             "engine": record["engine"],
@@ -378,9 +415,12 @@ def _write_mlperf_files(
         end=end,
         runtime_s=started.wall,
         result_file=result_file,
+        verdict=verdict,
     )
-    system = system_description(run.host_memory, run.hosts, mpi=run.mpi.mpi)
-    write_run_files(run.where.run, meta, system)
+    system = system_description(
+        run.host_memory, run.hosts, mpi=run.mpi.mpi, mpi_args=run.mpi.mpi_args
+    )
+    write_run_files(run.where.run, metadata(facts), system)
 
 
 @dataclass(frozen=True)

@@ -182,6 +182,10 @@ def run_training(
         result_file="results.json",
         accelerator=workload.accelerator,
         end=result.get("end"),
+        verdict=report.verdict,
+        division=division,
+        host_memory_gb=host_memory_gb,
+        data_folder=folder,
     )
     write_results(where.run, result)
     return result
