@@ -302,3 +302,44 @@ def test_report_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         aggregate_results([failed])
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def _mlpstorage_folder(folder: Path, config: dict[str, Any], args: dict[str, Any]) -> None:
+    """A run folder as mlpstorage 2.0 leaves it: DLIO's Hydra record and a metadata file whose
+    command, model and accelerator are only in ``args``."""
+    (folder / "dlio_config").mkdir(parents=True)
+    (folder / "dlio_config" / "config.yaml").write_text(yaml.safe_dump({"workload": config}))
+    meta = {"args": {"program": "training", **args}, "benchmark_type": "training"}
+    (folder / f"training_{folder.name}_metadata.json").write_text(json.dumps(meta))
+
+
+def test_an_mlpstorage_datagen_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from storage_workloads.dlio import to_datagen_config
+
+    root = tmp_path / "results"
+    gen = root / "training" / "unet3d" / "datagen" / "20250101_000000"
+    config = to_datagen_config(workload("unet3d", "h100"), data_folder="d", engine="mlperf-dlio")
+    _mlpstorage_folder(gen, config, {"command": "datagen", "model": "unet3d"})
+    # report: a data generation, not an unfinished run.
+    with pytest.raises(DlioError, match=r"skipped: .*20250101_000000 \(data generation\)"):
+        aggregate_results([root])
+    # check: a datagen, without an accelerator or AU verdict, saying what it checked.
+    assert main(["check", str(gen)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"CLOSED  {gen} (datagen, unet3d)"
+    assert "unknown accelerator" not in out
+    assert "[skipped] accelerator: a datagen has none; its dataset is checked against " in out
+    assert "unet3d's published datagen (that of h100, a100)" in out
+    assert "[skipped] au: a datagen run has no accelerator utilisation" in out
+    # The Hydra record alone (no metadata file) says it is a datagen too.
+    next(gen.glob("*_metadata.json")).unlink()
+    assert main(["check", str(gen)]) == 0
+    assert "(datagen, unet3d)" in capsys.readouterr().out
+    # A run folder of mlpstorage names its accelerator in args.accelerator_type.
+    run = root / "training" / "unet3d" / "run" / "20250101_000100"
+    ran = yaml.safe_load(yaml.safe_dump(config))
+    ran["workflow"] = {"generate_data": False, "train": True}
+    ran["train"] = {"computation_time": 0.01}
+    _mlpstorage_folder(run, ran, {"command": "run", "model": "unet3d", "accelerator_type": "a100"})
+    main(["check", str(run)])
+    assert f"{run} (run, unet3d a100)" in capsys.readouterr().out

@@ -40,6 +40,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
+import yaml
+
 from storage_workloads._atomic import write_text_atomic
 from storage_workloads.dlio import dump_yaml
 from storage_workloads.hosts import HostMemory, HostSpec
@@ -52,9 +54,12 @@ __all__ = [
     "TREE_TYPES",
     "RunFacts",
     "find_runs",
+    "generates_data",
+    "is_datagen",
     "metadata",
     "metadata_name",
     "mlpstorage_args",
+    "read_metadata",
     "run_datetime",
     "system_description",
     "tree_location",
@@ -406,6 +411,57 @@ def write_run_files(run_dir: Path, meta: Mapping[str, Any], system: Mapping[str,
     write_text_atomic(run_dir / SYSTEM_DESCRIPTION, dump_yaml(system))
     name = metadata_name(str(meta["benchmark_type"]), str(meta["run_datetime"]))
     write_text_atomic(run_dir / name, json.dumps(meta, indent=2, allow_nan=False) + "\n")
+
+
+def generates_data(config: Mapping[str, Any]) -> bool:
+    """Whether a DLIO workload config (or Hydra's ``config.yaml`` with it under
+    ``workload``) generates data and does not train: a datagen."""
+    workload = config.get("workload", config)
+    workflow = workload.get("workflow") if isinstance(workload, Mapping) else None
+    if not isinstance(workflow, Mapping):
+        return False
+    return bool(workflow.get("generate_data")) and not workflow.get("train", True)
+
+
+def is_datagen(folder: Path) -> bool:
+    """Whether a run folder holds a data generation: this package's ``datagen.json``, a
+    metadata file that says so, or DLIO's Hydra record of a config that generates data and
+    does not train (:func:`generates_data`)."""
+    if (folder / "datagen.json").is_file() or read_metadata(folder).get("command") == "datagen":
+        return True
+    try:
+        config = yaml.safe_load((folder / HYDRA_SUBDIR / "config.yaml").read_text("utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return False
+    return isinstance(config, Mapping) and generates_data(config)
+
+
+def read_metadata(folder: Path) -> dict[str, Any]:
+    """What the metadata file of a run folder says about the run, whichever tool wrote it:
+    ``benchmark_type``, ``command`` (``datagen``, ``run``), ``model`` and ``accelerator``
+    (``None`` where not said), from the file's own keys or, as mlpstorage 2.0 writes them,
+    its ``args`` (``command``, ``model``, ``accelerator_type``); ``{}`` where the folder has
+    no readable metadata file."""
+    for candidate in sorted(folder.glob(f"*{METADATA_SUFFIX}")):
+        try:
+            data = json.loads(candidate.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        args = data.get("args") if isinstance(data.get("args"), Mapping) else {}
+
+        def said(key: str, arg: str, data: Mapping[str, Any] = data, args: Any = args) -> Any:
+            value = data.get(key)
+            return value if isinstance(value, str) else args.get(arg)
+
+        return {
+            "benchmark_type": data.get("benchmark_type"),
+            "command": said("command", "command"),
+            "model": said("model", "model"),
+            "accelerator": said("accelerator", "accelerator_type"),
+        }
+    return {}
 
 
 # ---------------------------------------------------------------------------------------------

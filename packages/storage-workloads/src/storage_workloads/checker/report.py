@@ -19,7 +19,8 @@ class CheckReport:
 
     Attributes:
         path: what was checked.
-        kind: ``"params"``, ``"run"`` or ``"submission"``.
+        kind: ``"params"``, ``"run"``, ``"datagen"`` (a run folder of a data generation) or
+            ``"submission"``.
         verdict: ``CLOSED``, ``OPEN`` or ``INVALID``: the worst of the issues, and of the runs
             for a submission.
         issues: the findings about this item itself.
@@ -30,7 +31,7 @@ class CheckReport:
     """
 
     path: str
-    kind: Literal["params", "run", "submission"]
+    kind: Literal["params", "run", "datagen", "submission"]
     verdict: Verdict
     issues: tuple[Issue, ...] = ()
     runs: tuple[CheckReport, ...] = ()

@@ -14,7 +14,9 @@ from storage_workloads.checker.params import TRAINING_KEYS, _load_mapping, _unkn
 from storage_workloads.checker.report import CheckReport, _invalid, _same, flatten
 from storage_workloads.checker.training import _check_training
 from storage_workloads.checkpoint import CHECKPOINT_WORKLOADS
+from storage_workloads.dlio import to_datagen_config
 from storage_workloads.dotted import apply_params
+from storage_workloads.layout import generates_data, read_metadata
 from storage_workloads.rules import Issue, verdict
 from storage_workloads.workloads import MODELS, WORKLOADS
 
@@ -140,6 +142,61 @@ def _run_config(
         return None
 
 
+def _datagen_accelerator(model: str, config: Mapping[str, Any]) -> tuple[str, list[str]] | None:
+    """For a datagen of ``model``, which has no accelerator: the accelerator whose published
+    datagen is nearest ``config`` (fewest differing dataset keys; the first on a tie), and the
+    accelerators that share that datagen."""
+    ran = flatten(config)
+    scores: dict[str, int] = {}
+    shapes: dict[str, dict[str, Any]] = {}
+    for (m, a), w in WORKLOADS.items():
+        if m != model:
+            continue
+        shape = flatten(to_datagen_config(w, data_folder="data"))
+        shapes[a] = shape
+        scores[a] = sum(
+            1
+            for k in set(shape) | {k for k in ran if k.startswith("dataset.")}
+            if k.startswith("dataset.")
+            and k != "dataset.data_folder"
+            and shape.get(k) != ran.get(k)
+        )
+    if not scores:
+        return None
+    best = min(scores, key=lambda a: scores[a])
+    return best, [a for a in shapes if shapes[a] == shapes[best]]
+
+
+def _described_params(
+    path: Path, config: Mapping[str, Any], skipped: list[str]
+) -> tuple[dict[str, Any], bool]:
+    """The parameters of a run folder without ``run.json`` (as mlpstorage leaves one), from
+    the config DLIO ran and the folder's metadata file, and whether it is a datagen. The
+    accelerator is the metadata's, else the one whose workload has the run's computation
+    time; a datagen has none, and is checked against its model's published datagen."""
+    meta = read_metadata(path)
+    flat = flatten(config)
+    model = flat.get("model.name", config.get("model")) or meta.get("model")
+    params: dict[str, Any] = {"model": model, "config": dict(config)}
+    datagen = meta.get("command") == "datagen" or generates_data(config)
+    if datagen:
+        nearest = _datagen_accelerator(str(model), config) if isinstance(model, str) else None
+        if nearest is not None:
+            params["accelerator"], same = nearest
+            skipped.append(
+                f"accelerator: a datagen has none; its dataset is checked against {model}'s "
+                f"published datagen (that of {', '.join(same)})"
+            )
+        skipped.append("au: a datagen run has no accelerator utilisation")
+        return params, True
+    accelerator = meta.get("accelerator") or _infer_accelerator(config)
+    params["accelerator"] = accelerator or (
+        f"unknown (computation_time {flat.get('train.computation_time')!r}, and no "
+        "accelerator in a metadata file)"
+    )
+    return params, False
+
+
 def _check_run_dir(path: Path) -> CheckReport:
     issues: list[Issue] = []
     skipped: list[str] = []
@@ -179,13 +236,7 @@ def _check_run_dir(path: Path) -> CheckReport:
                     )
                 )
             return CheckReport(str(path), "run", "INVALID", tuple(issues))
-        flat = flatten(config)
-        model = flat.get("model.name", config.get("model"))
-        params = {"model": model, "accelerator": _infer_accelerator(config), "config": config}
-        if params["accelerator"] is None:
-            params["accelerator"] = (
-                f"unknown (computation_time {flat.get('train.computation_time')!r})"
-            )
+        params, datagen = _described_params(path, config, skipped)
     if summary is not None:
         n = summary.get("num_accelerators")
         declared = params.get("num_accelerators")
@@ -240,12 +291,12 @@ def _check_run_dir(path: Path) -> CheckReport:
         skipped.append("au: no summary.json (DLIO did not finish, or this is not a DLIO run)")
     return CheckReport(
         path=str(path),
-        kind="run",
+        kind="datagen" if datagen else "run",
         verdict=verdict(issues),
         issues=tuple(issues),
         skipped=tuple(skipped),
         model=report.model,
-        accelerator=report.accelerator,
+        accelerator=None if datagen else report.accelerator,
     )
 
 
