@@ -28,6 +28,8 @@ class CheckReport:
         skipped: checks that could not be made, each with the reason (they do not change the
             verdict).
         model, accelerator: what the run is, where known.
+        assumed: what the checked file does not say and was taken from the command line or
+            guessed from the file (its name, its computation time), each with its source.
     """
 
     path: str
@@ -38,6 +40,7 @@ class CheckReport:
     skipped: tuple[str, ...] = ()
     model: str | None = None
     accelerator: str | None = None
+    assumed: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The report as a JSON-ready mapping."""
@@ -49,6 +52,7 @@ class CheckReport:
             "accelerator": self.accelerator,
             "issues": [issue.as_dict() for issue in self.issues],
             "skipped": list(self.skipped),
+            "assumed": list(self.assumed),
         }
         if self.kind == "submission":
             out["runs"] = [run.as_dict() for run in self.runs]
@@ -58,6 +62,8 @@ class CheckReport:
         """A readable report: the verdict line, then one line per issue and per run."""
         what = " ".join(x for x in (self.model, self.accelerator) if x)
         lines = [f"{indent}{self.verdict}  {self.path} ({self.kind}{', ' + what if what else ''})"]
+        for note in self.assumed:
+            lines.append(f"{indent}  [assumed] {note}")
         for issue in self.issues:
             detail = []
             if issue.expected is not None:

@@ -3,6 +3,7 @@ or a submission directory (:func:`check_path`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import os
 from collections.abc import Mapping, Sequence
@@ -10,16 +11,24 @@ from pathlib import Path
 from typing import Any, Final
 
 from storage_workloads.checker.checkpointing import _check_checkpointing
+from storage_workloads.checker.files import (
+    Assumed,
+    datagen_params,
+    is_hydra_record,
+    is_workload,
+    workload_params,
+)
 from storage_workloads.checker.params import TRAINING_KEYS, _load_mapping, _unknown_keys
 from storage_workloads.checker.report import CheckReport, _invalid, _same, flatten
 from storage_workloads.checker.training import _check_training
 from storage_workloads.checkpoint import CHECKPOINT_WORKLOADS
-from storage_workloads.dlio import to_datagen_config
 from storage_workloads.dotted import apply_params
 from storage_workloads.layout import generates_data, read_metadata
 from storage_workloads.rules import Issue, verdict
 from storage_workloads.workloads import MODELS, WORKLOADS
 
+#: No value given on the command line.
+_NOTHING: Final = Assumed()
 #: Runs one submission must hold.
 RUNS_PER_SUBMISSION: Final = 5
 
@@ -142,31 +151,6 @@ def _run_config(
         return None
 
 
-def _datagen_accelerator(model: str, config: Mapping[str, Any]) -> tuple[str, list[str]] | None:
-    """For a datagen of ``model``, which has no accelerator: the accelerator whose published
-    datagen is nearest ``config`` (fewest differing dataset keys; the first on a tie), and the
-    accelerators that share that datagen."""
-    ran = flatten(config)
-    scores: dict[str, int] = {}
-    shapes: dict[str, dict[str, Any]] = {}
-    for (m, a), w in WORKLOADS.items():
-        if m != model:
-            continue
-        shape = flatten(to_datagen_config(w, data_folder="data"))
-        shapes[a] = shape
-        scores[a] = sum(
-            1
-            for k in set(shape) | {k for k in ran if k.startswith("dataset.")}
-            if k.startswith("dataset.")
-            and k != "dataset.data_folder"
-            and shape.get(k) != ran.get(k)
-        )
-    if not scores:
-        return None
-    best = min(scores, key=lambda a: scores[a])
-    return best, [a for a in shapes if shapes[a] == shapes[best]]
-
-
 def _described_params(
     path: Path, config: Mapping[str, Any], skipped: list[str]
 ) -> tuple[dict[str, Any], bool]:
@@ -180,14 +164,7 @@ def _described_params(
     params: dict[str, Any] = {"model": model, "config": dict(config)}
     datagen = meta.get("command") == "datagen" or generates_data(config)
     if datagen:
-        nearest = _datagen_accelerator(str(model), config) if isinstance(model, str) else None
-        if nearest is not None:
-            params["accelerator"], same = nearest
-            skipped.append(
-                f"accelerator: a datagen has none; its dataset is checked against {model}'s "
-                f"published datagen (that of {', '.join(same)})"
-            )
-        skipped.append("au: a datagen run has no accelerator utilisation")
+        datagen_params(params, skipped)
         return params, True
     accelerator = meta.get("accelerator") or _infer_accelerator(config)
     params["accelerator"] = accelerator or (
@@ -197,9 +174,10 @@ def _described_params(
     return params, False
 
 
-def _check_run_dir(path: Path) -> CheckReport:
+def _check_run_dir(path: Path, given: Assumed = _NOTHING) -> CheckReport:
     issues: list[Issue] = []
     skipped: list[str] = []
+    assumed: list[str] = []
     record_path = path / RUN_RECORD
     params: dict[str, Any] | None
     datagen = False
@@ -266,6 +244,7 @@ def _check_run_dir(path: Path) -> CheckReport:
             if values:
                 params["host_memory_gb"] = max(values)
                 params.setdefault("hosts", len(values))
+    given.fill(params, assumed, checkpointing=_is_checkpointing(params))
     report = check_params(params, source=str(path), datagen=datagen)
     issues = [*issues, *report.issues]
     skipped = [*skipped, *report.skipped]
@@ -297,11 +276,12 @@ def _check_run_dir(path: Path) -> CheckReport:
         skipped=tuple(skipped),
         model=report.model,
         accelerator=None if datagen else report.accelerator,
+        assumed=tuple(assumed),
     )
 
 
-def _check_submission(path: Path, runs: Sequence[Path]) -> CheckReport:
-    reports = tuple(_check_run_dir(run) for run in runs)
+def _check_submission(path: Path, runs: Sequence[Path], given: Assumed) -> CheckReport:
+    reports = tuple(_check_run_dir(run, given) for run in runs)
     issues: list[Issue] = []
     if len(reports) != RUNS_PER_SUBMISSION:
         issues.append(
@@ -339,17 +319,57 @@ def _check_submission(path: Path, runs: Sequence[Path]) -> CheckReport:
     )
 
 
-def check_path(path: str | os.PathLike[str]) -> CheckReport:
-    """Check a parameters file, a run directory or a submission directory (see the module
-    docstring). Never raises for bad content: problems are INVALID issues."""
+def _is_checkpointing(params: Mapping[str, Any]) -> bool:
+    name = params.get("model")
+    return isinstance(name, str) and name.strip().lower().replace("-", "_") in CHECKPOINT_WORKLOADS
+
+
+def _check_workload(
+    config: Mapping[str, Any], source: Path, given: Assumed, issues: list[Issue]
+) -> CheckReport:
+    """Check a DLIO workload mapping as it is (a shipped YAML, or what a Hydra record says
+    DLIO ran), with what it does not hold taken from ``given`` (:mod:`.files`)."""
+    assumed: list[str] = []
+    skipped: list[str] = []
+    params, datagen = workload_params(config, source, given, assumed)
+    if datagen:
+        datagen_params(params, skipped)
+    report = check_params(params, source=str(source), datagen=datagen)
+    found = [*issues, *report.issues]
+    return CheckReport(
+        path=str(source),
+        kind="datagen" if datagen else "params",
+        verdict=verdict(found),
+        issues=tuple(found),
+        skipped=(*skipped, *report.skipped),
+        model=report.model,
+        accelerator=None if datagen else report.accelerator,
+        assumed=tuple(assumed),
+    )
+
+
+def check_path(path: str | os.PathLike[str], *, given: Assumed | None = None) -> CheckReport:
+    """Check a parameters file, a DLIO workload YAML as shipped, a Hydra record folder
+    (``dlio_config/``), a run directory or a submission directory (see the module
+    docstring). ``given`` (the command line's accelerator, counts and memory) fills what the
+    file or run does not say; the report's ``assumed`` lists each value so taken. Never
+    raises for bad content: problems are INVALID issues."""
+    given = given or _NOTHING
     p = Path(path)
     if p.is_file():
         issues: list[Issue] = []
         params = _load_mapping(p, issues)
         if params is None:
             return CheckReport(str(p), "params", "INVALID", tuple(issues))
+        if is_workload(params):
+            return _check_workload(params, p, given, issues)
+        assumed: list[str] = []
+        given.fill(params, assumed, checkpointing=_is_checkpointing(params))
+        if given.accelerator is not None and params.get("accelerator") is None:
+            params["accelerator"] = given.accelerator
+            assumed.append(f"accelerator: {given.accelerator} (--accelerator)")
         report = check_params(params, source=str(p))
-        return report
+        return dataclasses.replace(report, assumed=tuple(assumed))
     if not p.is_dir():
         return CheckReport(
             str(p),
@@ -357,7 +377,18 @@ def check_path(path: str | os.PathLike[str]) -> CheckReport:
             "INVALID",
             (_invalid(str(p), f"{p} does not exist", "readable"),),
         )
+    if is_hydra_record(p) and not _is_run_dir(p):
+        issues = []
+        loaded = _load_mapping(p / "config.yaml", issues)
+        config = None if loaded is None else loaded.get("workload", loaded)
+        if not isinstance(config, Mapping):
+            if not issues:
+                issues.append(
+                    _invalid("workload", f"{p / 'config.yaml'}: no workload mapping", "parse")
+                )
+            return CheckReport(str(p), "params", "INVALID", tuple(issues))
+        return _check_workload(config, p, given, issues)
     if _is_run_dir(p):
-        return _check_run_dir(p)
+        return _check_run_dir(p, given)
     runs = sorted(child for child in p.iterdir() if child.is_dir() and _is_run_dir(child))
-    return _check_submission(p, runs)
+    return _check_submission(p, runs, given)

@@ -11,6 +11,7 @@ from fractions import Fraction
 from typing import Any
 
 from storage_workloads.checker import check_path
+from storage_workloads.checker.files import Assumed
 from storage_workloads.checkpoint import CHECKPOINT_WORKLOADS, to_checkpoint_config
 from storage_workloads.cli.options import (
     _columns,
@@ -26,7 +27,7 @@ from storage_workloads.sizing import (
     steps_term,
     suggested_subfolders,
 )
-from storage_workloads.workloads import ASSUMED_FIELDS, WORKLOADS, workload
+from storage_workloads.workloads import ACCELERATORS, ASSUMED_FIELDS, WORKLOADS, workload
 
 
 def _add_list(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -246,15 +247,40 @@ def _add_check(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """``check``: the rules checker."""
     check = commands.add_parser(
         "check",
-        help="CLOSED, OPEN or INVALID: a parameters file, a run or a submission directory",
-        description="Check a run against the MLPerf Storage rules.",
+        help="CLOSED, OPEN or INVALID: a parameters file, a DLIO workload YAML, a Hydra "
+        "record (dlio_config/), a run or a submission directory",
+        description="Check a run against the MLPerf Storage rules. A DLIO workload YAML (as "
+        "mlpstorage ships it) or a Hydra record does not say how many accelerators ran or the "
+        "hosts' memory: the options below say it, and the report lists each value assumed.",
     )
     check.add_argument("path", metavar="RUN_DIR_OR_PARAMS")
     check.add_argument("--format", choices=("text", "json"), default="text")
+    check.add_argument(
+        "--accelerator",
+        choices=ACCELERATORS,
+        help="the emulated accelerator, where the file does not name it (its name does: "
+        "resnet50_h100.yaml)",
+    )
+    check.add_argument(
+        "--num-accelerators",
+        type=_int_at_least(1),
+        metavar="N",
+        help="accelerators (MPI processes) of all hosts; a checkpointing run's processes",
+    )
+    check.add_argument("--hosts", type=_int_at_least(1), metavar="N", help="client hosts")
+    check.add_argument(
+        "--host-memory-gb", type=_positive_float, metavar="GIB", help="memory of one host, GiB"
+    )
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    report = check_path(args.path)
+    given = Assumed(
+        accelerator=args.accelerator,
+        num_accelerators=args.num_accelerators,
+        hosts=args.hosts,
+        host_memory_gb=args.host_memory_gb,
+    )
+    report = check_path(args.path, given=given)
     if args.format == "json":
         print(json.dumps(report.as_dict(), indent=2))
     else:
