@@ -60,8 +60,11 @@ def _fake_execute(launch: Any, *, run_dir: Path, timeout_s: float | None, log: A
     (record / "overrides.yaml").write_text(yaml.safe_dump(task))
     choices = {"hydra": {"runtime": {"choices": {"workload": launch.name}}}}
     (record / "hydra.yaml").write_text(yaml.safe_dump(choices))
+    section = launch.expected.get("checkpoint", {})
+    if not launch.expected.get("workflow", {}).get("train", True):  # the fork's checkpointing
+        _fork_checkpointing(run_dir, launch.cmd, section)
+        return 1.5
     shutil.copytree(FIXTURE, run_dir, dirs_exist_ok=True)
-    section = launch.config.get("checkpoint", {})
     if "num_checkpoints_write" in section:
         (run_dir / CHECKPOINT_TIMINGS).write_text(
             json.dumps(
@@ -76,6 +79,33 @@ def _fake_execute(launch: Any, *, run_dir: Path, timeout_s: float | None, log: A
             )
         )
     return 1.5
+
+
+def _fork_checkpointing(run_dir: Path, cmd: list[str], section: dict[str, Any]) -> None:
+    """What the MLPerf DLIO fork leaves after a checkpointing run: ``summary.json`` with its
+    checkpoint metrics (0.5 GiB a checkpoint, written at 2 GiB/s, read at 4 GiB/s), rank 0's
+    ``0_per_epoch_stats.json`` with each save and load, and the checkpoint files."""
+    processes = int(cmd[cmd.index("-n") + 1]) if "-n" in cmd else 1
+    writes, reads = section["num_checkpoints_write"], section["num_checkpoints_read"]
+    epoch: dict[str, Any] = {}
+    for kind, count, seconds in (("save", writes, 0.25), ("load", reads, 0.125)):
+        for i in range(1, count + 1):
+            epoch[f"{kind}_ckpt{i}"] = {"duration": seconds, "throughput": 0.5 / seconds}
+    (run_dir / "0_per_epoch_stats.json").write_text(json.dumps({"1": epoch}))
+    metric = {
+        "save_checkpoint_io_mean_GB_per_second": 2.0,
+        "save_checkpoint_duration_mean_seconds": 0.25,
+        "load_checkpoint_io_mean_GB_per_second": 4.0,
+        "load_checkpoint_duration_mean_seconds": 0.125,
+        "checkpoint_size_GB": 0.5,
+    }
+    summary = {"num_accelerators": processes, "num_hosts": 1, "metric": metric, "epochs": 0}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    folder = Path(section["checkpoint_folder"])
+    for i in range(1, writes + 1):
+        step = folder / f"global_epoch1_step{i}"
+        step.mkdir(parents=True)
+        (step / "model_states-0.pt").write_bytes(b"\0" * 8)
 
 
 @pytest.fixture

@@ -212,6 +212,7 @@ def test_checkpoint_what_if(tmp_path: Path, venv: Path, capsys: pytest.CaptureFi
     before = _snapshot(tmp_path)
     args = ["checkpoint", "llama3_8b", "--run-dir", str(run), "--checkpoint-folder", str(folder)]
     args += ["--processes", "2", "--scale", "0.001", "--dlio-venv", str(venv), "--what-if"]
+    args += ["--engine", "dlio", "--emulation"]
     assert main(args) == 0
     out = capsys.readouterr().out
     cmd, config = _plan(out)

@@ -528,6 +528,8 @@ def test_checkpointing_run(tmp_path: Path) -> None:
         run_dir=tmp_path / "run",
         checkpoint_folder=tmp_path / "checkpoints",
         processes=2,
+        engine="dlio",
+        emulation=True,
         scale=1e-4,
     )
     # 2 of 8 ranks (subset mode): a quarter of 105 GB, times 1e-4.
@@ -548,5 +550,10 @@ def test_checkpointing_run(tmp_path: Path) -> None:
     )
     with pytest.raises(DlioError, match="is not empty"):
         run_checkpointing(
-            w, run_dir=tmp_path / "again", checkpoint_folder=tmp_path / "checkpoints", processes=2
+            w,
+            run_dir=tmp_path / "again",
+            checkpoint_folder=tmp_path / "checkpoints",
+            processes=2,
+            engine="dlio",
+            emulation=True,
         )

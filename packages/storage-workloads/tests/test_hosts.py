@@ -371,7 +371,7 @@ def test_cli_datagen_and_checkpoint_take_a_host_list(
     assert main([*gen, "--hosts", "h1:2,h2:1", "--what-if"]) == 0
     command = capsys.readouterr().out.splitlines()[0].split()
     assert command[1:5] == ["-n", "3", "--host", "h1:2,h2:1"]
-    ckpt = ["checkpoint", "llama3_8b", "--results-dir", str(root), "--scale", "0.001"]
+    ckpt = ["checkpoint", "llama3_8b", "--results-dir", str(root)]
     ckpt += ["--checkpoint-folder", str(tmp_path / "ckpt"), "--hosts", "h1:4,h2:4"]
     assert main([*ckpt, "--what-if"]) == 0
     out = capsys.readouterr().out

@@ -191,6 +191,8 @@ def test_runs_into_a_results_tree(
     ckpt = run_checkpointing(
         checkpoint_workload("llama3_8b"),
         checkpoint_folder=tmp_path / "ckpt",
+        engine="dlio",
+        emulation=True,
         scale=1e-4,
         hosts=HOSTS,
         **common,

@@ -86,9 +86,10 @@ def _config_name(source: Path) -> str:
     return source.stem
 
 
-def _checkpoint_name(name: object, stem: str) -> str | None:
+def checkpoint_name(name: object, stem: str) -> str | None:
     """The checkpointing workload a file is of: its ``model.name`` as DLIO spells it
     (``llama_8b``) or as this package does (``llama3_8b``), else the file's name."""
+    stem = stem.replace("-", "_")
     for w in CHECKPOINT_WORKLOADS.values():
         if name in (w.dlio_model_name, w.name) or stem == w.name:
             return w.name
@@ -120,7 +121,7 @@ def workload_params(
     stem = _config_name(source)
     model_map = config.get("model")
     name = model_map.get("name") if isinstance(model_map, Mapping) else model_map
-    checkpoint = _checkpoint_name(name, stem)
+    checkpoint = checkpoint_name(name, stem)
     if checkpoint is not None:
         params: dict[str, Any] = {"model": checkpoint, "config": copy.deepcopy(dict(config))}
         given.fill(params, assumed, checkpointing=True)

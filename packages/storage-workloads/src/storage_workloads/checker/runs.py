@@ -13,6 +13,7 @@ from typing import Any, Final
 from storage_workloads.checker.checkpointing import _check_checkpointing
 from storage_workloads.checker.files import (
     Assumed,
+    checkpoint_name,
     datagen_params,
     is_hydra_record,
     is_workload,
@@ -161,6 +162,9 @@ def _described_params(
     meta = read_metadata(path)
     flat = flatten(config)
     model = flat.get("model.name", config.get("model")) or meta.get("model")
+    checkpoint = checkpoint_name(model, str(meta.get("model") or ""))
+    if checkpoint is not None:  # DLIO's llama_8b is the workload llama3_8b
+        return {"model": checkpoint, "config": dict(config)}, False
     params: dict[str, Any] = {"model": model, "config": dict(config)}
     datagen = meta.get("command") == "datagen" or generates_data(config)
     if datagen:
@@ -215,16 +219,18 @@ def _check_run_dir(path: Path, given: Assumed = _NOTHING) -> CheckReport:
                 )
             return CheckReport(str(path), "run", "INVALID", tuple(issues))
         params, datagen = _described_params(path, config, skipped)
+    checkpointing = _is_checkpointing(params)
     if summary is not None:
         n = summary.get("num_accelerators")
-        declared = params.get("num_accelerators")
+        count_key = "num_processes" if checkpointing else "num_accelerators"
+        declared = params.get(count_key)
         if isinstance(n, int) and not isinstance(n, bool):
             if declared is None:
-                params["num_accelerators"] = n
+                params[count_key] = n
             elif declared != n:
                 issues.append(
                     _invalid(
-                        "num_accelerators",
+                        count_key,
                         f"declared {declared} accelerators, but DLIO ran {n} processes",
                         "num-accelerators",
                         expected=declared,
@@ -233,7 +239,8 @@ def _check_run_dir(path: Path, given: Assumed = _NOTHING) -> CheckReport:
                 )
         host_memory = summary.get("host_memory_GB")
         if (
-            isinstance(host_memory, list)
+            not checkpointing
+            and isinstance(host_memory, list)
             and host_memory
             and params.get("host_memory_gb") is None
             and params.get("measured_host_memory_gb") is None
@@ -244,7 +251,7 @@ def _check_run_dir(path: Path, given: Assumed = _NOTHING) -> CheckReport:
             if values:
                 params["host_memory_gb"] = max(values)
                 params.setdefault("hosts", len(values))
-    given.fill(params, assumed, checkpointing=_is_checkpointing(params))
+    given.fill(params, assumed, checkpointing=checkpointing)
     report = check_params(params, source=str(path), datagen=datagen)
     issues = [*issues, *report.issues]
     skipped = [*skipped, *report.skipped]
