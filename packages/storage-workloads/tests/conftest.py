@@ -61,7 +61,8 @@ def _fake_execute(launch: Any, *, run_dir: Path, timeout_s: float | None, log: A
     choices = {"hydra": {"runtime": {"choices": {"workload": launch.name}}}}
     (record / "hydra.yaml").write_text(yaml.safe_dump(choices))
     section = launch.expected.get("checkpoint", {})
-    if not launch.expected.get("workflow", {}).get("train", True):  # the fork's checkpointing
+    workflow = launch.expected.get("workflow", {})
+    if workflow.get("checkpoint") and not workflow.get("train", True):  # the fork's checkpointing
         _fork_checkpointing(run_dir, launch.cmd, section)
         return 1.5
     shutil.copytree(FIXTURE, run_dir, dirs_exist_ok=True)
