@@ -26,6 +26,7 @@ from storage_workloads.cli import main
 from storage_workloads.dlio import launch as launch_module
 from storage_workloads.dlio_ext.sw_dlio_ext.formats import check_tfrecord_index
 from storage_workloads.dliorun import DLIO_VENV_ENV, DlioError, run_checkpointing
+from storage_workloads.dotted import apply_params
 from storage_workloads.hosts import local_host_memory
 
 VENV = os.environ.get(DLIO_VENV_ENV)
@@ -112,7 +113,10 @@ def run(root: Path, model: str, *args: str, accelerator: str = "h100") -> dict[s
     assert hydra["hydra"]["runtime"]["choices"]["workload"] == name
     ran = yaml.safe_load((out / "dlio_config" / "config.yaml").read_text())["workload"]
     wrote = yaml.safe_load((out / "configs" / "workload" / f"{name}.yaml").read_text())
-    assert ran["dataset"] == wrote["dataset"] and ran["train"] == wrote["train"]
+    # The published file, and the run's changes as Hydra overrides (recorded in run.json).
+    overrides = json.loads((out / "run.json").read_text())["dlio_overrides"]
+    expected = apply_params(wrote, overrides)
+    assert ran["dataset"] == expected["dataset"] and ran["train"] == expected["train"]
     print(
         f"timing: run {model} {accelerator} (2 ranks, {len(result['epochs'])} epochs): "
         f"{result['wall_s']:.1f} s, AU {result['au_mean_percent']:.1f}%"
