@@ -85,8 +85,7 @@ def run_training(
     check sizes the dataset on its sum. A ``host_memory_gb`` (per host, GiB) whose total is
     below it by more than 5% is refused with ``ValueError``; one above it is reported through
     ``log``. A parquet workload is read by the reader of :mod:`storage_workloads.dlio_ext`,
-    named to DLIO by the Hydra override ``reader.reader_classname`` (recorded in ``run.json``,
-    not in the workload YAML). Everything is validated before any file is written: the dataset
+    named to DLIO in the workload YAML's ``reader.reader_classname``. Everything is validated before any file is written: the dataset
     must hold the files the run reads, and ``run_dir`` must not hold an earlier run's results.
     With ``what_if``, returns after that validation what the run would do (the command, the
     config and ``run.json``) without creating any file or folder.
