@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from storage_workloads.dlio import dump_yaml, runs
 from storage_workloads.dlio_ext import CHECKPOINT_TIMINGS
 from storage_workloads.dliorun import DLIO_VENV_ENV
+from storage_workloads.layout import HYDRA_SUBDIR
 
 
 @pytest.fixture
@@ -45,13 +47,25 @@ FIXTURE = Path(__file__).parent / "data" / "dlio-2ranks-2epochs"
 
 def _fake_execute(launch: Any, *, run_dir: Path, timeout_s: float | None, log: Any) -> float:
     """Stand-in for the DLIO launch (``storage_workloads.dlio.runs._execute``): writes the
-    workload YAML as the real one does, leaves a recorded two-rank run as DLIO's output and,
-    for checkpointing, the mechanism's timings (2 MB a checkpoint, 10 ms a write, 5 ms a
-    read)."""
+    workload YAML as the real one does, leaves Hydra's record as DLIO does (the config it
+    composed, the task overrides of the command line, the workload it chose), a recorded
+    two-rank run as DLIO's output and, for checkpointing, the mechanism's timings (2 MB a
+    checkpoint, 10 ms a write, 5 ms a read)."""
     (run_dir / "configs" / "workload").mkdir(parents=True)
     (run_dir / "configs" / "workload" / f"{launch.name}.yaml").write_text(dump_yaml(launch.config))
+    record = run_dir / HYDRA_SUBDIR
+    record.mkdir()
+    (record / "config.yaml").write_text(dump_yaml({"workload": launch.expected}))
+    task = [a for a in launch.cmd if a.startswith(("workload=", "++workload."))]
+    (record / "overrides.yaml").write_text(yaml.safe_dump(task))
+    choices = {"hydra": {"runtime": {"choices": {"workload": launch.name}}}}
+    (record / "hydra.yaml").write_text(yaml.safe_dump(choices))
+    section = launch.expected.get("checkpoint", {})
+    workflow = launch.expected.get("workflow", {})
+    if workflow.get("checkpoint") and not workflow.get("train", True):  # the fork's checkpointing
+        _fork_checkpointing(run_dir, launch.cmd, section)
+        return 1.5
     shutil.copytree(FIXTURE, run_dir, dirs_exist_ok=True)
-    section = launch.config.get("checkpoint", {})
     if "num_checkpoints_write" in section:
         (run_dir / CHECKPOINT_TIMINGS).write_text(
             json.dumps(
@@ -66,6 +80,33 @@ def _fake_execute(launch: Any, *, run_dir: Path, timeout_s: float | None, log: A
             )
         )
     return 1.5
+
+
+def _fork_checkpointing(run_dir: Path, cmd: list[str], section: dict[str, Any]) -> None:
+    """What the MLPerf DLIO fork leaves after a checkpointing run: ``summary.json`` with its
+    checkpoint metrics (0.5 GiB a checkpoint, written at 2 GiB/s, read at 4 GiB/s), rank 0's
+    ``0_per_epoch_stats.json`` with each save and load, and the checkpoint files."""
+    processes = int(cmd[cmd.index("-n") + 1]) if "-n" in cmd else 1
+    writes, reads = section["num_checkpoints_write"], section["num_checkpoints_read"]
+    epoch: dict[str, Any] = {}
+    for kind, count, seconds in (("save", writes, 0.25), ("load", reads, 0.125)):
+        for i in range(1, count + 1):
+            epoch[f"{kind}_ckpt{i}"] = {"duration": seconds, "throughput": 0.5 / seconds}
+    (run_dir / "0_per_epoch_stats.json").write_text(json.dumps({"1": epoch}))
+    metric = {
+        "save_checkpoint_io_mean_GB_per_second": 2.0,
+        "save_checkpoint_duration_mean_seconds": 0.25,
+        "load_checkpoint_io_mean_GB_per_second": 4.0,
+        "load_checkpoint_duration_mean_seconds": 0.125,
+        "checkpoint_size_GB": 0.5,
+    }
+    summary = {"num_accelerators": processes, "num_hosts": 1, "metric": metric, "epochs": 0}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    folder = Path(section["checkpoint_folder"])
+    for i in range(1, writes + 1):
+        step = folder / f"global_epoch1_step{i}"
+        step.mkdir(parents=True)
+        (step / "model_states-0.pt").write_bytes(b"\0" * 8)
 
 
 @pytest.fixture

@@ -50,7 +50,7 @@ VERDICT_TABLE = [
     ({"framework": "tensorflow"}, "closed", "OPEN", "open-parameters"),
     ({"framework": "tensorflow"}, "open", "OPEN", "open-parameters"),
     ({"dataset.format": "hdf5"}, "open", "OPEN", "open-parameters"),
-    ({"dataset.num_samples_per_file": 4}, "closed", "OPEN", "open-parameters"),
+    ({"dataset.num_samples_per_file": 4}, "closed", "INVALID", "open-parameters samples-per-file"),
     ({"reader.data_loader": "dali"}, "open", "OPEN", "open-parameters"),
     # forbidden in both
     ({"reader.batch_size": 8}, "closed", "INVALID", "allowed-overrides"),
@@ -59,8 +59,10 @@ VERDICT_TABLE = [
     ({"train.epochs": 1}, "closed", "INVALID", "allowed-overrides"),
     ({"metric.au": 0.5}, "closed", "INVALID", "allowed-overrides"),
     ({"dataset.record_length": 1}, "closed", "INVALID", "allowed-overrides"),
-    ({"reader.read_threads": -1}, "closed", "INVALID", "value-kind"),
-    ({"framework": "jax"}, "open", "INVALID", "open-parameters value-kind"),
+    ({"reader.read_threads": "4"}, "closed", "INVALID", "value-kind"),
+    # no range in the rules text: mlpstorage's verdict
+    ({"reader.read_threads": -1}, "closed", "CLOSED", None),
+    ({"framework": "jax"}, "open", "OPEN", "open-parameters"),
 ]
 
 
@@ -113,11 +115,11 @@ def test_sizing_rule() -> None:
         "INVALID",
         [("dataset.num_files_train", "INVALID", "sizing")],
     )
-    # 1 TiB in all (8 hosts of 128 GiB) needs 37,501 files: the memory term.
-    params = {**BASE, "hosts": 8, "overrides": {"dataset.num_files_train": 37_500}}
+    # 1 TiB in all (8 hosts of 128 GiB) needs 37,500 files (37,500.2 floored): the memory term.
+    params = {**BASE, "hosts": 8, "overrides": {"dataset.num_files_train": 37_499}}
     report = check_params(params)
     assert report.verdict == "INVALID"
-    assert report.issues[0].expected == ">= 37501"
+    assert report.issues[0].expected == ">= 37500"
     # Undeclared memory: cannot be checked, which a run must not leave open.
     report = check_params({"model": "unet3d", "accelerator": "h100"})
     assert report.verdict == "INVALID"
@@ -354,3 +356,92 @@ def test_cli_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     captured = capsys.readouterr()
     assert json.loads(captured.out)["issues"][0]["rule"] == "parse"
     assert "Traceback" not in captured.err
+
+
+def _shipped(tmp_path: Path, name: str, config: dict[str, Any]) -> Path:
+    """A workload YAML as mlpstorage ships it: the DLIO mapping itself, named for its config."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_a_shipped_workload_yaml_is_read_as_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = to_dlio_config(
+        workload("resnet50", "h100"), data_folder="data/resnet50", engine="mlperf-dlio"
+    )
+    shipped = _shipped(tmp_path, "resnet50_h100", config)
+    # Without the counts: the accelerator from the file's name, and what is missing said.
+    report = check_path(shipped)
+    assert (report.model, report.accelerator, report.kind) == ("resnet50", "h100", "params")
+    assert report.assumed == (
+        "accelerator: h100 (from the file name 'resnet50_h100'; --accelerator sets another)",
+        "the file holds no accelerator count or host memory: give --num-accelerators and "
+        "--host-memory-gb",
+    )
+    assert [i.rule for i in report.issues] == ["sizing"]
+    assert not any("unknown key" in i.message for i in report.issues)
+    # With them, from the command line: the sizing rule as mlpstorage computes it.
+    args = ["check", str(shipped), "--num-accelerators", "8", "--hosts", "2"]
+    assert main([*args, "--host-memory-gb", "256"]) == 1
+    out = capsys.readouterr().out
+    assert "[assumed] num_accelerators: 8 (--num-accelerators)" in out
+    assert "[assumed] host_memory_gb: 256 (--host-memory-gb)" in out
+    assert "fewer than the 19,163 that 2 host(s) of 256 GiB and 8 accelerator(s)" in out
+    # A renamed file is known by its computation time; an unknown one asks for --accelerator.
+    renamed = _shipped(tmp_path, "mine", config)
+    assert check_path(renamed).accelerator == "h100"
+    config["train"]["computation_time"] = 0.3
+    odd = check_path(_shipped(tmp_path, "odd", config))
+    assert (
+        "the file names no accelerator (by its name or computation time): give " in (odd.assumed[0])
+    )
+    assert (
+        check_path(_shipped(tmp_path, "odd", config), given=_given(accelerator="a100")).assumed[0]
+        == "accelerator: a100 (--accelerator)"
+    )
+
+
+def _given(**values: Any) -> Any:
+    from storage_workloads.checker.files import Assumed
+
+    return Assumed(**values)
+
+
+def test_a_shipped_checkpointing_yaml(tmp_path: Path) -> None:
+    w = checkpoint_workload("llama3_70b")
+    shipped = _shipped(
+        tmp_path, "llama3_70b", to_checkpoint_config(w, checkpoint_folder="checkpoints/llama_70b")
+    )
+    report = check_path(shipped)
+    assert (report.verdict, report.model) == ("CLOSED", "llama3_70b")
+    assert report.assumed == (
+        "num_processes: 64 (the closed count; --num-accelerators sets another)",
+    )
+    # On 8 processes mlpstorage adds the subset mode's keys; the check assumes them too.
+    subset = check_path(shipped, given=_given(num_accelerators=8))
+    assert subset.verdict == "CLOSED"
+    assert subset.assumed == (
+        "num_processes: 8 (--num-accelerators)",
+        "checkpoint.mode: 'subset' (mlpstorage adds it on 8 processes)",
+        "model.parallelism.data: 8 (mlpstorage adds it on 8 processes)",
+    )
+
+
+def test_a_hydra_record_folder(tmp_path: Path) -> None:
+    record = tmp_path / "dlio_config"
+    record.mkdir()
+    config = to_dlio_config(workload("unet3d", "a100"), data_folder="/d", engine="mlperf-dlio")
+    config["dataset"]["num_files_train"] = 3500  # 500 steps of 1 accelerator
+    (record / "config.yaml").write_text(yaml.safe_dump({"workload": config}))
+    (record / "overrides.yaml").write_text(
+        "- workload=unet3d_a100\n- ++workload.dataset.data_folder=/d\n"
+    )
+    report = check_path(record, given=_given(num_accelerators=1, host_memory_gb=1))
+    assert (report.verdict, report.model, report.accelerator) == ("CLOSED", "unet3d", "a100")
+    assert report.assumed[0].startswith("accelerator: a100 (from the file name 'unet3d_a100'")
+    # A config.yaml without a workload mapping: one INVALID issue naming the file.
+    (record / "config.yaml").write_text("workload: 5\n")
+    bad = check_path(record)
+    assert bad.verdict == "INVALID" and "config.yaml: no workload mapping" in bad.issues[0].message

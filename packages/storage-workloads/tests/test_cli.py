@@ -143,3 +143,18 @@ def test_size_arguments_take_binary_units() -> None:
     w = _workload(args)
     assert (w.size_distribution, w.size_min, w.size_max) == ("fixed", 1 << 30, 1 << 30)
     assert (w.warmup_period_s, w.put_prefix) == (2.5, "w/")
+
+
+@pytest.mark.parametrize("args", [["show", "unet3d"], ["list"]])
+def test_a_closed_pipe_stops_quietly(args: list[str]) -> None:
+    """``storage-workloads show ... | head -1``: the reader closes the pipe; the command stops
+    with status 141 (128 + SIGPIPE) and no traceback."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "storage_workloads", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before anything is written: every write meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert (proc.wait(timeout=60), err) == (141, "")

@@ -18,7 +18,7 @@ from storage_workloads import (
     workload,
 )
 from storage_workloads.cli import main
-from storage_workloads.dlio import dump_yaml
+from storage_workloads.dlio import dump_yaml, published_data_folder
 from storage_workloads.dlio_ext import LAUNCHER, PLUGIN_PATH
 from storage_workloads.dliorun import (
     checkpoint_config,
@@ -51,16 +51,21 @@ def test_what_if_run_and_datagen_write_nothing(
     captured = capsys.readouterr()
     assert "nothing was run, created or changed" in captured.err
     cmd, config = _plan(captured.out)
+    # The workload file as published; the run's changes as Hydra overrides, as mlpstorage
+    # passes them (so Hydra's overrides.yaml records each).
     assert cmd == dlio_command(
         venv.resolve() / "bin" / "dlio_benchmark",
         config_dir=run / "configs",
         workload_name=config_name("dlrm", "h100"),
         output_dir=run,
         processes=2,
+        overrides={"dataset.data_folder": str(data.resolve()), "dataset.num_files_train": 2},
     )
     assert cmd[:3] == ["/opt/bin/mpirun", "-n", "2"]
-    expected = to_dlio_config(workload("dlrm", "h100"), data_folder=data.resolve(), num_files=2)
-    assert config == yaml.safe_load(dump_yaml(expected))
+    published = to_dlio_config(
+        workload("dlrm", "h100"), data_folder=published_data_folder("dlrm"), num_subfolders=0
+    )
+    assert config == yaml.safe_load(dump_yaml(published))
     assert not run.exists() and _snapshot(tmp_path) == before
 
     new_data = tmp_path / "new-data"
@@ -71,10 +76,35 @@ def test_what_if_run_and_datagen_write_nothing(
         config_dir=run / "configs",
         workload_name=config_name(workload("dlrm", "h100").datagen.model, "datagen"),
         output_dir=run,
+        # dlrm's 65,536 files go into 7 subfolders (suggested_subfolders)
+        overrides={
+            "dataset.data_folder": str(new_data.resolve()),
+            "dataset.num_subfolders_train": 7,
+        },
     )
-    expected = to_datagen_config(workload("dlrm", "h100").datagen, data_folder=new_data.resolve())
+    expected = to_datagen_config(
+        workload("dlrm", "h100").datagen,
+        data_folder=published_data_folder("dlrm"),
+        num_subfolders=0,
+    )
     assert config == yaml.safe_load(dump_yaml(expected))
     assert not run.exists() and not new_data.exists() and _snapshot(tmp_path) == before
+
+
+def test_what_if_plans_datagen_and_run_together(
+    tmp_path: Path, venv: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The run's data does not exist yet: the plan says so, and the run itself refuses.
+    data, run = tmp_path / "data", tmp_path / "run"
+    common = ["--data-dir", str(data), "--dlio-venv", str(venv), "--num-files", "3"]
+    assert main(["datagen", "dlrm", *common, "--run-dir", str(tmp_path / "gen"), "--what-if"]) == 0
+    capsys.readouterr()
+    assert main(["run", "dlrm", *common, "--run-dir", str(run), "--what-if"]) == 0
+    out = capsys.readouterr().out
+    assert f"# note: the dataset is missing: {data.resolve() / 'train'} holds 0 .npz files" in out
+    assert main(["run", "dlrm", *common, "--run-dir", str(run)]) == 2
+    assert "holds 0 .npz files and the run reads 3" in capsys.readouterr().err
+    assert not data.exists() and not run.exists()
 
 
 def test_what_if_validates_as_a_run(
@@ -83,12 +113,10 @@ def test_what_if_validates_as_a_run(
     data, run = tmp_path / "data", tmp_path / "run"
     npz_dataset(data, 2)
     common = ["--data-dir", str(data), "--run-dir", str(run), "--what-if"]
-    # No DLIO, too few files, a populated data folder for datagen: the real run's errors.
+    # No DLIO, a populated data folder for datagen: the real run's errors.
     assert main(["run", "dlrm", *common, "--num-files", "2", "--dlio-venv", "/nope"]) == 2
     err = capsys.readouterr().err
     assert "no dlio_benchmark in /nope" in err and err.count("\n") == 1
-    assert main(["run", "dlrm", *common, "--num-files", "3", "--dlio-venv", str(venv)]) == 2
-    assert "holds 2 .npz files and the run reads 3" in capsys.readouterr().err
     assert main(["datagen", "dlrm", *common, "--dlio-venv", str(venv)]) == 2
     assert "already holds files" in capsys.readouterr().err
     assert not run.exists()
@@ -184,6 +212,7 @@ def test_checkpoint_what_if(tmp_path: Path, venv: Path, capsys: pytest.CaptureFi
     before = _snapshot(tmp_path)
     args = ["checkpoint", "llama3_8b", "--run-dir", str(run), "--checkpoint-folder", str(folder)]
     args += ["--processes", "2", "--scale", "0.001", "--dlio-venv", str(venv), "--what-if"]
+    args += ["--engine", "dlio", "--emulation"]
     assert main(args) == 0
     out = capsys.readouterr().out
     cmd, config = _plan(out)

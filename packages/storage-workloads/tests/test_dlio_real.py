@@ -26,6 +26,7 @@ from storage_workloads.cli import main
 from storage_workloads.dlio import launch as launch_module
 from storage_workloads.dlio_ext.sw_dlio_ext.formats import check_tfrecord_index
 from storage_workloads.dliorun import DLIO_VENV_ENV, DlioError, run_checkpointing
+from storage_workloads.dotted import apply_params
 from storage_workloads.hosts import local_host_memory
 
 VENV = os.environ.get(DLIO_VENV_ENV)
@@ -112,7 +113,10 @@ def run(root: Path, model: str, *args: str, accelerator: str = "h100") -> dict[s
     assert hydra["hydra"]["runtime"]["choices"]["workload"] == name
     ran = yaml.safe_load((out / "dlio_config" / "config.yaml").read_text())["workload"]
     wrote = yaml.safe_load((out / "configs" / "workload" / f"{name}.yaml").read_text())
-    assert ran["dataset"] == wrote["dataset"] and ran["train"] == wrote["train"]
+    # The published file, and the run's changes as Hydra overrides (recorded in run.json).
+    overrides = json.loads((out / "run.json").read_text())["dlio_overrides"]
+    expected = apply_params(wrote, overrides)
+    assert ran["dataset"] == expected["dataset"] and ran["train"] == expected["train"]
     print(
         f"timing: run {model} {accelerator} (2 ranks, {len(result['epochs'])} epochs): "
         f"{result['wall_s']:.1f} s, AU {result['au_mean_percent']:.1f}%"
@@ -147,7 +151,8 @@ def test_npz_datagen_files_on_disk(npz: Path) -> None:
 def test_wrong_record_length_key_is_caught(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """dlio-benchmark 2.0.0 ignores record_length_bytes (the MLPerf fork's key) silently."""
+    """dlio-benchmark 2.0.0 ignores record_length_bytes (the MLPerf fork's key) silently: a run
+    for the fork on it is refused before anything is written."""
     code = main(
         [
             "datagen",
@@ -164,10 +169,11 @@ def test_wrong_record_length_key_is_caught(
             *TF,
         ]
     )
-    assert code == 1
-    assert "DLIO did not take the record length" in capsys.readouterr().err
-    sizes = [p.stat().st_size for p in (tmp_path / "data" / "train").glob("*.npz")]
-    assert len(sizes) == 2 and min(sizes) > 65_536  # DLIO's default 64 KiB records
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "writes configs for the MLPerf DLIO fork, but" in err
+    assert "is dlio-benchmark 2.0.0: pass --engine dlio" in err
+    assert not (tmp_path / "data").exists() and not (tmp_path / "run").exists()
 
 
 def test_npz_training_run(npz: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -223,15 +229,16 @@ def test_config_name_clash_is_caught(
     npz: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Without the project prefix the unet3d h100 config is named like DLIO's packaged one,
-    which Hydra picks: DLIO then runs its own workload (its data folder, 168 files, pytorch),
-    and the check of the Hydra record says so instead of reporting that run."""
+    which Hydra picks: DLIO then runs its own workload (with the run's Hydra overrides), and
+    the check of the Hydra record says so instead of reporting that run."""
     monkeypatch.setattr(launch_module, "CONFIG_PREFIX", "")
     args = ["--data-dir", str(npz / "data"), "--run-dir", str(tmp_path / "run")]
     code = main(["run", "unet3d", "--accelerator", "h100", *args, "--num-files", "4", *TF_RUN])
     err = capsys.readouterr().err
     assert code == 2
     assert "DLIO did not run the workload config that was written (unet3d_h100.yaml)" in err
-    assert "dataset.num_files_train: written 4, DLIO ran 168" in err
+    # The run's changes reach DLIO's own config too (Hydra overrides); the file's keys do not.
+    assert "dataset.record_length_bytes: written 146600628, missing from what DLIO ran" in err
     assert not (tmp_path / "run" / "results.json").exists()
 
 
@@ -468,8 +475,8 @@ def test_parquet_training_run(parquet: Path) -> None:
     # 4,096 rows / batch 128 / 2 ranks = 16 steps a rank, summed over the ranks, x2 epochs
     assert [e["steps"] for e in result["epochs"]] == [32, 32]
     assert result["dlio_extensions"] == ["parquet-reader"]
-    record = json.loads((parquet / "run" / "run.json").read_text())
-    assert record["dlio_overrides"]["reader.reader_classname"] == (
+    written = next((parquet / "run" / "configs" / "workload").glob("*.yaml")).read_text()
+    assert yaml.safe_load(written)["reader"]["reader_classname"] == (
         "sw_dlio_ext.parquet.ParquetReader"
     )
     log = (parquet / "run" / "dlio.log").read_text()
@@ -528,6 +535,8 @@ def test_checkpointing_run(tmp_path: Path) -> None:
         run_dir=tmp_path / "run",
         checkpoint_folder=tmp_path / "checkpoints",
         processes=2,
+        engine="dlio",
+        emulation=True,
         scale=1e-4,
     )
     # 2 of 8 ranks (subset mode): a quarter of 105 GB, times 1e-4.
@@ -548,5 +557,10 @@ def test_checkpointing_run(tmp_path: Path) -> None:
     )
     with pytest.raises(DlioError, match="is not empty"):
         run_checkpointing(
-            w, run_dir=tmp_path / "again", checkpoint_folder=tmp_path / "checkpoints", processes=2
+            w,
+            run_dir=tmp_path / "again",
+            checkpoint_folder=tmp_path / "checkpoints",
+            processes=2,
+            engine="dlio",
+            emulation=True,
         )

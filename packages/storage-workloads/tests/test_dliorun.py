@@ -390,12 +390,14 @@ def test_verify_effective_config(tmp_path: Path) -> None:
         verify_effective_config(tmp_path / "none", name=name, expected=expected)
 
 
-def test_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_refuses_to_overwrite(
+    tmp_path: Path, venv: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """An earlier run's results, an existing dataset and a missing dataset are refused before
-    any file is written (and before DLIO is looked for)."""
+    any file is written."""
     data = tmp_path / "data"
     write_npz_files(data / "train", 2, 22, 1)
-    common = ["--data-dir", str(data), "--dlio-venv", str(tmp_path / "no-dlio")]
+    common = ["--data-dir", str(data), "--dlio-venv", str(venv)]
     assert main(["datagen", "dlrm", "--run-dir", str(tmp_path / "g"), *common]) == 2
     assert "already holds files; datagen writes into an empty --data-dir" in (
         capsys.readouterr().err
@@ -467,7 +469,7 @@ def test_dlio_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "--config-dir",
         str((tmp_path / "configs").resolve()),
         "workload=dlrm_h100",
-        f"hydra.run.dir='{(tmp_path / 'out').resolve()}'",
+        f"hydra.run.dir={(tmp_path / 'out').resolve()}",
         "hydra.output_subdir=dlio_config",
     ]
     # A host list: mpirun --host with the slots, no --oversubscribe (the slots place the
@@ -508,13 +510,28 @@ def test_dlio_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         workload_name="w",
         output_dir=tmp_path,
         mpi=False,
-        overrides={"reader.reader_classname": "sw_dlio_ext.parquet.ParquetReader", "x.n": 3},
+        overrides={
+            "reader.reader_classname": "sw_dlio_ext.parquet.ParquetReader",
+            "x.n": 3,
+            "a.path": "/mnt/my data",
+            "a.text": "true",
+        },
     )
     assert launcher[:3] == ["/v/bin/python", "-m", "sw_dlio_ext.launch"]
-    assert launcher[-2:] == [
-        "++workload.reader.reader_classname='sw_dlio_ext.parquet.ParquetReader'",
+    # Names and paths as they are (as mlpstorage writes them); quoted where Hydra would read
+    # them otherwise (a space, text that reads as a boolean).
+    assert launcher[-4:] == [
+        "++workload.reader.reader_classname=sw_dlio_ext.parquet.ParquetReader",
         "++workload.x.n=3",
+        "++workload.a.path='/mnt/my data'",
+        "++workload.a.text='true'",
     ]
+    # mlpstorage's reportgen splits each line of Hydra's overrides.yaml at '=' into two.
+    with pytest.raises(DlioError, match="holds '=', which mlpstorage's reportgen cannot read"):
+        dlio_command(
+            "d", config_dir="c", workload_name="w", output_dir="o", mpi=False,
+            overrides={"dataset.data_folder": "/mnt/a=b"},
+        )  # fmt: skip
     with pytest.raises(ValueError, match="2 processes need mpirun"):
         dlio_command("d", config_dir="c", workload_name="w", output_dir="o", processes=2, mpi=False)
     with pytest.raises(DlioError, match="quote"):
@@ -554,7 +571,7 @@ def test_cli_run_without_dlio_is_one_line(
     assert not (tmp_path / "r").exists()  # nothing written before DLIO was found
     code = main(["run", "dlrm", *args, "--dlio-venv", str(tmp_path / "none")])
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "holds 0 .npz files" in err
+    assert code == 2 and err.count("\n") == 1 and "no dlio_benchmark in" in err
     assert main(["datagen", "bert", *args]) == 2
     assert "unknown model 'bert'" in capsys.readouterr().err
     assert main(["run", "dlrm", *args, "--param", "novalue"]) == 2
@@ -562,9 +579,10 @@ def test_cli_run_without_dlio_is_one_line(
 
 
 def test_params() -> None:
-    assert parse_param("train.epochs=1") == ("train.epochs", 1)
-    assert parse_param("reader.odirect=true") == ("reader.odirect", True)
-    assert parse_param("dataset.data_folder=/x:y") == ("dataset.data_folder", "/x:y")
+    assert parse_param("train.epochs=1", engine="dlio") == ("train.epochs", 1)
+    assert parse_param("reader.odirect=true", engine="mlperf-dlio") == ("reader.odirect", True)
+    folder = parse_param("checkpoint.checkpoint_folder=/x:y", engine="dlio")
+    assert folder == ("checkpoint.checkpoint_folder", "/x:y")
     config = {"train": {"epochs": 5}, "framework": "pytorch"}
     apply_params(config, {"train.epochs": 1, "reader.read_threads": 2})
     assert config == {"train": {"epochs": 1}, "framework": "pytorch", "reader": {"read_threads": 2}}
@@ -585,6 +603,7 @@ def test_datagen_config() -> None:
             "format": "jpeg",
             "num_files_train": 20_001,
             "num_samples_per_file": 1,
+            "record_length_bytes": 322_957,
             "record_length": 322_957,
             "num_subfolders_train": 3,
         },
@@ -619,7 +638,7 @@ def test_cli_list_show_size(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["size", "unet3d", "--accelerators", "8", "--host-memory-gb", "128",
                  "--hosts", "8", "--format", "json"]) == 0  # fmt: skip
     sized = json.loads(capsys.readouterr().out)
-    assert (sized["num_files_train"], sized["winner"]) == (37_501, "memory")
+    assert (sized["num_files_train"], sized["winner"]) == (37_500, "memory")
     assert sized["num_subfolders_train"] == 4
     with pytest.raises(SystemExit):
         main(["size", "unet3d", "--accelerators", "0", "--host-memory-gb", "1"])

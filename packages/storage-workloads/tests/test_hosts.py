@@ -134,6 +134,8 @@ PROBE_OUTPUT = """hostname=node7
 kernel=6.1.0-18-amd64
 arch=x86_64
 cpus=64
+cpu_model=AMD EPYC 9354 32-Core Processor
+sockets=2
 MemTotal:       263721332 kB
 os_NAME="Debian GNU/Linux"
 os_VERSION_ID="12"
@@ -152,7 +154,12 @@ def test_parse_probe() -> None:
         arch="x86_64",
         os_name="Debian GNU/Linux",
         os_version="12",
+        cpu_model="AMD EPYC 9354 32-Core Processor",
+        sockets=2,
     )
+    # No "physical id" in /proc/cpuinfo (some virtual machines): the sockets are unknown.
+    bare = parse_probe(PROBE_OUTPUT.replace("sockets=2", "sockets=0"), "h", 1)
+    assert bare.sockets is None and bare.cpu_model == r.cpu_model
     assert r.memory_gib == pytest.approx(251.5, abs=0.05)
     with pytest.raises(ValueError, match="no MemTotal in kB in /proc/meminfo of h1"):
         parse_probe("hostname=x\n", "h1", 1)
@@ -170,6 +177,10 @@ def test_local_host_memory_reads_proc_meminfo() -> None:
         if line.startswith("MemTotal:")
     )
     assert memory.total_bytes == kib * 1024
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    if "model name" in cpuinfo:  # the probe reads the CPU model as /proc/cpuinfo names it
+        model = next(line for line in cpuinfo.splitlines() if line.startswith("model name"))
+        assert memory.hosts[0].cpu_model == model.split(":", 1)[1].strip()
 
 
 def test_read_host_memory_one_launch_per_host(fake_mpi: Path) -> None:
@@ -313,7 +324,7 @@ def test_cli_host_errors_create_nothing(
     assert not (tmp_path / "run").exists() and not (tmp_path / "res").exists()
 
 
-def test_cli_what_if_with_a_host_list(
+def test_cli_what_if_with_a_host_list_contacts_no_host(
     tmp_path: Path, fake_mpi: Path, npz_dataset: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data, run = tmp_path / "data", tmp_path / "run"
@@ -324,17 +335,23 @@ def test_cli_what_if_with_a_host_list(
     command = captured.out.splitlines()[0].split()
     assert command[1:5] == ["-n", "4", "--host", "h1:2,h2:2"]
     assert "--oversubscribe" not in command
-    assert "warning: --host-memory-gb 100 declares 200.00 GiB" in captured.err
+    assert "# note: the 2 host(s) of --hosts were not read: a plan contacts no host" in (
+        captured.out
+    )
+    assert not [a for a in _launches(fake_mpi) if "/bin/sh" in a]  # no host was read
+    assert "warning" not in captured.err
     assert not run.exists()
-    # The plan's run.json holds the hosts read and the figures the checker gets.
-    from storage_workloads.dliorun import run_training
+    # A plan given a reading made before holds the hosts read and the checker's figures.
+    from storage_workloads.dliorun import read_hosts, run_training
 
+    hosts = parse_hosts("h1:2,h2:2")
     plan = run_training(
         workload("dlrm", "h100"),
         run_dir=run,
         data_folder=data,
         num_files=2,
-        hosts=parse_hosts("h1:2,h2:2"),  # type: ignore[arg-type]
+        hosts=hosts,  # type: ignore[arg-type]
+        host_memory=read_hosts(hosts),  # type: ignore[arg-type]
         what_if=True,
     )
     record = plan["run_record"]
@@ -342,6 +359,7 @@ def test_cli_what_if_with_a_host_list(
     assert record["params"]["hosts"] == 2 and record["params"]["num_accelerators"] == 4
     assert record["params"]["measured_host_memory_gb"] == [16.0, 32.0]
     assert [h["hostname"] for h in record["host_memory"]["hosts"]] == ["h1-machine", "h2-machine"]
+    assert plan["notes"] == []
     assert not run.exists()
 
 
@@ -353,7 +371,7 @@ def test_cli_datagen_and_checkpoint_take_a_host_list(
     assert main([*gen, "--hosts", "h1:2,h2:1", "--what-if"]) == 0
     command = capsys.readouterr().out.splitlines()[0].split()
     assert command[1:5] == ["-n", "3", "--host", "h1:2,h2:1"]
-    ckpt = ["checkpoint", "llama3_8b", "--results-dir", str(root), "--scale", "0.001"]
+    ckpt = ["checkpoint", "llama3_8b", "--results-dir", str(root)]
     ckpt += ["--checkpoint-folder", str(tmp_path / "ckpt"), "--hosts", "h1:4,h2:4"]
     assert main([*ckpt, "--what-if"]) == 0
     out = capsys.readouterr().out
@@ -362,6 +380,5 @@ def test_cli_datagen_and_checkpoint_take_a_host_list(
     assert main([*ckpt, "--processes", "4"]) == 2
     assert "--processes 4 does not match --hosts h1:4,h2:4 (8 slots" in capsys.readouterr().err
     assert not root.exists() and not (tmp_path / "data").exists()
-    # Each command read both hosts (a launch each); the refused one read none.
-    hosts = [a[a.index("--host") + 1] for a in _launches(fake_mpi) if "/bin/sh" in a]
-    assert sorted(hosts) == ["h1:1", "h1:1", "h2:1", "h2:1"]
+    # A plan reads no host.
+    assert not [a for a in _launches(fake_mpi) if "/bin/sh" in a]

@@ -39,6 +39,64 @@ MEMORY = HostMemory(
     ),
 )
 HOSTS = (HostSpec("h1", 1), HostSpec("h2", 1))
+# The keys of mlpstorage 2.0's metadata file of a training run, in its order.
+MLPSTORAGE_KEYS = [
+    "args",
+    "debug",
+    "run_datetime",
+    "run_number",
+    "runtime",
+    "verification",
+    "command_output_files",
+    "run_result_output",
+    "metadata_filename",
+    "metadata_file_path",
+    "_config_name",
+    "base_command",
+    "base_path",
+    "base_command_path",
+    "config_path",
+    "per_host_mem_kB",
+    "total_mem_kB",
+    "cluster_information",
+    "config_file",
+    "params_dict",
+    "yaml_params",
+    "combined_params",
+    "executed_command",
+    "benchmark_type",
+]
+# The dotted keys of mlpstorage's system description template (system_configuration.yaml).
+TEMPLATE_KEYS = {
+    f"{section}.{key}"
+    for section, keys in {
+        "System": "name description type max_sequential_read max_sequential_write "
+        "max_random_read max_random_write",
+        "Nodes.dlio_client": "quantity hardware.model hardware.rack_units "
+        "hardware.power_supplies hardware.psu_configuration hardware.psu_rating "
+        "hardware.memory_capacity hardware.memory_configuration hardware.cpu_qty "
+        "hardware.cpu_model hardware.cpu_cores networking.management.model "
+        "networking.management.speed networking.management.qty operating_system.name "
+        "operating_system.version operating_system.release_date "
+        "operating_system.kernel_version operating_system.cpu_architecture "
+        "tuning.mpi_configuration.environment_variables tuning.mpi_configuration.version "
+        "tuning.sysctl_parameters",
+        "PowerRequirements.dlio_client": "quantity psu1_nameplate_power psu2_nameplate_power "
+        "psu3_nameplate_power design_power num_active_psus num_passive_psus",
+    }.items()
+    for key in keys.split()
+}
+
+
+def _keys(tree: Any, prefix: str = "") -> set[str]:
+    """The dotted keys of a nested mapping, leaves and inner keys."""
+    if not isinstance(tree, dict):
+        return set()
+    found = set()
+    for key, value in tree.items():
+        found.add(prefix + key)
+        found |= _keys(value, f"{prefix}{key}.")
+    return found
 
 
 def _tree_run(
@@ -104,7 +162,12 @@ def test_runs_into_a_results_tree(
         assert meta["num_processes"] == 2 and meta["accelerator"] == "h100"
         assert meta["parameters"]["dataset"]["num_files_train"] == 16
         assert meta["override_parameters"]["train.epochs"] == 2
-        assert meta["args"]["hosts"] == "h1:1,h2:1"
+        assert meta["args"]["hosts"] == ["h1", "h2"] and meta["args"]["num_accelerators"] == 2
+        assert meta["storage_workloads"]["args"]["hosts"] == "h1:1,h2:1"
+        # mlpstorage 2.0's 24 keys, first and in its order, then the newer readers' and ours.
+        assert list(meta)[:24] == MLPSTORAGE_KEYS
+        assert meta["verification"] == result["verdict"].lower()
+        assert meta["per_host_mem_kB"] == [16 * 2**20] * 2
         cluster = meta["cluster_information"]
         assert cluster["total_memory_bytes"] == 32 * GIB and cluster["num_hosts"] == 2
         assert [h["meminfo"]["MemTotal"] for h in cluster["hosts"]] == [16 * 2**20] * 2
@@ -113,7 +176,9 @@ def test_runs_into_a_results_tree(
         assert set(system) == {"System", "Nodes", "PowerRequirements"}
         client = system["Nodes"]["dlio_client"]
         assert client["quantity"] == 2 and client["hardware"]["memory_capacity"] == "16GiB"
-        assert [h["host"] for h in client["measured_hosts"]] == ["h1", "h2"]
+        assert client["hardware"]["cpu_cores"] == 8 and client["hardware"]["cpu_model"] is None
+        assert system["PowerRequirements"]["dlio_client"]["quantity"] == 2
+        assert _keys(system) >= TEMPLATE_KEYS
         assert (run / "summary.json").is_file() and (run / "results.json").is_file()
         record = json.loads((run / "run.json").read_text())
         assert record["params"]["measured_host_memory_gb"] == [16.0, 16.0]
@@ -126,6 +191,8 @@ def test_runs_into_a_results_tree(
     ckpt = run_checkpointing(
         checkpoint_workload("llama3_8b"),
         checkpoint_folder=tmp_path / "ckpt",
+        engine="dlio",
+        emulation=True,
         scale=1e-4,
         hosts=HOSTS,
         **common,
@@ -237,3 +304,44 @@ def test_report_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         aggregate_results([failed])
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def _mlpstorage_folder(folder: Path, config: dict[str, Any], args: dict[str, Any]) -> None:
+    """A run folder as mlpstorage 2.0 leaves it: DLIO's Hydra record and a metadata file whose
+    command, model and accelerator are only in ``args``."""
+    (folder / "dlio_config").mkdir(parents=True)
+    (folder / "dlio_config" / "config.yaml").write_text(yaml.safe_dump({"workload": config}))
+    meta = {"args": {"program": "training", **args}, "benchmark_type": "training"}
+    (folder / f"training_{folder.name}_metadata.json").write_text(json.dumps(meta))
+
+
+def test_an_mlpstorage_datagen_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from storage_workloads.dlio import to_datagen_config
+
+    root = tmp_path / "results"
+    gen = root / "training" / "unet3d" / "datagen" / "20250101_000000"
+    config = to_datagen_config(workload("unet3d", "h100"), data_folder="d", engine="mlperf-dlio")
+    _mlpstorage_folder(gen, config, {"command": "datagen", "model": "unet3d"})
+    # report: a data generation, not an unfinished run.
+    with pytest.raises(DlioError, match=r"skipped: .*20250101_000000 \(data generation\)"):
+        aggregate_results([root])
+    # check: a datagen, without an accelerator or AU verdict, saying what it checked.
+    assert main(["check", str(gen)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"CLOSED  {gen} (datagen, unet3d)"
+    assert "unknown accelerator" not in out
+    assert "[skipped] accelerator: a datagen has none; its dataset is checked against " in out
+    assert "unet3d's published datagen (that of h100, a100)" in out
+    assert "[skipped] au: a datagen run has no accelerator utilisation" in out
+    # The Hydra record alone (no metadata file) says it is a datagen too.
+    next(gen.glob("*_metadata.json")).unlink()
+    assert main(["check", str(gen)]) == 0
+    assert "(datagen, unet3d)" in capsys.readouterr().out
+    # A run folder of mlpstorage names its accelerator in args.accelerator_type.
+    run = root / "training" / "unet3d" / "run" / "20250101_000100"
+    ran = yaml.safe_load(yaml.safe_dump(config))
+    ran["workflow"] = {"generate_data": False, "train": True}
+    ran["train"] = {"computation_time": 0.01}
+    _mlpstorage_folder(run, ran, {"command": "run", "model": "unet3d", "accelerator_type": "a100"})
+    main(["check", str(run)])
+    assert f"{run} (run, unet3d a100)" in capsys.readouterr().out

@@ -2,64 +2,91 @@
 
 from __future__ import annotations
 
+import json
 import math
 from fractions import Fraction
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from storage_workloads import required_num_files, suggested_subfolders, workload
-from storage_workloads.sizing import record_length
+from storage_workloads.sizing import memory_term, record_length, steps_term
 
 GiB = 2**30
 
 
+MLPSTORAGE_SIZING = json.loads(
+    (Path(__file__).parent / "data" / "mlpstorage-sizing.json").read_text(encoding="utf-8")
+)
+
+
 def test_accelerator_bound_unet3d() -> None:
-    # memory: ceil(5 * 128 GiB / 146,600,628 B) = ceil(4687.53) = 4688
-    # steps:  ceil(500 * 8 * 7 / 1) = 28,000  -> the larger wins
+    # memory: floor(5 * 128 GiB / 146,600,628 B) = floor(4687.53) = 4687
+    # steps:  floor(500 * 8 * 7 / 1) = 28,000  -> the larger wins
     w = workload("unet3d", "h100")
     assert required_num_files(w, total_host_memory_bytes=128 * GiB, num_accelerators=8) == 28_000
 
 
 def test_memory_bound_unet3d() -> None:
-    # memory: ceil(5 * 1024 GiB / 146,600,628 B) = ceil(37,500.2) = 37,501 > 28,000
+    # memory: floor(5 * 1024 GiB / 146,600,628 B) = floor(37,500.2) = 37,500 > 28,000
     w = workload("unet3d", "a100")
-    assert required_num_files(w, total_host_memory_bytes=1024 * GiB, num_accelerators=8) == 37_501
+    assert required_num_files(w, total_host_memory_bytes=1024 * GiB, num_accelerators=8) == 37_500
 
 
 def test_memory_bound_resnet50_many_samples_per_file() -> None:
-    # memory: ceil(5 * 512 GiB / (1251 * 114,660 B)) = ceil(19,163.31) = 19,164
-    # steps:  ceil(500 * 8 * 400 / 1251) = ceil(1278.98) = 1,279
+    # memory: floor(5 * 512 GiB / (1251 * 114,660.07 B)) = floor(19,163.4) = 19,163
+    # steps:  floor(500 * 8 * 400 / 1251) = floor(1278.98) = 1,278
     w = workload("resnet50", "a100")
-    assert required_num_files(w, total_host_memory_bytes=512 * GiB, num_accelerators=8) == 19_164
+    assert required_num_files(w, total_host_memory_bytes=512 * GiB, num_accelerators=8) == 19_163
+    assert steps_term(w, 8) == 1278
 
 
 def test_accelerator_bound_resnet50() -> None:
-    # memory: ceil(5 * 1 GiB / 143,439,660 B) = 38; steps: ceil(500 * 64 * 400 / 1251) = 10,232
+    # memory: floor(5 * 1 GiB / 143,439,747.57 B) = 37; steps: floor(500 * 64 * 400 / 1251)
     w = workload("resnet50", "h100")
-    assert required_num_files(w, total_host_memory_bytes=GiB, num_accelerators=64) == 10_232
+    assert memory_term(w, GiB) == 37
+    assert required_num_files(w, total_host_memory_bytes=GiB, num_accelerators=64) == 10_231
 
 
-def test_rounds_up_where_mlpstorage_v2_rounds_down() -> None:
-    # Submission_guidelines v2.0 6.6: "at least 5x larger than the sum of memory"; section 7:
-    # min_total_files = hosts * GiB * 5 * 2**30 / record_length / samples_per_file, "a minimum
-    # of min_total_files files". unet3d, 1 accelerator, 128 GiB: 4,687.53 -> 4,688 (mlpstorage
-    # v2.0 floors to 4,687, which holds only 4.9993x the memory).
-    w = workload("unet3d", "h100")
-    need = required_num_files(w, total_host_memory_bytes=128 * GiB, num_accelerators=1)
-    assert need == 4688
-    assert need * 146_600_628 >= 5 * 128 * GiB > (need - 1) * 146_600_628
-    # The steps term rounds up too: 500 steps of 400 samples over 1,251-sample files.
-    w = workload("resnet50", "h100")
-    assert required_num_files(w, total_host_memory_bytes=1, num_accelerators=1) == math.ceil(
-        500 * 400 / 1251
+@pytest.mark.parametrize(
+    "case",
+    MLPSTORAGE_SIZING["cases"],
+    ids=lambda c: (
+        f"{c['model']}-{c['accelerator']}-{c['num_accelerators']}x-"
+        f"{c['hosts']}x{c['host_memory_gib']}GiB"
+    ),
+)
+def test_equals_mlpstorage(case: dict[str, Any]) -> None:
+    # mlpstorage 2.0's own answers (tests/data/mlpstorage-sizing.json): the rules make the
+    # script's calculation the rule (Submission_guidelines v2.0 7), so a dataset that passes
+    # one tool passes the other.
+    w = workload(case["model"], case["accelerator"])
+    memory = case["hosts"] * case["host_memory_gib"] * GiB
+    got = required_num_files(
+        w, total_host_memory_bytes=memory, num_accelerators=case["num_accelerators"]
+    )
+    assert got == case["num_files"]
+
+
+def test_the_issue_cases_floor_as_mlpstorage() -> None:
+    # unet3d, 1 accelerator, 128 GiB: 4,687.53 -> 4,687; resnet50, 8 accelerators on
+    # 2 x 256 GiB: 19,163.4 -> 19,163 (the floor holds 4.9999x the memory: the script's rule).
+    unet3d = workload("unet3d", "h100")
+    need = required_num_files(unet3d, total_host_memory_bytes=128 * GiB, num_accelerators=1)
+    assert need == 4687
+    assert (need + 1) * 146_600_628 > 5 * 128 * GiB > need * 146_600_628
+    resnet50 = workload("resnet50", "h100")
+    assert (
+        required_num_files(resnet50, total_host_memory_bytes=512 * GiB, num_accelerators=8)
+        == 19_163
     )
 
 
 def test_divides_by_the_published_record_length() -> None:
     # resnet50's published mean is 114,660.07 B. At 28,687,940,000 B of memory the exact
-    # quotient is 999.9997 files (1,000 needed); the whole-byte 114,660 would ask for 1,001.
+    # quotient is 999.9997 files (floor 999); the whole-byte 114,660 gives 1,000.0003 (1,000).
     w: Any = SimpleNamespace(  # the fields required_num_files reads
         num_samples_per_file=1251,
         record_length_bytes=114_660,
@@ -68,12 +95,12 @@ def test_divides_by_the_published_record_length() -> None:
     )
     assert record_length(w) == Fraction(11_466_007, 100)
     memory = 28_687_940_000
-    assert required_num_files(w, total_host_memory_bytes=memory, num_accelerators=1) == 1000
+    assert required_num_files(w, total_host_memory_bytes=memory, num_accelerators=1) == 999
     plain: Any = SimpleNamespace(**{**vars(w), "record_length_bytes_exact": None})
-    assert required_num_files(plain, total_host_memory_bytes=memory, num_accelerators=1) == 1001
+    assert required_num_files(plain, total_host_memory_bytes=memory, num_accelerators=1) == 1000
 
 
-def test_exact_division_is_not_rounded_up() -> None:
+def test_exact_division_is_exact() -> None:
     # 5 * 64 GiB / 512 B = 671,088,640 exactly; steps: 500 * 1 * 8192 = 4,096,000
     w = workload("dlrm", "h100")
     assert required_num_files(w, total_host_memory_bytes=64 * GiB, num_accelerators=1) == (
@@ -88,14 +115,14 @@ def test_matches_the_formula(model: str, memory: int, accelerators: int) -> None
     w = workload(model, "h100")
     spf, rec, batch = w.num_samples_per_file, record_length(w), w.batch_size
     expected = max(
-        math.ceil(Fraction(5 * memory) / (spf * rec)),
-        math.ceil(Fraction(500 * accelerators * batch, spf)),
+        math.floor(Fraction(5 * memory) / (spf * rec)),
+        (500 * accelerators * batch) // spf,
     )
     got = required_num_files(w, total_host_memory_bytes=memory, num_accelerators=accelerators)
     assert got == expected
-    # The run holds at least 5x host memory and 500 steps per accelerator.
-    assert got * spf * rec >= 5 * memory
-    assert got * spf >= 500 * accelerators * batch
+    # One more file would hold 5x host memory and 500 steps per accelerator.
+    assert (got + 1) * spf * rec > 5 * memory
+    assert (got + 1) * spf > 500 * accelerators * batch
 
 
 @pytest.mark.parametrize(

@@ -107,6 +107,13 @@ class CheckpointWorkload:
         return self.tensor_parallelism * self.pipeline_parallelism
 
     @property
+    def subset_data_parallelism(self) -> int:
+        """``model.parallelism.data`` of the subset mode, as mlpstorage 2.0 sets it: the closed
+        process count over the processes of one data-parallel group, which it takes as TP x
+        PP and at least the subset's 8 (8b: 1, 70b: 8, 405b: 2, 1t: 2)."""
+        return self.closed_processes // max(self.open_step, SUBSET_PROCESSES)
+
+    @property
     def checkpoint_gb(self) -> int:
         """Model plus optimizer state of one checkpoint, GB."""
         return self.model_gb + self.optimizer_gb
@@ -207,7 +214,7 @@ def to_checkpoint_config(
         checkpoint_folder: ``checkpoint.checkpoint_folder``.
         num_processes: the MPI processes of the run (default: ``closed_processes``). Fewer
             than ``closed_processes`` selects ``checkpoint.mode: subset`` with
-            ``model.parallelism.data`` set, so DLIO writes that share of the checkpoint.
+            ``model.parallelism.data`` set (``subset_data_parallelism``), as mlpstorage does.
         num_checkpoints_write, num_checkpoints_read: 10 and 10 in a submission; the write and
             read phases may run separately (0 for the other phase).
         engine: only ``"mlperf-dlio"``: dlio-benchmark 2.0.0 from PyPI has no checkpoint-only
@@ -247,7 +254,7 @@ def to_checkpoint_config(
         "fsync": True,
     }
     if processes < workload.closed_processes:
-        parallelism["data"] = workload.data_parallelism
+        parallelism["data"] = workload.subset_data_parallelism
         checkpoint["mode"] = "subset"
     return {
         "model": {

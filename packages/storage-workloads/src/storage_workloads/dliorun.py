@@ -11,6 +11,7 @@ runs), :mod:`~storage_workloads.dlio.results` (a training run's result) and
 
 from storage_workloads.dlio.checkpointing import checkpoint_config, run_checkpointing
 from storage_workloads.dlio.datagen import SIZE_CHECKED_FORMATS, run_datagen, verify_dataset
+from storage_workloads.dlio.keys import check_param, parse_param
 from storage_workloads.dlio.launch import (
     CONFIG_PREFIX,
     DLIO_VENV_ENV,
@@ -19,7 +20,8 @@ from storage_workloads.dlio.launch import (
     config_name,
     dlio_command,
     find_dlio,
-    parse_param,
+    hydra_overrides,
+    installed_engine,
     verify_effective_config,
 )
 from storage_workloads.dlio.report import (
@@ -42,10 +44,13 @@ __all__ = [
     "DlioError",
     "aggregate_results",
     "apply_params",
+    "check_param",
     "checkpoint_config",
     "config_name",
     "dlio_command",
     "find_dlio",
+    "hydra_overrides",
+    "installed_engine",
     "parse_dlio_output",
     "parse_param",
     "read_hosts",

@@ -72,6 +72,9 @@ _PROBE_SCRIPT: Final = (
     'printf \'hostname=%s\\nkernel=%s\\narch=%s\\n\' "$(uname -n)" "$(uname -r)" '
     '"$(uname -m)"; '
     "printf 'cpus=%s\\n' \"$(getconf _NPROCESSORS_ONLN 2>/dev/null)\"; "
+    "printf 'cpu_model=%s\\nsockets=%s\\n' "
+    "\"$(grep -m1 '^model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')\" "
+    "\"$(grep '^physical id' /proc/cpuinfo 2>/dev/null | sort -u | wc -l)\"; "
     "grep '^MemTotal:' /proc/meminfo; "
     "if [ -r /etc/os-release ]; then grep -E '^(NAME|VERSION_ID)=' /etc/os-release | "
     "sed 's/^/os_/'; fi; exit 0"
@@ -216,7 +219,7 @@ def mpirun_prefix(
 class HostReading:
     """What the probe read on one host: the name it was given (``host``) and its slots, the
     name the machine gives itself (``hostname``, ``uname -n``), ``MemTotal`` in bytes, and
-    CPUs, kernel, architecture and OS where it could read them."""
+    CPUs, kernel, architecture, OS, CPU model and sockets where it could read them."""
 
     host: str
     slots: int
@@ -227,6 +230,8 @@ class HostReading:
     arch: str | None = None
     os_name: str | None = None
     os_version: str | None = None
+    cpu_model: str | None = None
+    sockets: int | None = None
 
     @property
     def memory_gib(self) -> float:
@@ -244,6 +249,8 @@ class HostReading:
             "arch": self.arch,
             "os_name": self.os_name,
             "os_version": self.os_version,
+            "cpu_model": self.cpu_model,
+            "sockets": self.sockets,
         }
 
 
@@ -308,6 +315,7 @@ def _parse_probe(text: str, host: str, slots: int) -> HostReading:
     if mem_kib is None or mem_kib <= 0:
         raise ValueError(f"no MemTotal in kB in /proc/meminfo of {host}")
     cpus = values.get("cpus", "")
+    sockets = values.get("sockets", "")
     return HostReading(
         host=host,
         slots=slots,
@@ -318,6 +326,9 @@ def _parse_probe(text: str, host: str, slots: int) -> HostReading:
         arch=values.get("arch") or None,
         os_name=values.get("os_NAME") or None,
         os_version=values.get("os_VERSION_ID") or None,
+        cpu_model=values.get("cpu_model") or None,
+        # no "physical id" lines (some virtual machines, other architectures): unknown
+        sockets=int(sockets) if sockets.isdigit() and int(sockets) > 0 else None,
     )
 
 

@@ -12,9 +12,9 @@ the wording and the code here are this project's own):
 - ``Rules.md newest``: ``Rules.md`` at commit 0366ccf, the newest seen (it describes the v3.0
   release). Its 3.6.2 adds ``storage.storage_options.prefetch_window``.
 
-Where mlpstorage's code (``mlpstorage/rules.py`` at caa90c9; ``mlpstorage_py/rules/`` in the
-newest tree) decides differently from the text, the text wins; the package README lists each
-difference ("Agreement with mlpstorage").
+Where the text is silent, the verdict is mlpstorage's (``mlpstorage/rules.py`` at caa90c9, the
+2.0 tool); where its code decides differently from a sentence of the text, the text wins, and
+the package README quotes that sentence ("Agreement with mlpstorage").
 """
 
 from __future__ import annotations
@@ -25,13 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from storage_workloads.workloads import (
-    DATA_LOADERS,
-    FORMATS,
-    FRAMEWORKS,
-    MODELS,
-    UnknownWorkloadError,
-)
+from storage_workloads.workloads import MODELS, WORKLOADS, UnknownWorkloadError
 
 __all__ = [
     "CHECKPOINTING_TRAINING_MODELS",
@@ -40,6 +34,8 @@ __all__ = [
     "ODIRECT_MODELS",
     "OPEN_PARAMETERS",
     "PREFETCH_SIZES",
+    "SAMPLES_PER_FILE_FORMAT",
+    "SAMPLES_PER_FILE_LOADER",
     "WORKFLOW_FLAGS",
     "Issue",
     "Level",
@@ -149,8 +145,8 @@ def _jsonable(value: object) -> object:
     return str(value)
 
 
-def _is_int(value: object, minimum: int) -> bool:
-    return not isinstance(value, bool) and isinstance(value, numbers.Integral) and value >= minimum
+def _is_int(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral)
 
 
 def _is_text(value: object) -> bool:
@@ -163,41 +159,45 @@ def _is_bool(value: object) -> bool:
     return isinstance(value, bool)
 
 
-# Kind of value each parameter takes: a test and its description for the message. The tables
-# give a meaning, not a range; a value outside the meaning (a negative "number of threads") is
-# no setting of the parameter and cannot run (PyTorch's DataLoader refuses a negative worker
-# count), so it is INVALID.
+# The kind of value each parameter takes, as the tables describe it (a number of files or
+# threads is an integer, ODIRECT's default False makes it a flag, a path or name is text), and
+# a range only where the text gives one: reader.prefetch_size "with values of 0, 1, or 2"
+# (SG v2.0 10.1). Where the text gives no range, none is imposed, as mlpstorage imposes none:
+# reader.read_threads -1 is CLOSED. Whether DLIO can run a value is the runner's question
+# (storage_workloads.dlio.keys), not the rules'.
 _VALUE_RULES: Final[dict[str, tuple[Callable[[object], bool], str]]] = {
-    # "Number of files for the training set"
-    "dataset.num_files_train": (lambda v: _is_int(v, 1), "an integer >= 1"),
-    # "Number of subfolders that the training set is stored", default 0
-    "dataset.num_subfolders_train": (lambda v: _is_int(v, 0), "an integer >= 0"),
+    "dataset.num_files_train": (_is_int, "an integer"),  # "Number of files for the training set"
+    "dataset.num_subfolders_train": (_is_int, "an integer"),
     "dataset.data_folder": (_is_text, "a non-empty path"),
-    # "Number of threads to load the data"; 0 loads in the main process
-    "reader.read_threads": (lambda v: _is_int(v, 0), "an integer >= 0"),
-    "reader.computation_threads": (lambda v: _is_int(v, 1), "an integer >= 1"),
-    # "the number of bytes in the read buffer"
-    "reader.transfer_size": (lambda v: _is_int(v, 1), "an integer >= 1 (bytes)"),
-    "reader.odirect": (_is_bool, "true or false"),
-    # "with values of 0, 1, or 2"
+    "reader.read_threads": (_is_int, "an integer"),  # "Number of threads to load the data"
+    "reader.computation_threads": (_is_int, "an integer"),
+    "reader.transfer_size": (_is_int, "an integer (bytes)"),  # "an int64 scalar"
+    "reader.odirect": (_is_bool, "true or false"),  # "Enable ODIRECT mode", default False
     "reader.prefetch_size": (
-        lambda v: not isinstance(v, bool) and v in PREFETCH_SIZES,
+        lambda v: _is_int(v) and v in PREFETCH_SIZES,
         "0, 1 or 2",
     ),
     "checkpoint.checkpoint_folder": (_is_text, "a non-empty path"),
     "storage.storage_type": (_is_text, "a non-empty string"),
     "storage.storage_root": (_is_text, "a non-empty path"),
-    # a prefetch depth ("Uncapped, matching reader.read_threads")
-    "storage.storage_options.prefetch_window": (lambda v: _is_int(v, 0), "an integer >= 0"),
-    "framework": (lambda v: v in FRAMEWORKS, f"one of {sorted(FRAMEWORKS)}"),
-    "dataset.format": (lambda v: v in FORMATS, f"one of {sorted(FORMATS)}"),
-    "dataset.num_samples_per_file": (lambda v: _is_int(v, 1), "an integer >= 1"),
-    # Rules.md newest 3.6.3: "Supported options: Tensorflow or PyTorch" (DLIO also has DALI)
-    "reader.data_loader": (lambda v: v in DATA_LOADERS, f"one of {sorted(DATA_LOADERS)}"),
+    "storage.storage_options.prefetch_window": (_is_int, "an integer"),
+    # The OPEN table names no values: "The machine learning framework", "Format of the
+    # dataset", and "OPEN submissions can have custom data loaders".
+    "framework": (_is_text, "a framework name"),
+    "dataset.format": (_is_text, "a format name"),
+    "dataset.num_samples_per_file": (_is_int, "an integer"),
+    "reader.data_loader": (_is_text, "a data loader name"),
     "workflow.generate_data": (_is_bool, "true or false"),
     "workflow.train": (_is_bool, "true or false"),
     "workflow.checkpoint": (_is_bool, "true or false"),
 }
+
+#: SG v2.0 10.2 on ``dataset.num_samples_per_file``: "Changing this parameter is supported only
+#: with Tensorflow, using tfrecord datasets. Currently, the benchmark code only supports
+#: num_samples_per_file = 1 for Pytorch data loader." A change is OPEN with the tensorflow
+#: data loader on tfrecord files, and INVALID otherwise.
+SAMPLES_PER_FILE_LOADER: Final = "tensorflow"
+SAMPLES_PER_FILE_FORMAT: Final = "tfrecord"
 
 
 def flatten_overrides(overrides: Mapping[str, object], prefix: str = "") -> dict[str, object]:
@@ -288,6 +288,8 @@ def check_overrides(
       ``checkpoint`` where the model's published YAML trains with checkpoints (unet3d) or it is
       false; ``workflow.checkpoint: true`` for another model, or any other ``workflow.*`` key,
       is ``INVALID``;
+    - ``dataset.num_samples_per_file`` changed without the tensorflow loader on tfrecord
+      files: an ``INVALID`` issue (``samples-per-file``);
     - any other parameter, or a value of the wrong kind: an ``INVALID`` issue.
 
     Issues come in the order of ``overrides``. Raises :class:`UnknownWorkloadError` for an
@@ -300,7 +302,8 @@ def check_overrides(
     if division not in DIVISIONS:
         raise ValueError(f"division must be one of {DIVISIONS}, got {division!r}")
     issues: list[Issue] = []
-    for name, value in flatten_overrides(overrides).items():
+    flat = flatten_overrides(overrides)
+    for name, value in flat.items():
         if name.startswith("workflow."):
             issues.extend(_workflow_issues(m, name, value))
             continue
@@ -350,7 +353,36 @@ def check_overrides(
         bad = _value_issue(name, value)
         if bad is not None:
             issues.append(bad)
+        elif name == "dataset.num_samples_per_file":
+            issues.extend(_samples_per_file_issues(m, flat, value))
     return issues
+
+
+def _samples_per_file_issues(
+    model: str, overrides: Mapping[str, object], value: object
+) -> list[Issue]:
+    """A changed ``dataset.num_samples_per_file`` needs the tensorflow data loader on tfrecord
+    files (:data:`SAMPLES_PER_FILE_LOADER`): the run's own values where it overrides them,
+    else the model's published ones."""
+    published = [w for (mod, _), w in WORKLOADS.items() if mod == model]
+    loader = overrides.get("reader.data_loader", published[0].data_loader)
+    formats = {w.format for w in published}
+    fmt = overrides.get("dataset.format", formats.pop() if len(formats) == 1 else None)
+    if loader == SAMPLES_PER_FILE_LOADER and fmt == SAMPLES_PER_FILE_FORMAT:
+        return []
+    return [
+        Issue(
+            "dataset.num_samples_per_file",
+            "INVALID",
+            f"dataset.num_samples_per_file {value!r} with the {loader} data loader on {fmt} "
+            "files: changing it is supported only with Tensorflow, using tfrecord datasets "
+            "(SG v2.0 10.2)",
+            expected=f"the workload's value, or the {SAMPLES_PER_FILE_LOADER} loader on "
+            f"{SAMPLES_PER_FILE_FORMAT}",
+            actual=value,
+            rule="samples-per-file",
+        )
+    ]
 
 
 def verdict(issues: Iterable[Issue]) -> Verdict:

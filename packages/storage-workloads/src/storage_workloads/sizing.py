@@ -1,18 +1,18 @@
 """Dataset sizing for MLPerf Storage training runs.
 
-The rule is the published text's (mlcommons/storage): ``Submission_guidelines.md`` v2.0
-(commit caa90c9) section 6.6, "the dataset size must be at least 5x larger than the sum of
-memory across all of the MLPerf Storage nodes", and section 7, which computes
-``min_samples = max(500 * batch_size * accelerators, hosts * memory_GiB * 5 * 2**30 /
-record_length)`` and ``min_total_files = min_samples / num_samples_per_file``, of which "a
-minimum of min_total_files files are required" (``Rules.md`` 3.1.2 repeats it, at d3220b6 and at
-the newest, 0366ccf). A whole number of files that is at least that quotient is its ceiling.
-
-mlpstorage's v2.0 code (``mlpstorage/rules.py`` ``calculate_training_data_size`` at caa90c9)
-floors both quotients, one file short whenever the division is not exact: unet3d on 1
-accelerator with 128 GiB needs 4,687.53 files by memory; the text asks for 4,688, v2.0
-mlpstorage for 4,687. The newest mlpstorage (``mlpstorage_py/rules/utils.py``) rounds up, as
-here. The text decides: this module rounds up.
+The rule is the published text's (mlcommons/storage ``Submission_guidelines.md`` v2.0, commit
+caa90c9): section 6.6, "the dataset size must be at least 5x larger than the sum of memory
+across all of the MLPerf Storage nodes", and section 7, which computes ``min_samples =
+max(500 * batch_size * accelerators, hosts * memory_GiB * 5 * 2**30 / record_length)`` and
+``min_total_files = min_samples / num_samples_per_file`` without saying how a fraction of a
+file rounds. Section 7 also says "The MLPerf Storage benchmark script **must be used** to run
+the benchmarks since it calculates the minimum dataset size for each benchmark": the script's
+arithmetic is the rule. mlpstorage 2.0 (``mlpstorage/rules.py``
+``calculate_training_data_size``) floors both quotients (``//``), and so does this module, so
+that no dataset passes one tool and fails the other: unet3d on 1 accelerator with 128 GiB
+needs 4,687 files (4,687.53 by memory), resnet50 on 8 accelerators with 2 x 256 GiB 19,163
+(19,163.4). ``tests/data/mlpstorage-sizing.json`` holds mlpstorage's own answers for 90
+systems, and the tests compare.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ __all__ = [
     "ACCELERATOR_SAMPLES_FACTOR",
     "FILES_PER_SUBFOLDER",
     "HOST_MEMORY_FACTOR",
+    "memory_term",
     "record_length",
     "required_num_files",
+    "steps_term",
     "suggested_subfolders",
 ]
 
@@ -53,6 +55,22 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def memory_term(workload: Workload, total_host_memory_bytes: int) -> int:
+    """Files that hold 5x the hosts' memory, floored as mlpstorage floors it:
+    ``floor(5 * memory / (samples_per_file * record_bytes))``."""
+    memory = _positive("total_host_memory_bytes", total_host_memory_bytes)
+    file_bytes = workload.num_samples_per_file * record_length(workload)
+    return math.floor(HOST_MEMORY_FACTOR * memory / file_bytes)
+
+
+def steps_term(workload: Workload, num_accelerators: int) -> int:
+    """Files that hold 500 steps of every accelerator, floored as mlpstorage floors it:
+    ``floor(500 * accelerators * batch_size / samples_per_file)``."""
+    accelerators = _positive("num_accelerators", num_accelerators)
+    samples = ACCELERATOR_SAMPLES_FACTOR * accelerators * workload.batch_size
+    return samples // workload.num_samples_per_file
+
+
 def record_length(workload: Workload) -> Fraction:
     """The mean record length the sizing rule divides by, exactly: the published value
     (``record_length_bytes_exact`` where the workload has one, resnet50's 114,660.07), else the
@@ -68,23 +86,18 @@ def required_num_files(
 ) -> int:
     """Files a closed run must generate for ``workload`` on the given system.
 
-    ``max(ceil(5 * host_memory / (samples_per_file * record_bytes)),
-    ceil(500 * accelerators * batch_size / samples_per_file))``, computed in exact integer
-    arithmetic. ``total_host_memory_bytes`` is the memory of all client hosts together and
-    ``num_accelerators`` the emulated accelerators of all of them. Both terms round up: the
-    rules ask for "at least" the quotient (see the module docstring; mlpstorage v2.0 rounds
-    down). ``record_bytes`` is :func:`record_length`, the published mean exactly (resnet50:
-    114,660.07, not 114,660), as the rules text divides by it.
+    ``max(floor(5 * host_memory / (samples_per_file * record_bytes)),
+    floor(500 * accelerators * batch_size / samples_per_file))`` (:func:`memory_term`,
+    :func:`steps_term`), computed exactly. ``total_host_memory_bytes`` is the memory of all
+    client hosts together and ``num_accelerators`` the emulated accelerators of all of them.
+    Both terms round down, as mlpstorage's, whose calculation the rules make normative (see
+    the module docstring). ``record_bytes`` is :func:`record_length`, the published mean
+    exactly (resnet50: 114,660.07, not 114,660), the value mlpstorage divides by.
     """
-    memory = _positive("total_host_memory_bytes", total_host_memory_bytes)
-    accelerators = _positive("num_accelerators", num_accelerators)
-    file_bytes = workload.num_samples_per_file * record_length(workload)
-    by_memory = math.ceil(HOST_MEMORY_FACTOR * memory / file_bytes)
-    by_steps = _ceil_div(
-        ACCELERATOR_SAMPLES_FACTOR * accelerators * workload.batch_size,
-        workload.num_samples_per_file,
+    return max(
+        memory_term(workload, total_host_memory_bytes),
+        steps_term(workload, num_accelerators),
     )
-    return max(by_memory, by_steps)
 
 
 def suggested_subfolders(num_files: int) -> int:

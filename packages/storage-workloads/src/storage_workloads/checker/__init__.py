@@ -7,7 +7,10 @@
 - a **run directory**, as ``storage-workloads run`` writes it (``run.json``, the DLIO workload
   YAML, DLIO's ``summary.json``), or a DLIO output directory with its Hydra
   ``.hydra/config.yaml``;
-- a **submission directory** whose subfolders are run directories; a submission is five runs.
+- a **submission directory** whose subfolders are run directories; a submission is five runs;
+- a **DLIO workload YAML** as mlpstorage ships it, or DLIO's **Hydra record** folder
+  (``dlio_config/``), read as they are (:mod:`~storage_workloads.checker.files`), with what
+  they do not hold (the accelerator count, the hosts' memory) given by the caller.
 
 A run's DLIO config is compared with the workload: the config :func:`to_dlio_config` emits for
 it and the published workload YAML (:data:`OFFICIAL_WORKLOAD_VALUES`); a value equal to either

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from storage_workloads.dotted import flatten
 from storage_workloads.rules import Issue, Verdict
+
+__all__ = ["CheckReport", "flatten"]
 
 
 @dataclass(frozen=True)
@@ -17,7 +19,8 @@ class CheckReport:
 
     Attributes:
         path: what was checked.
-        kind: ``"params"``, ``"run"`` or ``"submission"``.
+        kind: ``"params"``, ``"run"``, ``"datagen"`` (a run folder of a data generation) or
+            ``"submission"``.
         verdict: ``CLOSED``, ``OPEN`` or ``INVALID``: the worst of the issues, and of the runs
             for a submission.
         issues: the findings about this item itself.
@@ -25,16 +28,19 @@ class CheckReport:
         skipped: checks that could not be made, each with the reason (they do not change the
             verdict).
         model, accelerator: what the run is, where known.
+        assumed: what the checked file does not say and was taken from the command line or
+            guessed from the file (its name, its computation time), each with its source.
     """
 
     path: str
-    kind: Literal["params", "run", "submission"]
+    kind: Literal["params", "run", "datagen", "submission"]
     verdict: Verdict
     issues: tuple[Issue, ...] = ()
     runs: tuple[CheckReport, ...] = ()
     skipped: tuple[str, ...] = ()
     model: str | None = None
     accelerator: str | None = None
+    assumed: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The report as a JSON-ready mapping."""
@@ -46,6 +52,7 @@ class CheckReport:
             "accelerator": self.accelerator,
             "issues": [issue.as_dict() for issue in self.issues],
             "skipped": list(self.skipped),
+            "assumed": list(self.assumed),
         }
         if self.kind == "submission":
             out["runs"] = [run.as_dict() for run in self.runs]
@@ -55,6 +62,8 @@ class CheckReport:
         """A readable report: the verdict line, then one line per issue and per run."""
         what = " ".join(x for x in (self.model, self.accelerator) if x)
         lines = [f"{indent}{self.verdict}  {self.path} ({self.kind}{', ' + what if what else ''})"]
+        for note in self.assumed:
+            lines.append(f"{indent}  [assumed] {note}")
         for issue in self.issues:
             detail = []
             if issue.expected is not None:
@@ -76,18 +85,6 @@ def _invalid(
     parameter: str, message: str, rule: str, expected: object = None, actual: object = None
 ) -> Issue:
     return Issue(parameter, "INVALID", message, expected=expected, actual=actual, rule=rule)
-
-
-def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"reader": {"batch_size": 7}}`` as ``{"reader.batch_size": 7}`` (leaves only)."""
-    flat: dict[str, Any] = {}
-    for key, value in mapping.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
 
 
 def _same(a: object, b: object) -> bool:

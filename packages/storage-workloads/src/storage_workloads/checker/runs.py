@@ -3,6 +3,7 @@ or a submission directory (:func:`check_path`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import os
 from collections.abc import Mapping, Sequence
@@ -10,13 +11,25 @@ from pathlib import Path
 from typing import Any, Final
 
 from storage_workloads.checker.checkpointing import _check_checkpointing
+from storage_workloads.checker.files import (
+    Assumed,
+    checkpoint_name,
+    datagen_params,
+    is_hydra_record,
+    is_workload,
+    workload_params,
+)
 from storage_workloads.checker.params import TRAINING_KEYS, _load_mapping, _unknown_keys
 from storage_workloads.checker.report import CheckReport, _invalid, _same, flatten
 from storage_workloads.checker.training import _check_training
 from storage_workloads.checkpoint import CHECKPOINT_WORKLOADS
+from storage_workloads.dotted import apply_params
+from storage_workloads.layout import generates_data, read_metadata
 from storage_workloads.rules import Issue, verdict
 from storage_workloads.workloads import MODELS, WORKLOADS
 
+#: No value given on the command line.
+_NOTHING: Final = Assumed()
 #: Runs one submission must hold.
 RUNS_PER_SUBMISSION: Final = 5
 
@@ -94,9 +107,81 @@ def _infer_accelerator(config: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _check_run_dir(path: Path) -> CheckReport:
+def _hydra_workload(path: Path, issues: list[Issue]) -> dict[str, Any] | None:
+    """The workload config DLIO ran, from its Hydra record (``dlio_config/config.yaml``, or
+    ``.hydra/`` of older runs), or ``None`` where there is none."""
+    hydra = next((path / c for c in _HYDRA_CONFIGS if (path / c).is_file()), None)
+    if hydra is None:
+        return None
+    loaded = _load_mapping(hydra, issues)
+    if loaded is None:
+        return None
+    config = loaded.get("workload", loaded)
+    if not isinstance(config, Mapping):
+        issues.append(_invalid("workload", f"{hydra}: 'workload' is not a mapping", "parse"))
+        return None
+    return dict(config)
+
+
+def _run_config(
+    path: Path, record: Mapping[str, Any], issues: list[Issue]
+) -> dict[str, Any] | None:
+    """A run's DLIO config: what DLIO ran (its Hydra record), else the workload file the run
+    wrote with the Hydra overrides ``run.json`` records applied (a run that has not started)."""
+    ran = _hydra_workload(path, issues)
+    if ran is not None or issues:
+        return ran
+    config_file = record.get("config_file")
+    if not isinstance(config_file, str):
+        return None
+    written = _load_mapping(path / config_file, issues)
+    if written is None:
+        return None
+    overrides = record.get("dlio_overrides") or {}
+    if not isinstance(overrides, Mapping):
+        issues.append(
+            _invalid(
+                "dlio_overrides", f"{path / RUN_RECORD}: dlio_overrides is not a mapping", "parse"
+            )
+        )
+        return None
+    try:
+        return apply_params(written, overrides)
+    except ValueError as exc:
+        issues.append(_invalid("dlio_overrides", f"{path / RUN_RECORD}: {exc}", "parse"))
+        return None
+
+
+def _described_params(
+    path: Path, config: Mapping[str, Any], skipped: list[str]
+) -> tuple[dict[str, Any], bool]:
+    """The parameters of a run folder without ``run.json`` (as mlpstorage leaves one), from
+    the config DLIO ran and the folder's metadata file, and whether it is a datagen. The
+    accelerator is the metadata's, else the one whose workload has the run's computation
+    time; a datagen has none, and is checked against its model's published datagen."""
+    meta = read_metadata(path)
+    flat = flatten(config)
+    model = flat.get("model.name", config.get("model")) or meta.get("model")
+    checkpoint = checkpoint_name(model, str(meta.get("model") or ""))
+    if checkpoint is not None:  # DLIO's llama_8b is the workload llama3_8b
+        return {"model": checkpoint, "config": dict(config)}, False
+    params: dict[str, Any] = {"model": model, "config": dict(config)}
+    datagen = meta.get("command") == "datagen" or generates_data(config)
+    if datagen:
+        datagen_params(params, skipped)
+        return params, True
+    accelerator = meta.get("accelerator") or _infer_accelerator(config)
+    params["accelerator"] = accelerator or (
+        f"unknown (computation_time {flat.get('train.computation_time')!r}, and no "
+        "accelerator in a metadata file)"
+    )
+    return params, False
+
+
+def _check_run_dir(path: Path, given: Assumed = _NOTHING) -> CheckReport:
     issues: list[Issue] = []
     skipped: list[str] = []
+    assumed: list[str] = []
     record_path = path / RUN_RECORD
     params: dict[str, Any] | None
     datagen = False
@@ -113,48 +198,39 @@ def _check_run_dir(path: Path) -> CheckReport:
             issues.append(_invalid("params", f"{record_path}: no 'params' mapping", "parse"))
             return CheckReport(str(path), "run", "INVALID", tuple(issues))
         params = dict(params)
-        config_file = record.get("config_file")
-        if isinstance(config_file, str):
-            config = _load_mapping(path / config_file, issues)
-            if config is None:
-                return CheckReport(str(path), "run", "INVALID", tuple(issues))
+        config = _run_config(path, record, issues)
+        if config is None and issues:
+            return CheckReport(str(path), "run", "INVALID", tuple(issues))
+        if config is not None:
             params["config"] = config
         datagen = record.get("command") == "datagen"
         if datagen:
             skipped.append("au: a datagen run has no accelerator utilisation")
     else:
-        hydra = next((path / c for c in _HYDRA_CONFIGS if (path / c).is_file()), None)
-        if hydra is None:
-            issues.append(
-                _invalid(
-                    str(path), f"{path}: no {RUN_RECORD} and no DLIO Hydra config.yaml", "readable"
+        config = _hydra_workload(path, issues)
+        if config is None:
+            if not issues:
+                issues.append(
+                    _invalid(
+                        str(path),
+                        f"{path}: no {RUN_RECORD} and no DLIO Hydra config.yaml",
+                        "readable",
+                    )
                 )
-            )
             return CheckReport(str(path), "run", "INVALID", tuple(issues))
-        loaded = _load_mapping(hydra, issues)
-        if loaded is None:
-            return CheckReport(str(path), "run", "INVALID", tuple(issues))
-        config = loaded.get("workload", loaded)
-        if not isinstance(config, Mapping):
-            issues.append(_invalid("workload", f"{hydra}: 'workload' is not a mapping", "parse"))
-            return CheckReport(str(path), "run", "INVALID", tuple(issues))
-        flat = flatten(config)
-        model = flat.get("model.name", config.get("model"))
-        params = {"model": model, "accelerator": _infer_accelerator(config), "config": dict(config)}
-        if params["accelerator"] is None:
-            params["accelerator"] = (
-                f"unknown (computation_time {flat.get('train.computation_time')!r})"
-            )
+        params, datagen = _described_params(path, config, skipped)
+    checkpointing = _is_checkpointing(params)
     if summary is not None:
         n = summary.get("num_accelerators")
-        declared = params.get("num_accelerators")
+        count_key = "num_processes" if checkpointing else "num_accelerators"
+        declared = params.get(count_key)
         if isinstance(n, int) and not isinstance(n, bool):
             if declared is None:
-                params["num_accelerators"] = n
+                params[count_key] = n
             elif declared != n:
                 issues.append(
                     _invalid(
-                        "num_accelerators",
+                        count_key,
                         f"declared {declared} accelerators, but DLIO ran {n} processes",
                         "num-accelerators",
                         expected=declared,
@@ -163,7 +239,8 @@ def _check_run_dir(path: Path) -> CheckReport:
                 )
         host_memory = summary.get("host_memory_GB")
         if (
-            isinstance(host_memory, list)
+            not checkpointing
+            and isinstance(host_memory, list)
             and host_memory
             and params.get("host_memory_gb") is None
             and params.get("measured_host_memory_gb") is None
@@ -174,6 +251,7 @@ def _check_run_dir(path: Path) -> CheckReport:
             if values:
                 params["host_memory_gb"] = max(values)
                 params.setdefault("hosts", len(values))
+    given.fill(params, assumed, checkpointing=checkpointing)
     report = check_params(params, source=str(path), datagen=datagen)
     issues = [*issues, *report.issues]
     skipped = [*skipped, *report.skipped]
@@ -199,17 +277,18 @@ def _check_run_dir(path: Path) -> CheckReport:
         skipped.append("au: no summary.json (DLIO did not finish, or this is not a DLIO run)")
     return CheckReport(
         path=str(path),
-        kind="run",
+        kind="datagen" if datagen else "run",
         verdict=verdict(issues),
         issues=tuple(issues),
         skipped=tuple(skipped),
         model=report.model,
-        accelerator=report.accelerator,
+        accelerator=None if datagen else report.accelerator,
+        assumed=tuple(assumed),
     )
 
 
-def _check_submission(path: Path, runs: Sequence[Path]) -> CheckReport:
-    reports = tuple(_check_run_dir(run) for run in runs)
+def _check_submission(path: Path, runs: Sequence[Path], given: Assumed) -> CheckReport:
+    reports = tuple(_check_run_dir(run, given) for run in runs)
     issues: list[Issue] = []
     if len(reports) != RUNS_PER_SUBMISSION:
         issues.append(
@@ -247,17 +326,57 @@ def _check_submission(path: Path, runs: Sequence[Path]) -> CheckReport:
     )
 
 
-def check_path(path: str | os.PathLike[str]) -> CheckReport:
-    """Check a parameters file, a run directory or a submission directory (see the module
-    docstring). Never raises for bad content: problems are INVALID issues."""
+def _is_checkpointing(params: Mapping[str, Any]) -> bool:
+    name = params.get("model")
+    return isinstance(name, str) and name.strip().lower().replace("-", "_") in CHECKPOINT_WORKLOADS
+
+
+def _check_workload(
+    config: Mapping[str, Any], source: Path, given: Assumed, issues: list[Issue]
+) -> CheckReport:
+    """Check a DLIO workload mapping as it is (a shipped YAML, or what a Hydra record says
+    DLIO ran), with what it does not hold taken from ``given`` (:mod:`.files`)."""
+    assumed: list[str] = []
+    skipped: list[str] = []
+    params, datagen = workload_params(config, source, given, assumed)
+    if datagen:
+        datagen_params(params, skipped)
+    report = check_params(params, source=str(source), datagen=datagen)
+    found = [*issues, *report.issues]
+    return CheckReport(
+        path=str(source),
+        kind="datagen" if datagen else "params",
+        verdict=verdict(found),
+        issues=tuple(found),
+        skipped=(*skipped, *report.skipped),
+        model=report.model,
+        accelerator=None if datagen else report.accelerator,
+        assumed=tuple(assumed),
+    )
+
+
+def check_path(path: str | os.PathLike[str], *, given: Assumed | None = None) -> CheckReport:
+    """Check a parameters file, a DLIO workload YAML as shipped, a Hydra record folder
+    (``dlio_config/``), a run directory or a submission directory (see the module
+    docstring). ``given`` (the command line's accelerator, counts and memory) fills what the
+    file or run does not say; the report's ``assumed`` lists each value so taken. Never
+    raises for bad content: problems are INVALID issues."""
+    given = given or _NOTHING
     p = Path(path)
     if p.is_file():
         issues: list[Issue] = []
         params = _load_mapping(p, issues)
         if params is None:
             return CheckReport(str(p), "params", "INVALID", tuple(issues))
+        if is_workload(params):
+            return _check_workload(params, p, given, issues)
+        assumed: list[str] = []
+        given.fill(params, assumed, checkpointing=_is_checkpointing(params))
+        if given.accelerator is not None and params.get("accelerator") is None:
+            params["accelerator"] = given.accelerator
+            assumed.append(f"accelerator: {given.accelerator} (--accelerator)")
         report = check_params(params, source=str(p))
-        return report
+        return dataclasses.replace(report, assumed=tuple(assumed))
     if not p.is_dir():
         return CheckReport(
             str(p),
@@ -265,7 +384,18 @@ def check_path(path: str | os.PathLike[str]) -> CheckReport:
             "INVALID",
             (_invalid(str(p), f"{p} does not exist", "readable"),),
         )
+    if is_hydra_record(p) and not _is_run_dir(p):
+        issues = []
+        loaded = _load_mapping(p / "config.yaml", issues)
+        config = None if loaded is None else loaded.get("workload", loaded)
+        if not isinstance(config, Mapping):
+            if not issues:
+                issues.append(
+                    _invalid("workload", f"{p / 'config.yaml'}: no workload mapping", "parse")
+                )
+            return CheckReport(str(p), "params", "INVALID", tuple(issues))
+        return _check_workload(config, p, given, issues)
     if _is_run_dir(p):
-        return _check_run_dir(p)
+        return _check_run_dir(p, given)
     runs = sorted(child for child in p.iterdir() if child.is_dir() and _is_run_dir(child))
-    return _check_submission(p, runs)
+    return _check_submission(p, runs, given)

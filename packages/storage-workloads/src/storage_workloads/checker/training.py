@@ -156,7 +156,9 @@ def _run_overrides(
             )
         else:
             dataset = config.get("dataset") if isinstance(config.get("dataset"), Mapping) else {}
-            engine = "mlperf-dlio" if RECORD_LENGTH_KEYS["mlperf-dlio"][0] in dataset else "dlio"
+            # A config for dlio-benchmark 2.0.0 carries the upstream spelling (beside the
+            # official one); the official files and the MLPerf DLIO fork's configs do not.
+            engine = "dlio" if RECORD_LENGTH_KEYS["dlio"][0] in dataset else "mlperf-dlio"
             make = to_datagen_config if datagen else to_dlio_config
             reference = make(w, data_folder="data", engine=engine)  # type: ignore[operator]
             official = _official_values(w, engine)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -111,17 +112,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.area != "object":
-            return int(_COMMANDS[args.area](args))
-        if args.command == "list":
-            return _list()
-        return _run(args)
+            status = int(_COMMANDS[args.area](args))
+        elif args.command == "list":
+            status = _list()
+        else:
+            status = _run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return status
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # the reader went away (`| head`): stop quietly
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 1
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush)
+        return 128 + signal.SIGPIPE
     except Exception as exc:  # one line (DLIO: plus its log's tail), never a traceback
         from storage_workloads.s3 import ObjectStoreError
 

@@ -7,9 +7,11 @@ import argparse
 import dataclasses
 import json
 import math
+from fractions import Fraction
 from typing import Any
 
 from storage_workloads.checker import check_path
+from storage_workloads.checker.files import Assumed
 from storage_workloads.checkpoint import CHECKPOINT_WORKLOADS, to_checkpoint_config
 from storage_workloads.cli.options import (
     _columns,
@@ -19,12 +21,13 @@ from storage_workloads.cli.options import (
 )
 from storage_workloads.dlio import ENGINES, dump_yaml, to_datagen_config, to_dlio_config
 from storage_workloads.sizing import (
-    ACCELERATOR_SAMPLES_FACTOR,
-    HOST_MEMORY_FACTOR,
+    memory_term,
+    record_length,
     required_num_files,
+    steps_term,
     suggested_subfolders,
 )
-from storage_workloads.workloads import ASSUMED_FIELDS, WORKLOADS, workload
+from storage_workloads.workloads import ACCELERATORS, ASSUMED_FIELDS, WORKLOADS, workload
 
 
 def _add_list(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -187,18 +190,20 @@ def _add_size(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     size.add_argument("--format", choices=("text", "json"), default="text")
 
 
+def _bytes_text(value: Fraction) -> str:
+    """A record length as published: whole bytes, or with its decimals (114,660.07)."""
+    return f"{int(value):,}" if value.denominator == 1 else f"{float(value):,.2f}"
+
+
 def _cmd_size(args: argparse.Namespace) -> int:
     w = workload(args.model, _default_accelerator(args.model, args.accelerator))
     memory = math.ceil(args.hosts * args.host_memory_gb * 2**30)
-    file_bytes = w.num_samples_per_file * w.record_length_bytes
-    by_memory = -(-HOST_MEMORY_FACTOR * memory // file_bytes)
-    by_steps = -(
-        -ACCELERATOR_SAMPLES_FACTOR * args.accelerators * w.batch_size // w.num_samples_per_file
-    )
+    file_bytes = w.num_samples_per_file * record_length(w)
+    by_memory = memory_term(w, memory)
+    by_steps = steps_term(w, args.accelerators)
     files = required_num_files(
         w, total_host_memory_bytes=memory, num_accelerators=args.accelerators
     )
-    assert files == max(by_memory, by_steps)
     winner = "memory" if by_memory >= by_steps else "steps"
     subfolders = suggested_subfolders(files)
     data = {
@@ -212,21 +217,21 @@ def _cmd_size(args: argparse.Namespace) -> int:
         "num_files_train": files,
         "winner": winner,
         "num_subfolders_train": subfolders,
-        "dataset_bytes": files * file_bytes,
+        "dataset_bytes": math.floor(files * file_bytes),
     }
     if args.format == "json":
         print(json.dumps(data, indent=2))
         return 0
     print(
-        f"{w.model} on {w.accelerator}: {files:,} files ({files * file_bytes / 1e9:,.1f} GB), "
+        f"{w.model} on {w.accelerator}: {files:,} files ({float(files * file_bytes) / 1e9:,.1f} GB), "
         f"{subfolders} subfolders"
     )
     print(
-        f"  memory term: ceil(5 x {args.hosts} x {args.host_memory_gb:g} GiB / "
-        f"({w.num_samples_per_file:,} x {w.record_length_bytes:,} B)) = {by_memory:,} files"
+        f"  memory term: floor(5 x {args.hosts} x {args.host_memory_gb:g} GiB / "
+        f"({w.num_samples_per_file:,} x {_bytes_text(record_length(w))} B)) = {by_memory:,} files"
     )
     print(
-        f"  steps term:  ceil(500 x {args.accelerators} accelerators x batch {w.batch_size:,} / "
+        f"  steps term:  floor(500 x {args.accelerators} accelerators x batch {w.batch_size:,} / "
         f"{w.num_samples_per_file:,} samples per file) = {by_steps:,} files"
     )
     reason = (
@@ -242,15 +247,40 @@ def _add_check(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """``check``: the rules checker."""
     check = commands.add_parser(
         "check",
-        help="CLOSED, OPEN or INVALID: a parameters file, a run or a submission directory",
-        description="Check a run against the MLPerf Storage rules.",
+        help="CLOSED, OPEN or INVALID: a parameters file, a DLIO workload YAML, a Hydra "
+        "record (dlio_config/), a run or a submission directory",
+        description="Check a run against the MLPerf Storage rules. A DLIO workload YAML (as "
+        "mlpstorage ships it) or a Hydra record does not say how many accelerators ran or the "
+        "hosts' memory: the options below say it, and the report lists each value assumed.",
     )
     check.add_argument("path", metavar="RUN_DIR_OR_PARAMS")
     check.add_argument("--format", choices=("text", "json"), default="text")
+    check.add_argument(
+        "--accelerator",
+        choices=ACCELERATORS,
+        help="the emulated accelerator, where the file does not name it (its name does: "
+        "resnet50_h100.yaml)",
+    )
+    check.add_argument(
+        "--num-accelerators",
+        type=_int_at_least(1),
+        metavar="N",
+        help="accelerators (MPI processes) of all hosts; a checkpointing run's processes",
+    )
+    check.add_argument("--hosts", type=_int_at_least(1), metavar="N", help="client hosts")
+    check.add_argument(
+        "--host-memory-gb", type=_positive_float, metavar="GIB", help="memory of one host, GiB"
+    )
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    report = check_path(args.path)
+    given = Assumed(
+        accelerator=args.accelerator,
+        num_accelerators=args.num_accelerators,
+        hosts=args.hosts,
+        host_memory_gb=args.host_memory_gb,
+    )
+    report = check_path(args.path, given=given)
     if args.format == "json":
         print(json.dumps(report.as_dict(), indent=2))
     else:

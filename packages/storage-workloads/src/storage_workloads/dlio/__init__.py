@@ -15,11 +15,13 @@
 """
 
 from storage_workloads.dlio.config import (
+    ENGINE_NAMES,
     ENGINES,
     RECORD_LENGTH_KEYS,
     RECORD_RESIZE_KEYS,
     Engine,
     dump_yaml,
+    published_data_folder,
     to_datagen_config,
     to_dlio_config,
     write_dlio_config,
@@ -28,10 +30,12 @@ from storage_workloads.dlio.config import (
 
 __all__ = [
     "ENGINES",
+    "ENGINE_NAMES",
     "RECORD_LENGTH_KEYS",
     "RECORD_RESIZE_KEYS",
     "Engine",
     "dump_yaml",
+    "published_data_folder",
     "to_datagen_config",
     "to_dlio_config",
     "write_dlio_config",

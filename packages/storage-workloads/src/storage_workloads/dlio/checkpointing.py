@@ -1,5 +1,6 @@
-"""Checkpointing runs with dlio-benchmark 2.0.0: :func:`checkpoint_config` and
-:func:`run_checkpointing`."""
+"""Checkpointing runs: :func:`run_checkpointing` on the MLPerf DLIO fork, as mlpstorage runs
+them, or this package's emulation on dlio-benchmark 2.0.0 (:func:`checkpoint_config`), only
+when asked for."""
 
 from __future__ import annotations
 
@@ -13,8 +14,19 @@ from pathlib import Path
 from typing import Any, Final
 
 from storage_workloads._atomic import write_text_atomic
-from storage_workloads.checkpoint import NUM_CHECKPOINTS, CheckpointWorkload
-from storage_workloads.dlio.launch import DlioError, Log, _quiet, config_name
+from storage_workloads.checker import check_path
+from storage_workloads.checker.report import flatten
+from storage_workloads.checkpoint import NUM_CHECKPOINTS, CheckpointWorkload, to_checkpoint_config
+from storage_workloads.dlio.config import ENGINES, Engine
+from storage_workloads.dlio.keys import checked_params
+from storage_workloads.dlio.launch import (
+    DlioError,
+    Log,
+    _quiet,
+    apply_params,
+    config_name,
+    hydra_overrides,
+)
 from storage_workloads.dlio.results import _load_json, _number
 from storage_workloads.dlio.runs import (
     _Options,
@@ -122,6 +134,39 @@ def _phase(durations: object, bytes_per_checkpoint: int, what: str) -> dict[str,
     }
 
 
+#: What ``--engine dlio`` needs for checkpointing, said where it is refused.
+_EMULATION_HINT: Final = (
+    " --emulation (this package's emulation on dlio-benchmark 2.0.0: no submission)"
+)
+
+
+def _checkpoint_mode(
+    engine: str, emulation: bool, scale: float, params: Mapping[str, Any] | None
+) -> None:
+    """The MLPerf DLIO fork runs the checkpointing workload itself; dlio-benchmark 2.0.0 has no
+    checkpoint-only workflow, so it runs this package's emulation, and only when asked
+    (``emulation``), never in its place silently."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "dlio" and not emulation:
+        raise ValueError(
+            "dlio-benchmark 2.0.0 (--engine dlio) has no checkpoint-only workflow: run "
+            "--engine mlperf-dlio (the MLPerf DLIO fork, as mlpstorage does), or add"
+            + _EMULATION_HINT
+        )
+    if emulation and engine != "dlio":
+        raise ValueError(
+            "--emulation runs on --engine dlio; the MLPerf DLIO fork runs the workload itself"
+        )
+    if not emulation and scale != 1:
+        raise ValueError(
+            f"--scale {scale:g} is the emulation's; the MLPerf DLIO fork writes the model as "
+            "configured (a smaller one with --param model.num_layers=..., no submission)"
+        )
+    if emulation and params:
+        raise ValueError("--param is not taken by the emulation (it writes its own config)")
+
+
 def run_checkpointing(
     workload: CheckpointWorkload,
     *,
@@ -131,6 +176,9 @@ def run_checkpointing(
     processes: int | None = None,
     hosts: int | Sequence[HostSpec] = 1,
     host_memory: HostMemory | None = None,
+    engine: Engine = "mlperf-dlio",
+    emulation: bool = False,
+    params: Mapping[str, Any] | None = None,
     scale: float = 1.0,
     num_checkpoints_write: int = NUM_CHECKPOINTS,
     num_checkpoints_read: int = NUM_CHECKPOINTS,
@@ -141,28 +189,204 @@ def run_checkpointing(
     what_if: bool = False,
     log: Log = _quiet,
 ) -> dict[str, Any]:
-    """Run a checkpointing workload with dlio-benchmark 2.0.0 (:func:`checkpoint_config`).
+    """Run a checkpointing workload and write its results.
 
-    Writes ``run.json``, the config, DLIO's output, the metadata file, the system description
-    and, last, ``checkpoint-results.json`` into ``run_dir`` or a new
-    ``results_dir/checkpointing/<model>/<datetime>`` (give one of the two): per phase
-    (``write``, ``read``) the seconds of each checkpoint over all ranks, between barriers, and
-    GB/s (10^9 bytes), plus DLIO's own checkpoint durations from ``per_epoch_stats.json``
-    (rank 0, two decimals) as a cross-check. ``hosts`` is a host count or a host list
-    (``HostSpec``), whose slots give the process count when ``processes`` is ``None``; the
-    hosts are read (:func:`read_hosts`) and recorded. ``checkpoint_folder`` must be empty or
-    missing: earlier checkpoints are never overwritten. A run with ``scale`` below 1 or with
-    fewer processes than the closed count is no submission; the rules checker is not run on
-    it (it judges configs of the MLPerf DLIO, which this engine lacks). With ``what_if``,
-    returns after validation what the run would do (the command, the config and ``run.json``)
-    without creating any file or folder.
+    With ``engine="mlperf-dlio"`` (the default) the MLPerf DLIO fork runs the workload as
+    mlpstorage configures it (:func:`_run_fork`): the published workload file, and on DLIO's
+    command line the checkpoint folder, the counts, and below the closed process count the
+    subset mode (``checkpoint.mode: subset``, ``model.parallelism.data``); ``params`` are
+    further dotted keys (checked against the fork's keys; the rules checker judges them).
+    dlio-benchmark 2.0.0 (``engine="dlio"``) has no checkpoint-only workflow: it runs this
+    package's emulation, and only with ``emulation=True`` (:func:`_run_emulation`, which
+    takes ``scale``). Either way the run goes into ``run_dir`` or a new
+    ``results_dir/checkpointing/<model>/<datetime>`` (give one of the two) and
+    ``checkpoint-results.json`` comes last; ``checkpoint_folder`` must be empty or missing.
+    ``hosts`` is a host count or a host list (``HostSpec``), whose slots give the process
+    count when ``processes`` is ``None``. With ``what_if``, returns after validation what the
+    run would do without creating any file or folder.
     """
-    where = _where(run_dir, results_dir, command="checkpoint", model=workload.name)
-    run = where.run
-    folder = Path(checkpoint_folder).resolve()
+    _checkpoint_mode(engine, emulation, scale, params)
+    kwargs: dict[str, Any] = {
+        "run_dir": run_dir,
+        "results_dir": results_dir,
+        "checkpoint_folder": checkpoint_folder,
+        "num_checkpoints_write": num_checkpoints_write,
+        "num_checkpoints_read": num_checkpoints_read,
+    }
     options = _Options(
         processes, hosts, host_memory, dlio_venv, mpi, mpi_args, timeout_s, what_if, log
     )
+    if emulation:
+        return _run_emulation(workload, options, scale=scale, **kwargs)
+    return _run_fork(workload, options, params=params or {}, **kwargs)
+
+
+def _refuse_used_folder(folder: Path) -> None:
+    if folder.is_dir() and any(folder.iterdir()):
+        raise DlioError(
+            f"{folder} is not empty; checkpoints go into an empty folder (nothing is overwritten)"
+        )
+
+
+def _run_fork(
+    workload: CheckpointWorkload,
+    options: _Options,
+    *,
+    run_dir: str | os.PathLike[str] | None,
+    results_dir: str | os.PathLike[str] | None,
+    checkpoint_folder: str | os.PathLike[str],
+    num_checkpoints_write: int,
+    num_checkpoints_read: int,
+    params: Mapping[str, Any],
+) -> dict[str, Any]:
+    """A checkpointing run on the MLPerf DLIO fork, as mlpstorage runs it (see
+    :func:`run_checkpointing`): the result has, per phase (``write``, ``read``), the seconds
+    and GB/s (10^9 bytes) of each checkpoint from DLIO's per-epoch record, their means from
+    its ``summary.json``, the checkpoint's size, and the rules checker's verdict."""
+    where = _where(run_dir, results_dir, command="checkpoint", model=workload.name)
+    folder = Path(checkpoint_folder).resolve()
+    changes = checked_params(params, "mlperf-dlio")
+    n = options.launch()[0].processes
+    written = to_checkpoint_config(
+        workload, checkpoint_folder=f"checkpoints/{workload.dlio_model_name}"
+    )
+    config = to_checkpoint_config(
+        workload,
+        checkpoint_folder=folder,
+        num_processes=n,
+        num_checkpoints_write=num_checkpoints_write,
+        num_checkpoints_read=num_checkpoints_read,
+    )
+    apply_params(config, changes)
+    overrides = hydra_overrides(written, config)
+    _refuse_earlier_run(where.run)
+    _refuse_used_folder(folder)
+    ctx = _validated_run(where, options, engine="mlperf-dlio", fallback=_EMULATION_HINT)
+    record_params = {
+        "model": workload.name,
+        "num_processes": ctx.mpi.processes,
+        "hosts": ctx.host_count,
+        "num_checkpoints_write": num_checkpoints_write,
+        "num_checkpoints_read": num_checkpoints_read,
+    }
+    started = _start(
+        written,
+        ctx,
+        command="checkpoint",
+        name=config_name(workload.name, "checkpoint"),
+        engine="mlperf-dlio",
+        params=record_params,
+        overrides=overrides,
+    )
+    if isinstance(started, dict):
+        return started
+    run = where.run
+    summary = _load_json(run / "summary.json")
+    metric = summary.get("metric") if isinstance(summary.get("metric"), Mapping) else {}
+    stats = _epoch_stats(run)
+    size_gib = metric.get("checkpoint_size_GB")
+    report = check_path(run)
+    result = {
+        "schema": _CHECKPOINT_SCHEMA,
+        "model": workload.name,
+        "engine": "mlperf-dlio",
+        "emulation": False,
+        "processes": ctx.mpi.processes,
+        "mode": flatten(config).get("checkpoint.mode", "default"),
+        "closed_processes": workload.closed_processes,
+        "bytes_per_checkpoint": (
+            round(size_gib * _GIB) if isinstance(size_gib, int | float) else None
+        ),
+        "bytes_per_checkpoint_full_scale": round(workload.written_gb(ctx.mpi.processes) * 1e9),
+        "write": _fork_phase(stats, metric, "save"),
+        "read": _fork_phase(stats, metric, "load"),
+        "dlio_metric": dict(metric),
+        "files_written": sum(1 for p in folder.rglob("*") if p.is_file()),
+        "bytes_on_disk": sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()),
+        "hosts": started.record["hosts"],
+        "run_dir": str(run),
+        "params": dict(params),
+        "command": started.launch.cmd,
+        "wall_s": started.wall,
+        "verdict": report.verdict,
+        "issues": [issue.as_dict() for issue in report.issues],
+    }
+    _write_mlperf_files(
+        ctx,
+        started,
+        model=workload.name,
+        params=params,
+        result_file="checkpoint-results.json",
+        checkpoint_folder=folder,
+        checkpoints=(num_checkpoints_write, num_checkpoints_read),
+        verdict=report.verdict,
+    )
+    write_text_atomic(
+        run / "checkpoint-results.json", json.dumps(result, indent=2, allow_nan=False) + "\n"
+    )
+    return result
+
+
+#: The fork's GB are 2^30 bytes (its checkpoint sizes divide by 1024 three times).
+_GIB: Final = 2**30
+
+
+def _epoch_stats(run: Path) -> dict[str, Any]:
+    """DLIO's per-epoch record of rank 0 (``per_epoch_stats.json``, or the fork's
+    ``0_per_epoch_stats.json``)."""
+    for name in ("per_epoch_stats.json", "0_per_epoch_stats.json"):
+        if (run / name).is_file():
+            return _load_json(run / name)
+    raise DlioError(f"{run} has no per_epoch_stats.json: DLIO did not finish the run")
+
+
+def _fork_phase(stats: Mapping[str, Any], metric: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """One phase (``save``: writes, ``load``: reads) of a fork run: each checkpoint's seconds
+    and GB/s (10^9 bytes) from DLIO's per-epoch record (``save_ckpt1``, ...), and the means
+    DLIO's ``summary.json`` gives over the ranks."""
+    seconds: list[float] = []
+    rates: list[float | None] = []
+    for epoch in stats.values():
+        if not isinstance(epoch, Mapping):
+            continue
+        for key, value in epoch.items():
+            if key.startswith(f"{kind}_ckpt") and isinstance(value, Mapping):
+                seconds.append(_number(value.get("duration"), f"{key}.duration"))
+                rate = value.get("throughput")
+                rates.append(rate * _GIB / 1e9 if isinstance(rate, int | float) else None)
+    mean_s = metric.get(f"{kind}_checkpoint_duration_mean_seconds")
+    mean_rate = metric.get(f"{kind}_checkpoint_io_mean_GB_per_second")
+    return {
+        "count": len(seconds),
+        "seconds": seconds,
+        "gb_per_s": rates,
+        "seconds_mean": mean_s if isinstance(mean_s, int | float) else None,
+        "gb_per_s_mean": mean_rate * _GIB / 1e9 if isinstance(mean_rate, int | float) else None,
+    }
+
+
+def _run_emulation(
+    workload: CheckpointWorkload,
+    options: _Options,
+    *,
+    run_dir: str | os.PathLike[str] | None,
+    results_dir: str | os.PathLike[str] | None,
+    checkpoint_folder: str | os.PathLike[str],
+    num_checkpoints_write: int,
+    num_checkpoints_read: int,
+    scale: float,
+) -> dict[str, Any]:
+    """This package's emulation of a checkpointing workload on dlio-benchmark 2.0.0
+    (:func:`checkpoint_config`), named so in its result (``emulation: true``).
+
+    Writes ``run.json``, the config, DLIO's output, the metadata file, the system description
+    and, last, ``checkpoint-results.json``: per phase (``write``, ``read``) the seconds of
+    each checkpoint over all ranks, between barriers, and GB/s (10^9 bytes), plus DLIO's own
+    checkpoint durations from ``per_epoch_stats.json`` (rank 0, two decimals) as a
+    cross-check. The rules checker is not run on it (it judges configs of the MLPerf DLIO)."""
+    where = _where(run_dir, results_dir, command="checkpoint", model=workload.name)
+    run = where.run
+    folder = Path(checkpoint_folder).resolve()
     config = checkpoint_config(
         workload,
         checkpoint_folder=folder,
@@ -173,13 +397,10 @@ def run_checkpointing(
         num_checkpoints_read=num_checkpoints_read,
     )
     _refuse_earlier_run(run)
-    if folder.is_dir() and any(folder.iterdir()):
-        raise DlioError(
-            f"{folder} is not empty; checkpoints go into an empty folder (nothing is overwritten)"
-        )
+    _refuse_used_folder(folder)
     if (run / "steps-data").exists():
         raise DlioError(f"{run / 'steps-data'} exists: give a new run directory")
-    ctx = _validated_run(where, options)
+    ctx = _validated_run(where, options, engine="dlio")
     name = config_name(workload.name, "checkpoint")
     record_params = {
         "model": workload.name,
@@ -226,6 +447,7 @@ def run_checkpointing(
         "schema": _CHECKPOINT_SCHEMA,
         "model": workload.name,
         "engine": "dlio",
+        "emulation": True,
         "processes": processes,
         "scale": scale,
         "closed_processes": workload.closed_processes,
@@ -243,11 +465,17 @@ def run_checkpointing(
         "run_dir": str(run),
         "command": started.launch.cmd,
         "wall_s": wall,
-        "verdict": "not checked: a dlio-benchmark 2.0.0 emulation"
+        "verdict": "not checked: this package's emulation on dlio-benchmark 2.0.0"
         + (f" at scale {scale:g}" if scale != 1 else ""),
     }
     _write_mlperf_files(
-        ctx, started, model=workload.name, params={}, result_file="checkpoint-results.json"
+        ctx,
+        started,
+        model=workload.name,
+        params={},
+        result_file="checkpoint-results.json",
+        checkpoint_folder=folder,
+        checkpoints=(num_checkpoints_write, num_checkpoints_read),
     )
     write_text_atomic(
         run / "checkpoint-results.json", json.dumps(result, indent=2, allow_nan=False) + "\n"

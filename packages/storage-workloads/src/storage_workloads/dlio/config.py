@@ -1,7 +1,12 @@
 """DLIO workload configurations generated from :class:`storage_workloads.Workload`.
 
-The emitted mappings equal the official MLPerf Storage workload files key for key (see
-``tests/test_official_configs.py``), in the spelling of the chosen DLIO flavour.
+With ``engine="mlperf-dlio"`` the emitted mappings equal the official MLPerf Storage workload
+files key for key (see ``tests/test_official_configs.py``). What an engine needs beyond the
+file is added, never substituted: ``engine="dlio"`` (dlio-benchmark 2.0.0) repeats each
+record-length key in the spelling it reads and the unet3d model size where it reads it, and a
+parquet workload names the parquet reader of the DLIO extensions (no DLIO 2.0 reads parquet),
+so that a run's config, as its Hydra record keeps it, carries every key the official file has
+and mlpstorage reads.
 """
 
 from __future__ import annotations
@@ -15,17 +20,22 @@ from typing import Any, Final, Literal
 import yaml
 
 from storage_workloads._atomic import write_text_atomic
+from storage_workloads.dlio_ext import PARQUET_READER
 from storage_workloads.sizing import suggested_subfolders
 from storage_workloads.workloads import Datagen, Workload
 
 __all__ = [
     "ENGINES",
+    "ENGINE_NAMES",
     "RECORD_LENGTH_KEYS",
     "RECORD_RESIZE_KEYS",
+    "UPSTREAM_SPELLINGS",
     "Engine",
     "dump_yaml",
+    "published_data_folder",
     "to_datagen_config",
     "to_dlio_config",
+    "with_spellings",
     "write_dlio_config",
     "write_yaml",
 ]
@@ -46,6 +56,39 @@ RECORD_RESIZE_KEYS: Final[dict[str, str]] = {
     "mlperf-dlio": "record_length_bytes_resize",
 }
 ENGINES: Final = tuple(RECORD_LENGTH_KEYS)
+#: Each engine in words, for messages.
+ENGINE_NAMES: Final = {"dlio": "dlio-benchmark 2.0.0", "mlperf-dlio": "the MLPerf DLIO fork"}
+#: The record-length keys of the official files (the MLPerf spelling), in their order.
+_OFFICIAL_LENGTH_KEYS: Final = (
+    "record_length_bytes",
+    "record_length_bytes_stdev",
+    "record_length_bytes_resize",
+)
+#: The official record-length keys (dotted) and dlio-benchmark 2.0.0's spelling of each.
+UPSTREAM_SPELLINGS: Final[Mapping[str, str]] = {
+    f"dataset.{key}": f"dataset.{key.replace('_bytes', '')}" for key in _OFFICIAL_LENGTH_KEYS
+}
+#: The data folders of the published files, where they are not ``data/<model>/``.
+_PUBLISHED_DATA_FOLDERS: Final = {"resnet50": "data/resnet50", "cosmoflow": "data/cosmoflow"}
+
+
+def published_data_folder(model: str) -> str:
+    """``dataset.data_folder`` as the published workload files of ``model`` set it (a run
+    overrides it with its data directory)."""
+    return _PUBLISHED_DATA_FOLDERS.get(model, f"data/{model}/")
+
+
+def with_spellings(params: Mapping[str, Any], engine: str) -> dict[str, Any]:
+    """``params`` (dotted) as a run of ``engine`` sets them: for ``"dlio"``, whose config
+    carries each record-length key in both spellings, a record length set in either spelling
+    is set in both, so that the two never disagree."""
+    out = dict(params)
+    if _check_engine(engine) == "dlio":
+        for official, upstream in UPSTREAM_SPELLINGS.items():
+            for key, twin in ((official, upstream), (upstream, official)):
+                if key in params and twin not in params:
+                    out[twin] = params[key]
+    return out
 
 
 def _check_engine(engine: object) -> str:
@@ -94,20 +137,23 @@ def _dataset_section(
         or subfolders < 0
     ):
         raise ValueError(f"num_subfolders must be an integer >= 0, got {num_subfolders!r}")
-    length_key, stdev_key = RECORD_LENGTH_KEYS[engine]
     # The official mean where it has a fraction (resnet50), else the whole bytes.
     exact = d.record_length_bytes_exact
-    record = d.record_length_bytes if exact is None else exact
+    lengths = (
+        d.record_length_bytes if exact is None else exact,
+        d.record_length_bytes_stdev,
+        d.record_length_bytes_resize,
+    )
     dataset: dict[str, Any] = {"data_folder": folder, "format": d.format}
     if d.compression is not None:
         dataset["compression"] = d.compression
     dataset["num_files_train"] = files
     dataset["num_samples_per_file"] = d.num_samples_per_file
-    dataset[length_key] = record
-    if d.record_length_bytes_stdev:
-        dataset[stdev_key] = d.record_length_bytes_stdev
-    if d.record_length_bytes_resize:
-        dataset[RECORD_RESIZE_KEYS[engine]] = d.record_length_bytes_resize
+    for i, (key, value) in enumerate(zip(_OFFICIAL_LENGTH_KEYS, lengths, strict=True)):
+        if i == 0 or value:  # the stdev and resize only where the file sets them
+            dataset[key] = value
+            if engine == "dlio":  # and in the spelling dlio-benchmark 2.0.0 reads
+                dataset[key.replace("_bytes", "")] = value
     if subfolders:
         dataset["num_subfolders_train"] = int(subfolders)
     if d.parquet is not None:
@@ -117,6 +163,8 @@ def _dataset_section(
 
 def _reader_section(w: Workload) -> dict[str, Any]:
     reader: dict[str, Any] = {"data_loader": w.data_loader, "batch_size": w.batch_size}
+    if w.format == "parquet":
+        reader["reader_classname"] = PARQUET_READER
     for key in (
         "prefetch_size",
         "read_threads",
@@ -152,10 +200,10 @@ def to_dlio_config(
         num_subfolders: ``dataset.num_subfolders_train``; ``None`` applies
             :func:`storage_workloads.suggested_subfolders`; 0 (and a suggestion of 0) leaves
             the key out, a flat folder.
-        engine: ``"dlio"`` (upstream) or ``"mlperf-dlio"`` (the MLPerf Storage fork); decides
-            the spelling of the record-length keys (:data:`RECORD_LENGTH_KEYS`,
-            :data:`RECORD_RESIZE_KEYS`) and, for ``"dlio"``, adds ``checkpoint.model_size``
-            (where dlio-benchmark 2.0.0 reads the model size).
+        engine: ``"mlperf-dlio"`` (the MLPerf Storage fork): the official file's keys;
+            ``"dlio"`` (dlio-benchmark 2.0.0): the same keys, plus each record-length key in
+            the upstream spelling (:data:`RECORD_LENGTH_KEYS`, :data:`RECORD_RESIZE_KEYS`) and
+            ``checkpoint.model_size`` (where dlio-benchmark 2.0.0 reads the model size).
         generate_data, train: the ``workflow`` flags (data generation vs. the timed run).
             ``workflow.checkpoint`` is the workload's own for a training run (left out where
             the official file leaves it out) and false otherwise.
@@ -164,9 +212,10 @@ def to_dlio_config(
             ``checkpoints/<model>``. Ignored for other workloads.
 
     A key the workload leaves at ``None`` is not written (DLIO's default applies), as in the
-    official file. dlio-benchmark 2.0.0 has no parquet format of its own: the package's DLIO
-    extension (`storage_workloads.dlio_ext`, started by `storage_workloads.dlio.launch`) supplies
-    the parquet generator and reader, so both engines run the parquet workloads.
+    official file. No DLIO 2.0 has a parquet format of its own: the package's DLIO extension
+    (`storage_workloads.dlio_ext`, started by `storage_workloads.dlio.launch`) supplies the
+    parquet generator and reader, which a parquet workload names in
+    ``reader.reader_classname``, so both engines run the parquet workloads.
     """
     if not isinstance(workload, Workload):
         raise TypeError(f"workload must be a Workload, got {type(workload).__name__}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -13,8 +14,9 @@ from typing import Any, Final
 
 from storage_workloads._atomic import write_text_atomic
 from storage_workloads.dlio.config import RECORD_LENGTH_KEYS, Engine, to_datagen_config
-from storage_workloads.dlio.launch import DlioError, Log, _quiet, apply_params, config_name
+from storage_workloads.dlio.launch import DlioError, Log, _quiet, config_name
 from storage_workloads.dlio.runs import (
+    _configs,
     _dataset_files,
     _extensions,
     _Options,
@@ -205,10 +207,9 @@ def run_datagen(
     d = dataset.datagen if isinstance(dataset, Workload) else dataset
     where = _where(run_dir, results_dir, command="datagen", model=d.model)
     folder = Path(data_folder).resolve()
-    config = to_datagen_config(
-        d, data_folder=folder, num_files=num_files, num_subfolders=num_subfolders, engine=engine
-    )
-    apply_params(config, params or {})
+    build = functools.partial(to_datagen_config, d)
+    configs = _configs(build, d.model, folder, num_files, num_subfolders, engine, params)
+    config, written, overrides = configs.config, configs.written, configs.overrides
     fmt = str(config["dataset"].get("format", d.format))
     schema = _parquet(config)
     _refuse_earlier_run(where.run)
@@ -216,18 +217,19 @@ def run_datagen(
     options = _Options(
         processes, hosts, host_memory, dlio_venv, mpi, mpi_args, timeout_s, what_if, log
     )
-    ctx = _validated_run(where, options)
+    ctx = _validated_run(where, options, engine=engine)
     name = config_name(d.model, "datagen")
     extensions = _extensions(fmt, generate=True, train=False)
     record_params: dict[str, Any] = {"model": d.model}
     if isinstance(dataset, Workload):
         record_params["accelerator"] = dataset.accelerator
     started = _start(
-        config,
+        written,
         ctx,
         command="datagen",
         name=name,
         engine=engine,
+        overrides=overrides,
         params=record_params,
         extensions=extensions,
         schema=schema,
@@ -282,6 +284,7 @@ def run_datagen(
         params=params or {},
         result_file="datagen.json",
         accelerator=record_params.get("accelerator"),
+        data_folder=folder,
     )
     write_text_atomic(where.run / "datagen.json", json.dumps(result, indent=2) + "\n")
     return result

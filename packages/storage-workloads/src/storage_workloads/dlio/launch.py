@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -27,9 +28,9 @@ from typing import Any, Final
 import yaml
 
 from storage_workloads._atomic import write_text_atomic
-from storage_workloads.checker import flatten
-from storage_workloads.dlio.config import dump_yaml
+from storage_workloads.dlio.config import ENGINE_NAMES, dump_yaml
 from storage_workloads.dlio_ext import LAUNCHER, PLUGIN_PATH
+from storage_workloads.dotted import apply_params, flatten
 from storage_workloads.hosts import HostSpec, check_host_list, mpirun_prefix
 from storage_workloads.layout import HYDRA_SUBDIR
 
@@ -41,6 +42,8 @@ DLIO_VENV_ENV: Final = "STORAGE_WORKLOADS_DLIO_VENV"
 #: DLIO's own before the run's ``--config-dir``: a config of the same name would silently run
 #: DLIO's workload instead.
 CONFIG_PREFIX: Final = "storage_workloads_"
+#: The file of a run folder that holds DLIO's stdout and stderr.
+CONSOLE_LOG: Final = "dlio-console.log"
 
 Log = Callable[[str], None]
 
@@ -76,17 +79,88 @@ def find_dlio(dlio_venv: str | os.PathLike[str] | None = None) -> Path:
     return Path(os.path.abspath(found))
 
 
+#: Text Hydra takes as it is on its command line (a name or a path), when YAML reads it back
+#: as the same text; anything else is single-quoted.
+_PLAIN_TEXT: Final = re.compile(r"[A-Za-z0-9_./@~%+-]+")
+
+
 def _hydra_value(value: object) -> str:
-    """A Hydra override value: strings (paths, class names) single-quoted, numbers and booleans
-    as YAML reads them."""
+    """A Hydra override value: numbers and booleans as YAML reads them, text as it is where
+    Hydra takes it so (as mlpstorage writes its overrides), else single-quoted. mlpstorage's
+    reportgen splits each line of Hydra's ``overrides.yaml`` at ``=`` into exactly two parts,
+    so a value holding ``=`` is refused: the run's results could not be read."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
-    text = str(value)
+    text = os.fspath(value) if isinstance(value, os.PathLike) else str(value)
+    if "=" in text:
+        raise DlioError(
+            f"{text!r} holds '=', which mlpstorage's reportgen cannot read back from Hydra's "
+            "overrides.yaml; choose a path or value without it"
+        )
     if "'" in text or "\\" in text:
-        raise DlioError(f"path {text!r} contains a quote or backslash, which Hydra cannot take")
+        raise DlioError(f"{text!r} holds a quote or backslash, which Hydra cannot take")
+    if _PLAIN_TEXT.fullmatch(text) and yaml.safe_load(text) == text:
+        return text
     return f"'{text}'"
+
+
+def hydra_overrides(base: Mapping[str, Any], full: Mapping[str, Any]) -> dict[str, Any]:
+    """The dotted keys in which the config ``full`` differs from ``base`` (the workload file
+    as written), in ``full``'s order: what a run passes to DLIO as ``++workload.KEY=VALUE``,
+    as mlpstorage passes its changes, so that Hydra's ``overrides.yaml`` records each of them
+    (SG v2.0 10.2: "The parameters can be changed only via the command line in order to
+    more-explicitly document what was changed"). A key of ``base`` that ``full`` lacks cannot
+    be an override and raises ``ValueError``."""
+    written, wanted = flatten(base), flatten(full)
+    missing = [key for key in written if key not in wanted]
+    if missing:
+        raise ValueError(f"a run cannot remove workload keys ({', '.join(missing)})")
+    return {
+        key: value for key, value in wanted.items() if _differs(written.get(key, _ABSENT), value)
+    }
+
+
+_ABSENT: Final = object()
+
+
+def _differs(a: object, b: object) -> bool:
+    return type(a) is not type(b) or a != b  # True is no 1, 1.0 no 1
+
+
+#: What each flavour's ``dlio_benchmark/utils/config.py`` holds that the other's does not: the
+#: MLPerf DLIO fork reads ``record_length_bytes``; dlio-benchmark 2.0.0 only ``record_length``.
+_FORK_MARK: Final = "record_length_bytes"
+
+
+def installed_engine(dlio: str | os.PathLike[str]) -> str | None:
+    """The flavour of DLIO installed in the environment of the ``dlio_benchmark`` executable
+    ``dlio`` (``"dlio"`` or ``"mlperf-dlio"``), read from its ``dlio_benchmark`` package
+    without starting Python; ``None`` when that package is not found beside it."""
+    root = Path(dlio).resolve().parent.parent
+    for source in sorted(root.glob("lib/python*/site-packages/dlio_benchmark/utils/config.py")):
+        try:
+            text = source.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        return "mlperf-dlio" if _FORK_MARK in text else "dlio"
+    return None
+
+
+def check_engine(dlio: str | os.PathLike[str], engine: str, *, fallback: str = "") -> None:
+    """Raise :class:`DlioError` when the DLIO at ``dlio`` is not the flavour ``engine`` writes
+    configs for: each flavour silently ignores the other's record-length keys and the fork's
+    checkpointing keys, so the run would not be the workload. ``fallback`` adds what else the
+    caller can do."""
+    found = installed_engine(dlio)
+    if found is None or found == engine:
+        return
+    raise DlioError(
+        f"--engine {engine} writes configs for {ENGINE_NAMES[engine]}, but {dlio} is "
+        f"{ENGINE_NAMES[found]}: pass --engine {found}{fallback}, or a DLIO environment of "
+        f"{ENGINE_NAMES[engine]} (--dlio-venv)"
+    )
 
 
 def config_name(model: str, suffix: str) -> str:
@@ -314,7 +388,7 @@ def _execute(launch: _Launch, *, run_dir: Path, timeout_s: float | None, log: Lo
         run_dir / "configs" / "workload" / f"{launch.name}.yaml", dump_yaml(launch.config)
     )
     out = run_dir
-    console = run_dir / "dlio-console.log"
+    console = run_dir / CONSOLE_LOG
     log(f"running: {' '.join(launch.cmd)}")
     record = out / HYDRA_SUBDIR / "config.yaml"
     launched_at = time.time()
@@ -376,34 +450,3 @@ def _execute(launch: _Launch, *, run_dir: Path, timeout_s: float | None, log: Lo
     verify_effective_config(out, name=launch.name, expected=launch.expected)
     log(f"dlio_benchmark finished in {wall:.1f} s")
     return wall
-
-
-def apply_params(config: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
-    """Set dotted parameters (``{"train.epochs": 1}``) in a DLIO mapping, in place; returns it.
-
-    A parameter whose path runs through a value that is not a mapping raises ``ValueError``.
-    """
-    for key, value in params.items():
-        if not isinstance(key, str) or not key or any(not part for part in key.split(".")):
-            raise ValueError(f"parameter names are dotted DLIO keys like train.epochs, got {key!r}")
-        node: dict[str, Any] = config
-        parts = key.split(".")
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ValueError(f"parameter {key}: {part} is a value ({child!r}), not a section")
-            node = child
-        node[parts[-1]] = value
-    return config
-
-
-def parse_param(text: str) -> tuple[str, Any]:
-    """``"train.epochs=1"`` as ``("train.epochs", 1)``: the value is read as YAML."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ValueError(f"--param takes KEY=VALUE (a dotted DLIO key), got {text!r}")
-    try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
-    except yaml.YAMLError:
-        parsed = value
-    return key.strip(), parsed

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
@@ -17,7 +16,7 @@ from storage_workloads.checker import check_path
 from storage_workloads.dlio.checkpointing import _CHECKPOINT_SCHEMA
 from storage_workloads.dlio.launch import DlioError
 from storage_workloads.dlio.results import _fmt, _load_json
-from storage_workloads.layout import METADATA_SUFFIX, find_runs
+from storage_workloads.layout import METADATA_SUFFIX, find_runs, is_datagen, read_metadata
 from storage_workloads.workloads import WORKLOADS
 
 REPORT_CSV_COLUMNS: Final = (
@@ -70,28 +69,19 @@ def _training_row(path: Path) -> dict[str, Any]:
     }
 
 
-def _metadata_of(path: Path) -> dict[str, Any]:
-    for candidate in sorted(path.glob(f"*{METADATA_SUFFIX}")):
-        with contextlib.suppress(DlioError):
-            return _load_json(candidate)
-    return {}
-
-
 def _dlio_row(path: Path) -> dict[str, Any] | str:
     """A report row from DLIO's ``summary.json`` of a run folder that has no ``results.json``
     (as mlpstorage leaves one), or why it is no training run."""
-    meta = _metadata_of(path)
-    if meta.get("command") == "datagen":
+    meta = read_metadata(path)
+    if is_datagen(path):
         return "data generation"
     if meta.get("benchmark_type") not in (None, "training") or meta.get("command") not in (
         None,
         "run",
         "run_benchmark",
     ):
-        return (
-            f"a {meta.get('benchmark_type')} {meta.get('command')} run: its summary.json is "
-            "not read here"
-        )
+        what = meta.get("benchmark_type") or f"{meta.get('command')!r}"
+        return f"a {what} run: its summary.json is not read here"
     summary = _load_json(path / "summary.json")
     metric = summary.get("metric") if isinstance(summary.get("metric"), Mapping) else {}
     au = metric.get("train_au_mean_percentage")
@@ -204,8 +194,7 @@ def aggregate_results(run_dirs: Sequence[str | os.PathLike[str]]) -> dict[str, A
         else:
             reason = (
                 "data generation"
-                if (path / "datagen.json").is_file()
-                or _metadata_of(path).get("command") == "datagen"
+                if is_datagen(path)
                 else "no results (an unfinished or failed run)"
             )
             skipped.append({"run": str(path), "reason": reason})

@@ -26,14 +26,17 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from storage_workloads._atomic import write_text_atomic
 from storage_workloads.checker import RUN_RECORD
+from storage_workloads.dlio.config import published_data_folder
+from storage_workloads.dlio.keys import checked_params
 from storage_workloads.dlio.launch import (
+    CONSOLE_LOG,
     DlioError,
     Log,
     _execute,
@@ -41,7 +44,10 @@ from storage_workloads.dlio.launch import (
     _Mpi,
     _prepare,
     _quiet,
+    apply_params,
+    check_engine,
     find_dlio,
+    hydra_overrides,
 )
 from storage_workloads.dlio_ext import GENERATED_FORMATS
 from storage_workloads.dlio_ext.sw_dlio_ext.formats import ParquetSchema, parquet_schema
@@ -57,7 +63,9 @@ from storage_workloads.hosts import (
 )
 from storage_workloads.layout import (
     METADATA_SUFFIX,
+    RunFacts,
     metadata,
+    mlpstorage_args,
     run_datetime,
     system_description,
     tree_location,
@@ -117,21 +125,37 @@ class _Options:
         )
 
 
-def _validated_run(where: _Where, options: _Options) -> _Run:
-    """The run, once its launch options are validated, DLIO has been found (a missing DLIO is
-    the cheaper error to report) and the hosts read (:func:`read_hosts`), unless
-    ``options.host_memory`` holds a reading made before."""
+def _validated_run(where: _Where, options: _Options, *, engine: str, fallback: str = "") -> _Run:
+    """The run, once its launch options are validated, DLIO has been found and is of the
+    flavour ``engine`` writes for (a missing or mismatched DLIO is the cheaper error to
+    report) and the hosts read (:func:`read_hosts`), unless ``options.host_memory`` holds a
+    reading made before, or the run is only planned (``what_if``): a plan contacts no host,
+    so a host list is not read and a note says so."""
     launch, host_count = options.launch()
-    find_dlio(launch.dlio_venv)
+    dlio = find_dlio(launch.dlio_venv)
+    check_engine(dlio, engine, fallback=fallback)
     host_memory = options.host_memory
-    if host_memory is None:
+    notes: list[str] = []
+    if host_memory is None and options.what_if and not isinstance(options.hosts, int):
+        notes.append(
+            f"the {host_count} host(s) of --hosts were not read: a plan contacts no host (the "
+            "run reads each host's memory first)"
+        )
+    elif host_memory is None:
         host_memory = read_hosts(options.hosts, mpi_args=launch.mpi_args, log=options.log)
     if host_memory is not None and len(host_memory.hosts) != host_count:
         raise ValueError(
             f"the memory reading covers {len(host_memory.hosts)} host(s), the run has {host_count}"
         )
     return _Run(
-        where, launch, host_count, host_memory, options.what_if, options.timeout_s, options.log
+        where,
+        launch,
+        host_count,
+        host_memory,
+        options.what_if,
+        options.timeout_s,
+        options.log,
+        notes,
     )
 
 
@@ -164,16 +188,21 @@ def read_hosts(
     return memory
 
 
-def _what_if(launch: _Launch, run_dir: Path, record: Mapping[str, Any]) -> dict[str, Any]:
-    """What a run would do, for ``what_if=True``: the command, the workload YAML's path and
-    content, and ``run.json``. Nothing is written; the caller has validated everything."""
+def _what_if(
+    launch: _Launch, run_dir: Path, record: Mapping[str, Any], notes: Sequence[str]
+) -> dict[str, Any]:
+    """What a run would do, for ``what_if=True``: the command (with its Hydra overrides), the
+    workload YAML's path and content, ``run.json`` and the notes. Nothing is written; the
+    caller has validated everything."""
     plan: dict[str, Any] = {
         "what_if": True,
         "command": list(launch.cmd),
         "config_file": str(run_dir / "configs" / "workload" / f"{launch.name}.yaml"),
         "config": copy.deepcopy(launch.config),
+        "overrides": dict(launch.overrides),
         "run_record": dict(record),
         "dlio_extensions": list(launch.extensions),
+        "notes": list(notes),
     }
     if launch.extensions:
         plan["env"] = {"PYTHONPATH": launch.env["PYTHONPATH"]}
@@ -215,6 +244,8 @@ class _Where:
     run: Path
     stamp: str
     new: bool
+    #: The results tree the run folder is in (``None``: a ``--run-dir`` of its own).
+    root: Path | None = None
 
 
 def _where(
@@ -234,7 +265,7 @@ def _where(
             folder, stamp = tree_location(root, command=command, model=model)
         except FileExistsError as exc:
             raise DlioError(str(exc)) from None
-        return _Where(folder, stamp, True)
+        return _Where(folder, stamp, True, root.resolve())
     assert run_dir is not None
     return _Where(Path(run_dir).resolve(), run_datetime(), False)
 
@@ -251,6 +282,8 @@ class _Run:
     what_if: bool
     timeout_s: float | None
     log: Log
+    #: What a plan (``what_if``) could not do or found missing, for the reader.
+    notes: list[str]
 
     @property
     def hosts(self) -> int | tuple[HostSpec, ...]:
@@ -304,7 +337,7 @@ def _start(
     if schema is not None:
         record["parquet_schema"] = schema.as_dict()
     if run.what_if:
-        return _what_if(launch, where.run, record)
+        return _what_if(launch, where.run, record, run.notes)
     try:
         where.run.mkdir(parents=True, exist_ok=not where.new)
     except FileExistsError:
@@ -323,19 +356,51 @@ def _write_mlperf_files(
     result_file: str,
     accelerator: str | None = None,
     end: str | None = None,
+    verdict: str | None = None,
+    division: str | None = None,
+    host_memory_gb: float | None = None,
+    data_folder: Path | None = None,
+    checkpoint_folder: Path | None = None,
+    checkpoints: tuple[int, int] | None = None,
 ) -> None:
     """The metadata file and the system description of a finished run (before its result
     file, which comes last)."""
     record = started.record
     command = str(record["command"])
-    meta = metadata(
+    launch = started.launch
+    dlio = find_dlio(run.mpi.dlio_venv)
+    args = mlpstorage_args(
+        command=command,
+        model=model,
+        processes=run.mpi.processes,
+        hosts=run.hosts,
+        params=params,
+        dlio=dlio,
+        mpi_cmd=launch.cmd if run.mpi.mpi else (),
+        results_dir=None if run.where.root is None else str(run.where.root),
+        accelerator=accelerator,
+        data_dir=None if data_folder is None else str(data_folder),
+        division=division,
+        host_memory_gb=host_memory_gb,
+        checkpoint_folder=None if checkpoint_folder is None else str(checkpoint_folder),
+        num_checkpoints_write=None if checkpoints is None else checkpoints[0],
+        num_checkpoints_read=None if checkpoints is None else checkpoints[1],
+    )
+    facts = RunFacts(
         command=command,
         model=model,
         stamp=run.where.stamp,
+        run_dir=run.where.run,
         processes=run.mpi.processes,
-        parameters=started.launch.expected,
-        override_parameters={**started.launch.overrides, **params},
-        args={
+        config_name=launch.name,
+        written=launch.config,
+        overrides={**launch.overrides, **params},
+        ran=launch.expected,
+        dlio=dlio,
+        cmd=launch.cmd,
+        console=run.where.run / CONSOLE_LOG,
+        args=args,
+        own_args={
             **record["params"],
             "command": command,
             "engine": record["engine"],
@@ -350,9 +415,43 @@ def _write_mlperf_files(
         end=end,
         runtime_s=started.wall,
         result_file=result_file,
+        verdict=verdict,
     )
-    system = system_description(run.host_memory, run.hosts, mpi=run.mpi.mpi)
-    write_run_files(run.where.run, meta, system)
+    system = system_description(
+        run.host_memory, run.hosts, mpi=run.mpi.mpi, mpi_args=run.mpi.mpi_args
+    )
+    write_run_files(run.where.run, metadata(facts), system)
+
+
+@dataclass(frozen=True)
+class _Configs:
+    """A run's DLIO config (``config``: what DLIO is to run), the workload file it writes
+    (``written``: the published one) and the Hydra overrides between the two."""
+
+    config: dict[str, Any]
+    written: dict[str, Any]
+    overrides: dict[str, Any]
+
+
+def _configs(
+    build: Callable[..., dict[str, Any]],
+    model: str,
+    data_folder: Path,
+    num_files: int | None,
+    num_subfolders: int | None,
+    engine: str,
+    params: Mapping[str, Any] | None,
+) -> _Configs:
+    """``build`` (``to_dlio_config`` or ``to_datagen_config`` of one workload) with the run's
+    data folder, files and checked ``params``, and as published; the run writes the published
+    file and passes its changes on DLIO's command line, as mlpstorage does."""
+    changes = checked_params(params, engine)
+    config = build(
+        data_folder=data_folder, num_files=num_files, num_subfolders=num_subfolders, engine=engine
+    )
+    apply_params(config, changes)
+    written = build(data_folder=published_data_folder(model), num_subfolders=0, engine=engine)
+    return _Configs(config, written, hydra_overrides(written, config))
 
 
 def _dataset_files(folder: Path, fmt: str) -> list[Path]:

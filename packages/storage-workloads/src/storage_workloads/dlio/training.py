@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -10,9 +11,10 @@ from typing import Any, Final
 
 from storage_workloads.checker import check_path
 from storage_workloads.dlio.config import RECORD_LENGTH_KEYS, Engine, to_dlio_config
-from storage_workloads.dlio.launch import DlioError, Log, _quiet, apply_params, config_name
+from storage_workloads.dlio.launch import DlioError, Log, _quiet, config_name
 from storage_workloads.dlio.results import parse_dlio_output, write_results
 from storage_workloads.dlio.runs import (
+    _configs,
     _dataset_files,
     _extensions,
     _Options,
@@ -23,11 +25,27 @@ from storage_workloads.dlio.runs import (
     _where,
     _write_mlperf_files,
 )
-from storage_workloads.dlio_ext import PARQUET_READER
 from storage_workloads.hosts import HostMemory, HostSpec, check_declared_memory
 from storage_workloads.workloads import Workload
 
 _RESULTS_SCHEMA: Final = "storage-workloads/dlio-results/1"
+
+
+def _missing_data(config: Mapping[str, Any], folder: Path, fmt: str, workload: Workload) -> str:
+    """Why the dataset cannot be read yet (fewer files under ``train/`` than the run reads), or
+    ``""``. Only a file system is counted: object storage is not listed here."""
+    storage = config.get("storage") if isinstance(config.get("storage"), Mapping) else {}
+    if storage.get("storage_type", "local_fs") not in ("local_fs", "parallel_fs"):
+        return ""
+    dataset = config.get("dataset", {})
+    needed = int(dataset.get("num_files_train", workload.num_files_train))
+    found = len(_dataset_files(folder, fmt))
+    if found >= needed:
+        return ""
+    return (
+        f"{folder / 'train'} holds {found:,} .{fmt} files and the run reads {needed:,}: "
+        "generate them first (storage-workloads datagen, same --data-dir and --num-files)"
+    )
 
 
 def run_training(
@@ -67,35 +85,20 @@ def run_training(
     check sizes the dataset on its sum. A ``host_memory_gb`` (per host, GiB) whose total is
     below it by more than 5% is refused with ``ValueError``; one above it is reported through
     ``log``. A parquet workload is read by the reader of :mod:`storage_workloads.dlio_ext`,
-    named to DLIO by the Hydra override ``reader.reader_classname`` (recorded in ``run.json``,
-    not in the workload YAML). Everything is validated before any file is written: the dataset
+    named to DLIO in the workload YAML's ``reader.reader_classname``. Everything is validated before any file is written: the dataset
     must hold the files the run reads, and ``run_dir`` must not hold an earlier run's results.
     With ``what_if``, returns after that validation what the run would do (the command, the
     config and ``run.json``) without creating any file or folder.
     """
     where = _where(run_dir, results_dir, command="run", model=workload.model)
     folder = Path(data_folder).resolve()
-    config = to_dlio_config(
-        workload,
-        data_folder=folder,
-        num_files=num_files,
-        num_subfolders=num_subfolders,
-        engine=engine,
-    )
-    apply_params(config, params or {})
+    build = functools.partial(to_dlio_config, workload)
+    configs = _configs(build, workload.model, folder, num_files, num_subfolders, engine, params)
+    config, written, overrides = configs.config, configs.written, configs.overrides
     dataset = config.get("dataset", {})
     fmt = str(dataset.get("format", workload.format))
     schema = _parquet(config)
     _refuse_earlier_run(where.run)
-    storage = config.get("storage") if isinstance(config.get("storage"), Mapping) else {}
-    if storage.get("storage_type", "local_fs") in ("local_fs", "parallel_fs"):
-        needed = int(dataset.get("num_files_train", workload.num_files_train))
-        found = len(_dataset_files(folder, fmt))
-        if found < needed:
-            raise DlioError(
-                f"{folder / 'train'} holds {found:,} .{fmt} files and the run reads {needed:,}: "
-                "generate them first (storage-workloads datagen, same --data-dir and --num-files)"
-            )
     if host_memory_gb is not None and (
         isinstance(host_memory_gb, bool)
         or not isinstance(host_memory_gb, int | float)
@@ -103,18 +106,19 @@ def run_training(
         or host_memory_gb <= 0
     ):
         raise ValueError(f"--host-memory-gb must be a number > 0, got {host_memory_gb!r}")
+    missing = _missing_data(config, folder, fmt, workload)
+    if missing and not what_if:
+        raise DlioError(missing)
     options = _Options(
         processes, hosts, host_memory, dlio_venv, mpi, mpi_args, timeout_s, what_if, log
     )
-    ctx = _validated_run(where, options)
+    ctx = _validated_run(where, options, engine=engine)
+    if missing:  # a plan of datagen and run together: the data comes before the run
+        ctx.notes.append(f"the dataset is missing: {missing}")
     memory = ctx.host_memory
     warning = check_declared_memory(host_memory_gb, ctx.host_count, memory)
     if warning:
         log(f"warning: {warning}")
-    overrides: dict[str, Any] = {}
-    reader = config.get("reader") if isinstance(config.get("reader"), Mapping) else {}
-    if schema is not None and "reader_classname" not in reader:
-        overrides["reader.reader_classname"] = PARQUET_READER
     name = config_name(workload.model, workload.accelerator)
     workflow = config.get("workflow") if isinstance(config.get("workflow"), Mapping) else {}
     extensions = _extensions(
@@ -132,7 +136,7 @@ def run_training(
     if memory is not None:
         run_params["measured_host_memory_gb"] = memory.per_host_gib
     started = _start(
-        config,
+        written,
         ctx,
         command="run",
         name=name,
@@ -143,7 +147,7 @@ def run_training(
         schema=schema,
     )
     if isinstance(started, dict):
-        return started
+        return {**started, "missing_data": missing or None}
     record_key = RECORD_LENGTH_KEYS[engine][0]
     length = dataset.get(record_key, workload.record_length_bytes)
     result = parse_dlio_output(
@@ -177,6 +181,10 @@ def run_training(
         result_file="results.json",
         accelerator=workload.accelerator,
         end=result.get("end"),
+        verdict=report.verdict,
+        division=division,
+        host_memory_gb=host_memory_gb,
+        data_folder=folder,
     )
     write_results(where.run, result)
     return result
