@@ -4,6 +4,10 @@
 # against that torch: without build isolation, with the GPU backend given as the argument.
 #
 #   bash .ci/install-into-existing-env.sh cpu|cuda|hip
+#
+# INSTALL_OFFLINE=1: a machine without network (tools/gpu/check.sh): nothing is downloaded,
+# torchrec may be missing, each package is installed only when its build backend is already
+# importable (the others are named and skipped), and their requirements are left as they are.
 set -euo pipefail
 backend=${1:-cpu}
 python=${PYTHON:-python}
@@ -20,7 +24,11 @@ if ! torch_before=$("$python" -c 'import torch; print(torch.__version__, torch._
   echo "torch is not importable by $python: install your platform's torch first" >&2
   exit 2
 fi
-if ! "$python" -c 'import torchrec' >/dev/null 2>&1; then
+offline=${INSTALL_OFFLINE:-0}
+if [ "$offline" = 1 ] && ! "$python" -c 'import torchrec' >/dev/null 2>&1; then
+  echo "torchrec is not importable by $python: installing without it (hstu-model's model and" \
+    "trainer will not run)"
+elif ! "$python" -c 'import torchrec' >/dev/null 2>&1; then
   echo "torchrec (with a loadable fbgemm) is not importable by $python: install your platform's" \
     "fbgemm-gpu and torchrec builds first (a CPU machine: fbgemm-gpu-cpu and torchrec)" >&2
   exit 2
@@ -30,12 +38,27 @@ pins=$(mktemp)
 trap 'rm -f "$pins"' EXIT
 "$python" -c 'from importlib.metadata import version; print("torch==" + version("torch"))' >"$pins"
 
-"$python" -m pip install --quiet --constraint "$pins" "scikit-build-core>=0.10" "pybind11>=2.13" "hatchling>=1.25" ninja cmake
 packages=(hstu-ops hstu-model yambda-data mlperf-compliance storage-workloads)
-# The environment's framework stack (torch, torchrec, fbgemm, triton) is left alone: pip would
-# otherwise pull torchrec's declared CUDA fbgemm-gpu into a CPU or ROCm environment. Every other
-# requirement of the packages (and of their `torch` extra and dev group) is installed normally.
-requirements=$("$python" - "$root" "${packages[@]}" <<'PY'
+if [ "$offline" = 1 ]; then
+  installed=()
+  for name in "${packages[@]}"; do
+    backend=$("$python" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["build-system"]["build-backend"].split(".")[0])' \
+      "$root/packages/$name/pyproject.toml")
+    if ! "$python" -c "import $backend" >/dev/null 2>&1; then
+      echo "skipped $name: its build backend ($backend) is not installed here"
+      continue
+    fi
+    "$python" -m pip install --quiet --no-index --no-build-isolation --no-deps \
+      --constraint "$pins" "$root/packages/$name"
+    installed+=("$name")
+  done
+  echo "installed without network: ${installed[*]:-nothing}"
+else
+  "$python" -m pip install --quiet --constraint "$pins" "scikit-build-core>=0.10" "pybind11>=2.13" "hatchling>=1.25" ninja cmake
+  # The environment's framework stack (torch, torchrec, fbgemm, triton) is left alone: pip would
+  # otherwise pull torchrec's declared CUDA fbgemm-gpu into a CPU or ROCm environment. Every other
+  # requirement of the packages (and of their `torch` extra and dev group) is installed normally.
+  requirements=$("$python" - "$root" "${packages[@]}" <<'PY'
 import re, sys, tomllib
 from pathlib import Path
 
@@ -55,17 +78,22 @@ for requirement in dict.fromkeys(found):
     if base not in framework and base not in ours:
         print(requirement)
 PY
-)
-# shellcheck disable=SC2086
-"$python" -m pip install --constraint "$pins" $requirements
-for name in "${packages[@]}"; do
-  "$python" -m pip install --no-build-isolation --no-deps "$root/packages/$name"
-done
+  )
+  # shellcheck disable=SC2086
+  "$python" -m pip install --constraint "$pins" $requirements
+  for name in "${packages[@]}"; do
+    "$python" -m pip install --no-build-isolation --no-deps "$root/packages/$name"
+  done
+fi
 
 torch_after=$("$python" -c 'import torch; print(torch.__version__, torch.__file__)')
 if [ "$torch_before" != "$torch_after" ]; then
   echo "torch changed: '$torch_before' -> '$torch_after'" >&2
   exit 1
 fi
-"$python" -c 'import hstu_ops, hstu_model, yambda_data, mlperf_compliance, storage_workloads; print("native ops:", hstu_ops.native_build_info())'
+if [ "$offline" = 1 ]; then
+  "$python" -c 'import hstu_ops; print("native ops:", hstu_ops.native_build_info())'
+else
+  "$python" -c 'import hstu_ops, hstu_model, yambda_data, mlperf_compliance, storage_workloads; print("native ops:", hstu_ops.native_build_info())'
+fi
 echo "installed into the existing environment; torch kept: $torch_after"

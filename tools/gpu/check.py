@@ -1,0 +1,462 @@
+"""The GPU check: install, build, test, check and time hstu-ops on a bare CUDA machine.
+
+    bash tools/gpu/check.sh OUT_DIR              # a CUDA machine, no network, under 8 minutes
+    bash tools/gpu/check.sh OUT_DIR --cpu-smoke  # the same stages on the CPU (CI), tiny shapes
+
+Runs in the Python that is there (PYTHON, else the one running this). Stages, in order:
+  environment   python, torch, triton, nvcc and the GPU
+  install       .ci/install-into-existing-env.sh cuda with INSTALL_OFFLINE=1: hstu-ops built
+                with that torch for this GPU's architecture (no build isolation, no dependency
+                resolution, no network); packages whose build backend is missing are skipped
+                and reached through PYTHONPATH (they are pure Python). Skipped by --cpu-smoke,
+                which runs in the workspace environment as it is.
+  native-build  what the compiled extension holds (hstu_ops.native_build_info)
+  correctness   tools/gpu/correctness.py: every op family, per kernel and dtype, against the
+                PyTorch reference on the same device; worst error per family
+  gpu-tests     the hstu-ops tests marked gpu
+  benchmarks    packages/hstu-model/benchmarks/bench_gpu.py, the op families at the yambda-5b
+                layer shape, batch 32 (--tiny on the CPU); the model step only where torchrec
+                imports (it builds the model's embedding tables with it)
+  tests         the rest of the hstu-ops tests (--cpu-smoke: the kernel-selection tests)
+
+Each stage has a timeout, all of them together a budget (--budget seconds); a stage left
+without time is skipped. After every stage OUT_DIR/gpu-check.json and OUT_DIR/gpu-check.md are
+rewritten (written aside, then renamed), so a stop keeps what was measured; the output of the
+commands goes to OUT_DIR/gpu-check.log. Exit status 0 when no stage failed, 1 otherwise,
+2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PURE_PACKAGES = ("hstu-model", "yambda-data", "mlperf-compliance", "storage-workloads")
+OP_FAMILIES = (
+    "jagged-1d",
+    "attention",
+    "layer-projections",
+    "norms",
+    "jagged-2d",
+    "positional-embeddings",
+    "addmm",
+)
+STAGE_TIMEOUTS = {  # seconds on an H100 / on two CPU cores
+    "environment": (30, 30),
+    "install": (200, 0),
+    "native-build": (30, 30),
+    "correctness": (60, 60),
+    "gpu-tests": (60, 30),
+    "benchmarks": (90, 60),
+    "tests": (120, 60),
+}
+
+
+class Stop(Exception):
+    """SIGTERM: end like Ctrl-C, keeping what was measured."""
+
+
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = Parser(prog="tools/gpu/check.sh", description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path, help="folder for gpu-check.json/.md/.log")
+    parser.add_argument("--cpu-smoke", action="store_true", help="CPU, interpreter, tiny shapes")
+    parser.add_argument("--budget", type=float, default=450.0, help="seconds for all stages")
+    if not [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]:
+        raise UsageError("OUT_DIR is missing")
+    args = parser.parse_args(argv)
+    if args.out_dir.exists() and not args.out_dir.is_dir():
+        raise UsageError(f"OUT_DIR {args.out_dir}: not a directory")
+    return args
+
+
+class Check:
+    def __init__(self, out_dir: Path, smoke: bool, budget: float) -> None:
+        self.out, self.smoke = out_dir, smoke
+        self.python = os.environ.get("PYTHON", sys.executable)
+        self.deadline = time.monotonic() + budget
+        self.log = (out_dir / "gpu-check.log").open("a", buffering=1)
+        self.env = dict(os.environ, PYTHONUNBUFFERED="1")
+        src = [str(ROOT / "packages" / p / "src") for p in PURE_PACKAGES]
+        self.env["PYTHONPATH"] = os.pathsep.join([*src, self.env.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        )
+        if smoke:
+            # No GPU even where there is one. The correctness and benchmark scripts then run the
+            # Triton kernels in the interpreter (they set TRITON_INTERPRET=1 themselves); the
+            # tests choose the interpreter per test.
+            self.env["CUDA_VISIBLE_DEVICES"] = ""
+        self.result = {
+            "mode": "cpu-smoke" if smoke else "gpu",
+            "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "commit": git_commit(),
+            "command": "tools/gpu/check.sh OUT_DIR" + (" --cpu-smoke" if smoke else ""),
+            "budget_s": budget,
+            "stages": [],
+            "environment": {},
+            "correctness": None,
+            "benchmarks": None,
+            "skipped": [],
+        }
+
+    # ---- running commands ------------------------------------------------------------
+    def say(self, text: str) -> None:
+        print(text, flush=True)
+        self.log.write(text + "\n")
+
+    def command(self, stage: str, argv: list[str], timeout: float, env=None) -> tuple[int, str]:
+        """Runs argv, streaming its output; (exit status or None on timeout, output tail)."""
+        shown = [*argv[:2], "PROBE"] if "-c" in argv[1:2] else argv
+        self.say(f"[{stage}] $ {' '.join(shown)}")
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env or self.env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+        tail: list[str] = []
+
+        def pump():
+            for line in proc.stdout:
+                line = line.rstrip("\n")
+                print(f"  {line}", flush=True)
+                self.log.write(line + "\n")
+                tail.append(line)
+                del tail[:-40]
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            rc = None
+        except BaseException:
+            kill(proc)
+            raise
+        if rc is None:
+            kill(proc)
+        reader.join(timeout=5)
+        return rc, "\n".join(tail)
+
+    # ---- results -----------------------------------------------------------------------
+    def write(self) -> None:
+        self.result["written"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        atomic_write(self.out / "gpu-check.json", json.dumps(self.result, indent=2) + "\n")
+        atomic_write(self.out / "gpu-check.md", markdown(self.result))
+
+    def stage(self, name: str, fn) -> None:
+        limit = STAGE_TIMEOUTS[name][1 if self.smoke else 0]
+        left = self.deadline - time.monotonic()
+        record = {"name": name, "status": "skipped", "seconds": 0.0, "detail": ""}
+        self.result["stages"].append(record)
+        if limit == 0:
+            record["detail"] = "not part of the CPU smoke (it runs in the workspace environment)"
+        elif left < 10:
+            record["detail"] = f"no time left in the {self.result['budget_s']:.0f} s budget"
+        else:
+            self.say(f"== {name} (timeout {min(limit, left):.0f} s)")
+            started = time.monotonic()
+            try:
+                record["status"], record["detail"] = fn(min(limit, left))
+            except (KeyboardInterrupt, Stop):
+                record["status"], record["detail"] = "interrupted", "stopped while running"
+                record["seconds"] = round(time.monotonic() - started, 1)
+                self.write()
+                raise
+            except Exception as e:
+                record["status"], record["detail"] = "failed", f"{type(e).__name__}: {e}"
+            record["seconds"] = round(time.monotonic() - started, 1)
+        self.say(f"== {name}: {record['status']} {record['detail']}".rstrip())
+        self.write()
+
+    def outcome(self, rc, tail: str, timeout: float, ok_detail: str = "") -> tuple[str, str]:
+        if rc is None:
+            return "timeout", f"stopped after {timeout:.0f} s"
+        if rc != 0:
+            return "failed", f"exit status {rc}: {tail.splitlines()[-1] if tail else ''}"
+        return "passed", ok_detail
+
+    # ---- stages ------------------------------------------------------------------------
+    def environment(self, timeout):
+        probe = (
+            "import json, os, platform, torch\n"
+            "info = {'python': platform.python_version(), 'torch': torch.__version__,"
+            " 'cuda': torch.version.cuda, 'gpu': None, 'capability': None, 'cpus': os.cpu_count()}\n"
+            "try:\n    import triton; info['triton'] = triton.__version__\n"
+            "except Exception as e:\n    info['triton'] = None\n"
+            "if torch.cuda.is_available():\n"
+            "    info['gpu'] = torch.cuda.get_device_name(0)\n"
+            "    info['capability'] = '%d%d' % torch.cuda.get_device_capability(0)\n"
+            "print('ENV ' + json.dumps(info))\n"
+        )
+        rc, tail = self.command("environment", [self.python, "-c", probe], timeout)
+        for line in tail.splitlines():
+            if line.startswith("ENV "):
+                self.result["environment"] = json.loads(line[4:])
+        nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=False)
+        self.result["environment"]["nvcc"] = (
+            nvcc.stdout.strip().splitlines()[-1] if nvcc.returncode == 0 else None
+        ) if not self.smoke else None  # fmt: skip
+        env = self.result["environment"]
+        if rc == 0 and not self.smoke and not env.get("gpu"):
+            return "failed", "torch sees no GPU (use --cpu-smoke on a machine without one)"
+        return self.outcome(
+            rc, tail, timeout, f"{env.get('gpu') or 'CPU'}, torch {env.get('torch')}"
+        )
+
+    def install(self, timeout):
+        env = dict(self.env, INSTALL_OFFLINE="1", PYTHON=self.python)
+        capability = self.result["environment"].get("capability")
+        if capability and "CMAKE_ARGS" not in env:
+            env["CMAKE_ARGS"] = f"-DCMAKE_CUDA_ARCHITECTURES={capability}"
+        script = str(ROOT / ".ci" / "install-into-existing-env.sh")
+        rc, tail = self.command("install", ["bash", script, "cuda"], timeout, env)
+        skipped = [line for line in tail.splitlines() if line.startswith("skipped ")]
+        self.result["skipped"] += [f"install: {s}; used from the source tree" for s in skipped]
+        return self.outcome(rc, tail, timeout, "; ".join(skipped))
+
+    def native_build(self, timeout):
+        probe = "import json, hstu_ops; print('NATIVE ' + json.dumps(hstu_ops.native_build_info()))"
+        rc, tail = self.command("native-build", [self.python, "-c", probe], timeout)
+        info = {}
+        for line in tail.splitlines():
+            if line.startswith("NATIVE "):
+                info = json.loads(line[7:])
+        self.result["native_build"] = info
+        status, detail = self.outcome(rc, tail, timeout)
+        if status == "passed":
+            detail = ", ".join(f"{k}={v}" for k, v in info.items() if k != "error")
+            if not self.smoke and not info.get("cuda"):
+                status = "failed"
+                detail = f"the extension has no CUDA ops: {info.get('error') or detail}"
+        return status, detail
+
+    def correctness(self, timeout):
+        path = self.out / "correctness.tmp.json"
+        argv = [self.python, str(ROOT / "tools/gpu/correctness.py"), "--json", str(path)]
+        argv += ["--tiny", "--device", "cpu"] if self.smoke else ["--device", "cuda"]
+        rc, tail = self.command("correctness", argv, timeout)
+        if path.exists():
+            self.result["correctness"] = json.loads(path.read_text())
+            path.unlink()
+            failures = self.result["correctness"]["failures"]
+            detail = (
+                f"{failures} kernel/op/dtype combinations failed"
+                if failures
+                else "all within tolerance"
+            )
+            return ("failed" if rc else "passed"), detail
+        return self.outcome(rc, tail, timeout)
+
+    def pytest(self, name: str, paths: list[str], marks: str, timeout):
+        report = self.out / f"{name}.tmp.xml"
+        argv = [self.python, "-m", "pytest", *paths, "-q", "-p", "no:cacheprovider", "-m", marks]
+        argv += [f"--junitxml={report}"]
+        rc, tail = self.command(name, argv, timeout)
+        counts = junit_counts(report)
+        report.unlink(missing_ok=True)
+        self.result.setdefault("tests", {})[name] = counts
+        if rc == 5:  # nothing collected
+            return "passed", "no test selected"
+        status, detail = self.outcome(rc, tail, timeout)
+        if counts:
+            detail = ", ".join(f"{v} {k}" for k, v in counts.items() if v) + (
+                f"; {detail}" if status != "passed" else ""
+            )
+        return status, detail
+
+    def gpu_tests(self, timeout):
+        return self.pytest("gpu-tests", ["packages/hstu-ops"], "gpu", timeout)
+
+    def tests(self, timeout):
+        if self.smoke:
+            paths = ["packages/hstu-ops/tests/test_kernel_selection.py"]
+            paths.append("packages/hstu-ops/tests/test_device_kernel.py")
+            return self.pytest("tests", paths, "not gpu", timeout)
+        return self.pytest("tests", ["packages/hstu-ops"], "not gpu", timeout)
+
+    def benchmarks(self, timeout):
+        path = self.out / "bench.tmp.json"
+        families = list(OP_FAMILIES)
+        probe = subprocess.run(
+            [self.python, "-c", "import torchrec"], env=self.env, capture_output=True, check=False
+        )
+        if probe.returncode == 0:
+            families.append("model-step")
+        else:
+            self.result["skipped"].append(
+                "benchmarks: model-step (the full training step needs torchrec and fbgemm-gpu for "
+                "its embedding tables; neither is installed in this Python)"
+            )
+        argv = [self.python, str(ROOT / "packages/hstu-model/benchmarks/bench_gpu.py")]
+        argv += ["--json", str(path), "--families", *families]
+        argv += ["--tiny"] if self.smoke else ["--batch-sizes", "32"]
+        rc, tail = self.command("benchmarks", argv, timeout)
+        if path.exists():
+            self.result["benchmarks"] = json.loads(path.read_text())
+            path.unlink()
+        status, detail = self.outcome(rc, tail, timeout)
+        rows = (self.result["benchmarks"] or {}).get("rows", [])
+        return status, f"{len(rows)} rows" + (f"; {detail}" if detail else "")
+
+    def run(self) -> int:
+        self.say(f"GPU check ({self.result['mode']}) of {self.result['commit']} into {self.out}")
+        self.write()
+        for name, fn in (
+            ("environment", self.environment),
+            ("install", self.install),
+            ("native-build", self.native_build),
+            ("correctness", self.correctness),
+            ("gpu-tests", self.gpu_tests),
+            ("benchmarks", self.benchmarks),
+            ("tests", self.tests),
+        ):
+            self.stage(name, fn)
+        failed = [s["name"] for s in self.result["stages"] if s["status"] in ("failed", "timeout")]
+        self.result["finished"] = True
+        self.write()
+        self.say(f"done: {'failed: ' + ', '.join(failed) if failed else 'no stage failed'}")
+        self.say(f"results: {self.out / 'gpu-check.json'}, {self.out / 'gpu-check.md'}")
+        return 1 if failed else 0
+
+
+def kill(proc: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def git_commit() -> str:
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    )
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+def junit_counts(path: Path) -> dict:
+    if not path.exists():
+        return {}
+    root = ET.parse(path).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    tests, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
+    failed, errors = int(suite.get("failures", 0)), int(suite.get("errors", 0))
+    passed = tests - skipped - failed - errors
+    return {"passed": passed, "failed": failed, "errors": errors, "skipped": skipped}
+
+
+def fmt_err(entry: dict | None) -> str:
+    if not entry:
+        return "-"
+    if not entry.get("ops"):
+        return "unavailable" if entry.get("unavailable") else "failed"
+    text = f"{entry['error']:.1e}"
+    return text if entry.get("passed") else f"**{text} FAIL**"
+
+
+def markdown(result: dict) -> str:
+    env = result["environment"]
+    lines = [
+        f"# GPU check ({result['mode']})",
+        "",
+        f"Commit {result['commit']}, started {result['started']}, `{result['command']}`; "
+        f"{env.get('gpu') or 'CPU'}, torch {env.get('torch')}, triton {env.get('triton')}, "
+        f"CUDA {env.get('cuda')}." + ("" if result.get("finished") else " **Unfinished.**"),
+        "",
+        "| stage | status | s | detail |",
+        "|---|---|---:|---|",
+    ]
+    for s in result["stages"]:
+        detail = s["detail"].replace("|", "/").replace("\n", " ")
+        lines.append(f"| {s['name']} | {s['status']} | {s['seconds']:.0f} | {detail} |")
+    corr = result.get("correctness")
+    if corr:
+        tol = corr["tolerances"]
+        lines += [
+            "",
+            f"Correctness on {corr['device']}: worst max|kernel - ref| / max|ref| per family "
+            f"(reference: the PyTorch kernel in float32 on the same inputs; tolerance float32 "
+            f"{tol['float32']:g}, bfloat16 {tol['bfloat16']:g}).",
+            "",
+            "| family | kernel | float32 | bfloat16 | worst op |",
+            "|---|---|---:|---:|---|",
+        ]
+        for family, kernels in corr["families"].items():
+            for kernel, per in kernels.items():
+                f32, b16 = per.get("float32"), per.get("bfloat16")
+                worst = (b16 or f32 or {}).get("worst_op") or "-"
+                lines.append(f"| {family} | {kernel} | {fmt_err(f32)} | {fmt_err(b16)} | {worst} |")
+    bench = result.get("benchmarks")
+    if bench:
+        lines += [
+            "",
+            f"Benchmarks: {bench['header']}",
+            "",
+            "| family | kernel | shape | ms | samples/s | vs pytorch | note |",
+            "|---|---|---|---:|---:|---:|---|",
+        ]
+        for r in bench["rows"]:
+            ms = "-" if r["ms"] is None else f"{r['ms']:.3f}"
+            rate = "-" if r["samples_per_s"] is None else f"{r['samples_per_s']:,.1f}"
+            speed = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+            lines.append(
+                f"| {r['family']} | {r['kernel']} | {r['shape']} | {ms} | {rate} | {speed} | "
+                f"{r['note']} |"
+            )
+    if result["skipped"]:
+        lines += ["", "Skipped:", ""] + [f"- {s}" for s in result["skipped"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse(argv)
+    except UsageError as e:
+        print(f"check.sh: {e} (see check.sh --help)", file=sys.stderr)
+        return 2
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+
+    def on_term(signum, frame):
+        raise Stop()
+
+    signal.signal(signal.SIGTERM, on_term)
+    check = Check(args.out_dir, args.cpu_smoke, args.budget)
+    try:
+        return check.run()
+    except (KeyboardInterrupt, Stop):
+        check.say("stopped: the results so far are written")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
