@@ -40,6 +40,10 @@ trap 'rm -f "$pins"' EXIT
 
 packages=(hstu-ops hstu-model yambda-data mlperf-compliance storage-workloads)
 if [ "$offline" = 1 ]; then
+  # pybind11's CMake files wherever that Python finds pybind11 (not only in its site-packages).
+  if cmake_dir=$("$python" -c 'import pybind11; print(pybind11.get_cmake_dir())' 2>/dev/null); then
+    export CMAKE_ARGS="${CMAKE_ARGS:-} -Dpybind11_DIR=$cmake_dir"
+  fi
   installed=()
   for name in "${packages[@]}"; do
     backend=$("$python" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["build-system"]["build-backend"].split(".")[0])' \

@@ -32,6 +32,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -210,10 +211,15 @@ class Check:
         for line in tail.splitlines():
             if line.startswith("ENV "):
                 self.result["environment"] = json.loads(line[4:])
-        nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=False)
-        self.result["environment"]["nvcc"] = (
-            nvcc.stdout.strip().splitlines()[-1] if nvcc.returncode == 0 else None
-        ) if not self.smoke else None  # fmt: skip
+        nvcc = shutil.which("nvcc")
+        if nvcc:
+            done = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False)
+            lines = done.stdout.strip().splitlines()
+            self.result["environment"]["nvcc"] = (
+                lines[-1] if done.returncode == 0 and lines else None
+            )
+        else:
+            self.result["environment"]["nvcc"] = None
         env = self.result["environment"]
         if rc == 0 and not self.smoke and not env.get("gpu"):
             return "failed", "torch sees no GPU (use --cpu-smoke on a machine without one)"
