@@ -52,6 +52,7 @@ if [ "$offline" = 1 ]; then
       echo "skipped $name: its build backend ($backend) is not installed here"
       continue
     fi
+    echo "installing $name (hstu-ops compiles its native ops: minutes)"
     "$python" -m pip install --quiet --no-index --no-build-isolation --no-deps \
       --constraint "$pins" "$root/packages/$name"
     installed+=("$name")

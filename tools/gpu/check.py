@@ -17,7 +17,8 @@ Runs in the Python that is there (PYTHON, else the one running this). Stages, in
   benchmarks    packages/hstu-model/benchmarks/bench_gpu.py, the op families at the yambda-5b
                 layer shape, batch 32 (--tiny on the CPU); the model step only where torchrec
                 imports (it builds the model's embedding tables with it)
-  tests         the rest of the hstu-ops tests (--cpu-smoke: the kernel-selection tests)
+  tests         the rest of the hstu-ops tests but the slow ones (--cpu-smoke: the
+                kernel-selection tests)
 
 Each stage has a timeout, all of them together a budget (--budget seconds); a stage left
 without time is skipped. After every stage OUT_DIR/gpu-check.json and OUT_DIR/gpu-check.md are
@@ -59,8 +60,8 @@ STAGE_TIMEOUTS = {  # seconds on an H100 / on two CPU cores
     "native-build": (30, 30),
     "correctness": (60, 60),
     "gpu-tests": (60, 30),
-    "benchmarks": (90, 60),
-    "tests": (120, 60),
+    "benchmarks": (120, 60),
+    "tests": (90, 60),
 }
 
 
@@ -296,7 +297,11 @@ class Check:
             paths = ["packages/hstu-ops/tests/test_kernel_selection.py"]
             paths.append("packages/hstu-ops/tests/test_device_kernel.py")
             return self.pytest("tests", paths, "not gpu", timeout)
-        return self.pytest("tests", ["packages/hstu-ops"], "not gpu", timeout)
+        self.result["skipped"].append(
+            "tests: the hstu-ops tests marked slow (compile-only checks for GPU targets and "
+            "fresh-interpreter checks, which CI runs; the GPU stages here supersede them)"
+        )
+        return self.pytest("tests", ["packages/hstu-ops"], "not gpu and not slow", timeout)
 
     def benchmarks(self, timeout):
         path = self.out / "bench.tmp.json"

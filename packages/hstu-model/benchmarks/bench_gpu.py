@@ -128,10 +128,19 @@ def main(argv: list[str] | None = None) -> int:
             for row in bench_family(family, batch, setting, device, warmup, iters):
                 rows.append(row)
                 print(format_row(row), flush=True)
+                if args.json:  # after every row, so that a stopped run keeps what it timed
+                    write_json(args.json, {"header": header, "rows": rows})
     if args.json:
-        record = {"header": header, "rows": [dataclasses.asdict(r) for r in rows]}
-        args.json.write_text(json.dumps(record, indent=2) + "\n")
+        write_json(args.json, {"header": header, "rows": rows})
     return 1 if any(r.failed for r in rows) else 0
+
+
+def write_json(path: Path, record: dict) -> None:
+    """Writes the rows aside, then renames: a reader sees the old file or the new one."""
+    record = {"header": record["header"], "rows": [dataclasses.asdict(r) for r in record["rows"]]}
+    part = path.with_name(f".{path.name}.part")
+    part.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(part, path)
 
 
 def _gpu_visible() -> bool:
