@@ -203,8 +203,9 @@ def unavailable(case: Case, kernel, device) -> str | None:
     return None
 
 
-def check(device, shapes: Shapes, log=print) -> dict:
-    """Runs every case; returns {"families": {family: {kernel: {dtype: entry}}}, ...}."""
+def check(device, shapes: Shapes, log=print, progress=None) -> dict:
+    """Runs every case; returns {"families": {family: {kernel: {dtype: entry}}}, ...}.
+    ``progress(result)``, when given, gets the result so far after every case."""
     import torch
 
     from hstu_ops import OP_KERNELS, Kernel
@@ -212,7 +213,17 @@ def check(device, shapes: Shapes, log=print) -> dict:
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
     families: dict = {}
     failures = 0
+    result = {
+        "device": str(device),
+        "shapes": shapes.__dict__,
+        "tolerances": TOLERANCES,
+        "families": families,
+        "failures": 0,
+        "finished": False,
+    }
     for case in build_cases(device, shapes):
+        if progress is not None:
+            progress(dict(result, failures=failures))
         op = case.op.split()[0]
         for kernel in (k for k in (Kernel.TRITON, Kernel.NATIVE) if k in OP_KERNELS[op]):
             for dname in DTYPES:
@@ -251,13 +262,7 @@ def check(device, shapes: Shapes, log=print) -> dict:
         for per_dtype in per_kernel.values():
             for entry in per_dtype.values():
                 entry["passed"] = bool(entry.get("ops")) and "failed" not in entry
-    return {
-        "device": str(device),
-        "shapes": shapes.__dict__,
-        "tolerances": TOLERANCES,
-        "families": families,
-        "failures": failures,
-    }
+    return dict(result, failures=failures, finished=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,8 +280,15 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["TRITON_INTERPRET"] = "1"
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = False  # the reference in true float32
-    result = check(device, TINY if args.tiny else FULL, log=lambda s: print(s, flush=True))
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+    def write(result: dict) -> None:  # aside, then renamed: a stop keeps the cases done
+        part = args.json.with_name(f".{args.json.name}.part")
+        part.write_text(json.dumps(result, indent=2) + "\n")
+        os.replace(part, args.json)
+
+    shapes = TINY if args.tiny else FULL
+    result = check(device, shapes, log=lambda s: print(s, flush=True), progress=write)
+    write(result)
     return 1 if result["failures"] else 0
 
 
