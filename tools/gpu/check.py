@@ -33,6 +33,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -45,6 +46,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PURE_PACKAGES = ("hstu-model", "yambda-data", "mlperf-compliance", "storage-workloads")
+PROGRESS = re.compile(r"^([.sFExX]+)(\s+\[\s*\d+%\])?$")
+"""A progress line of `pytest -q`."""
 OP_FAMILIES = (
     "jagged-1d",
     "attention",
@@ -61,7 +64,7 @@ STAGE_TIMEOUTS = {  # seconds on an H100 / on two CPU cores
     "correctness": (120, 60),
     "gpu-tests": (60, 30),
     "benchmarks": (120, 60),
-    "tests": (90, 60),
+    "tests": (150, 60),
 }
 
 
@@ -134,10 +137,14 @@ class Check:
             stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )  # fmt: skip
         tail: list[str] = []
+        self.progress = {}  # pytest's progress characters so far (kept when it is stopped)
 
         def pump():
             for line in proc.stdout:
                 line = line.rstrip("\n")
+                if PROGRESS.match(line):
+                    for char in PROGRESS.match(line).group(1):
+                        self.progress[char] = self.progress.get(char, 0) + 1
                 print(f"  {line}", flush=True)
                 self.log.write(line + "\n")
                 tail.append(line)
@@ -287,6 +294,9 @@ class Check:
         rc, tail = self.command(name, argv, timeout)
         counts = junit_counts(report)
         report.unlink(missing_ok=True)
+        if not counts and self.progress:  # stopped before its report: what it printed
+            names = {".": "passed", "F": "failed", "E": "errors", "s": "skipped"}
+            counts = {names[c]: n for c, n in self.progress.items() if c in names}
         self.result.setdefault("tests", {})[name] = counts
         if rc == 5:  # nothing collected
             return "passed", "no test selected"
