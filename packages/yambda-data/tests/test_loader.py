@@ -106,6 +106,7 @@ print("read a batch", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_a_process_exits_with_its_workers_still_running(built_store, plan):
     """The interpreter's exit stops workers the loader never shut down (it terminates them)."""
     busy = str(plan.sources[0])
@@ -116,3 +117,36 @@ def test_a_process_exits_with_its_workers_still_running(built_store, plan):
         timeout=120,
     )
     assert done.returncode == 0 and "read a batch" in done.stdout, done.stderr[-2000:]
+
+
+_DESCRIPTOR_SERVER_RESET = """
+import os, socket, sys, time
+from multiprocessing import resource_sharer
+from yambda_data.loader import _quiet_descriptor_server_resets
+if sys.argv[1] == "quiet":
+    sys.excepthook = _quiet_descriptor_server_resets
+read, write = os.pipe()
+shared = resource_sharer.DupFd(read)  # starts the server thread, as a worker's first batch does
+client = socket.socket(socket.AF_UNIX)
+client.connect(resource_sharer._resource_sharer._address)
+time.sleep(0.5)  # the server's challenge arrives unread: closing now resets the connection
+client.close()
+time.sleep(0.5)
+"""
+
+
+@pytest.mark.parametrize("hook", ["default", "quiet"])
+def test_a_worker_says_nothing_when_the_trainer_drops_a_descriptor_fetch(hook):
+    """An interrupted trainer resets its connection to a worker's descriptor server: the
+    worker's thread reports it through sys.excepthook, which a worker's hook silences."""
+    result = subprocess.run(
+        [sys.executable, "-c", _DESCRIPTOR_SERVER_RESET, hook],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    if hook == "default":
+        assert "ConnectionResetError" in result.stderr, result.stderr
+    else:
+        assert result.stderr == ""

@@ -17,6 +17,9 @@ import ctypes
 import functools
 import os
 import signal
+import sys
+import traceback
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,8 +78,25 @@ class StoreBatches(IterableDataset):
         return self.plan.batches(self.store)
 
 
+def _quiet_descriptor_server_resets(
+    kind: type[BaseException], error: BaseException, trace: types.TracebackType | None
+) -> None:
+    """A worker hands each batch's tensors to the trainer as file descriptors, served by a
+    thread of its own (``multiprocessing.resource_sharer``). A trainer interrupted while it
+    fetches one closes the connection midway, and that thread reports the reset through
+    ``sys.excepthook``: a traceback on the user's terminal, though the trainer reports the
+    interruption and stops the worker. Only that error of that thread is silenced."""
+    in_sharer = any(
+        Path(frame.f_code.co_filename).name == "resource_sharer.py"
+        for frame, _ in traceback.walk_tb(trace)
+    )
+    if not (isinstance(error, (ConnectionError, EOFError)) and in_sharer):
+        sys.__excepthook__(kind, error, trace)
+
+
 def _start_worker(worker_id: int, parent: int) -> None:
     """A worker leaves the calling process's group and dies with it (see `make_loader`)."""
+    sys.excepthook = _quiet_descriptor_server_resets
     os.setpgid(0, 0)
     try:  # Linux: the kernel sends SIGKILL when the parent dies, however it dies
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
