@@ -197,9 +197,11 @@ def normalize_multi_event(frame: pl.LazyFrame) -> pl.LazyFrame:
 
     Lazy and cheap; it assumes the dtypes are already valid (see :func:`validate_multi_event`).
     """
+    # A direct cast maps each distinct category (or string) once; going through strings would
+    # build a string per row first.
     return frame.select(
         *[pl.col(name) for name in MULTI_EVENT_SCHEMA if name != "event_type"],
-        pl.col("event_type").cast(pl.String).cast(EVENT_TYPE_DTYPE),
+        pl.col("event_type").cast(EVENT_TYPE_DTYPE),
     )
 
 
@@ -223,9 +225,7 @@ def validate_multi_event(frame: FrameLike, *, source: str | None = None) -> Mult
         src = source or str(path)
         from yambda_data._io import reading
 
-        with reading(path):
-            etype = _event_type(pl.scan_parquet(path).collect_schema())
-        row = check_multi_event_file(path, source=src, aggs=_summary_aggs(etype))
+        row = check_multi_event_file(path, source=src, aggs=_summary_aggs())
         duplicates = 0
         if row["__n"]:
             duplicates = count_duplicate_rows_in_file(
@@ -268,27 +268,37 @@ class _RowCheck:
         return self.problem.format(value=value) + f" (first at row {row})"
 
 
-def _event_type(schema: pl.Schema) -> pl.Expr:
-    """event_type as the checks compare it: as stored when it is the public Enum (no per-row
-    cast), else as a string."""
+_ETYPE = "__event_type"
+"""Name of the event_type column as the checks compare it (:func:`_with_event_type`)."""
+
+
+def _with_event_type(lazy: pl.LazyFrame, schema: pl.Schema) -> pl.LazyFrame:
+    """``lazy`` with event_type also as the public Enum (column :data:`_ETYPE`), null where the
+    stored value is no known event type: computed once per row, so that the checks compare
+    small codes instead of a string per row and per check, whatever the stored layout
+    (Enum, Categorical or dictionary-encoded, plain or large strings)."""
     if schema.get("event_type") == EVENT_TYPE_DTYPE:
-        return pl.col("event_type")
-    return pl.col("event_type").cast(pl.String)
+        return lazy.with_columns(pl.col("event_type").alias(_ETYPE))
+    return lazy.with_columns(
+        pl.col("event_type").cast(EVENT_TYPE_DTYPE, strict=False).alias(_ETYPE)
+    )
 
 
 def _row_checks(schema: pl.Schema) -> list[_RowCheck]:
-    """The checks of single rows, in the order their errors are reported."""
-    etype = _event_type(schema)
-    is_listen = etype == "listen"
+    """The checks of single rows, in the order their errors are reported, over a frame that
+    :func:`_with_event_type` prepared."""
+    is_listen = pl.col(_ETYPE) == "listen"
     if schema.get("event_type") == EVENT_TYPE_DTYPE:
-        # The public Enum holds no other value, and comparing its values as strings would
-        # cost most of a validation pass.
+        # The public Enum holds no other value.
         unknown = pl.lit(False)
     else:
-        unknown = etype.is_not_null() & ~etype.cast(pl.String).is_in(list(EVENT_TYPES))
+        unknown = pl.col("event_type").is_not_null() & pl.col(_ETYPE).is_null()
     checks = [
         _RowCheck(
-            "event_type", "unknown event_type value {value!r}", unknown, etype.cast(pl.String)
+            "event_type",
+            "unknown event_type value {value!r}",
+            unknown,
+            pl.col("event_type").cast(pl.String),
         ),
     ]
     for name in ("uid", "timestamp", "item_id", "is_organic", "event_type"):
@@ -346,7 +356,9 @@ def _order_error(source: str, row: int, uid: int, prev_uid: int, ts: int, prev_t
     )
 
 
-def _summary_aggs(etype: pl.Expr) -> list[pl.Expr]:
+def _summary_aggs() -> list[pl.Expr]:
+    """The summary's figures over a frame that :func:`_with_event_type` prepared."""
+    etype = pl.col(_ETYPE)
     return [
         pl.len().cast(pl.Int64).alias("__n"),
         pl.col("uid").n_unique().cast(pl.Int64).alias("__users"),
@@ -415,11 +427,11 @@ def check_multi_event_rows(
     """
     lazy = frame.lazy()
     schema = lazy.collect_schema()
-    etype = _event_type(schema)
     checks = _row_checks(schema)
+    prepared = _with_event_type(lazy, schema)
     unsorted, order_values = _order_exprs()
     if not summary:
-        flags = lazy.select(*_any_bad_flags(checks), unsorted.any().alias("__unsorted"))
+        flags = prepared.select(*_any_bad_flags(checks), unsorted.any().alias("__unsorted"))
         if not any(flags.collect().row(0)):
             return None
 
@@ -435,8 +447,8 @@ def check_multi_event_rows(
             aggs.append(check.value.filter(bad).first().alias(f"__v{i}"))
     aggs.append(index.filter(unsorted).first().alias("__unsorted"))
     aggs += [value.filter(unsorted).first() for value in order_values]
-    aggs += _summary_aggs(etype)
-    row = lazy.select(aggs).collect().row(0, named=True)
+    aggs += _summary_aggs()
+    row = prepared.select(aggs).collect().row(0, named=True)
 
     for i, check in enumerate(checks):
         bad = row[f"__c{i}"]
@@ -536,8 +548,9 @@ def check_multi_event_file(
         schema = scan.collect_schema()
         check_multi_event_columns(schema, src)
         checks = _row_checks(schema)
+        prepared = _with_event_type(scan, schema)
         row = (
-            scan.select(*aggs, *_any_bad_flags(checks))
+            prepared.select(*aggs, *_any_bad_flags(checks))
             .collect(engine="streaming")
             .row(0, named=True)
         )
@@ -546,7 +559,7 @@ def check_multi_event_file(
                 bad = check.bad.fill_null(False)
                 value = pl.lit(None) if check.value is None else check.value
                 found = (
-                    scan.with_row_index(_ROW)
+                    prepared.with_row_index(_ROW)
                     .filter(bad)
                     .select(pl.col(_ROW).first(), value.first().alias("__value"))
                     .collect(engine="streaming")
