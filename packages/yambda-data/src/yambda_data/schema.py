@@ -223,8 +223,6 @@ def validate_multi_event(frame: FrameLike, *, source: str | None = None) -> Mult
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file")
         src = source or str(path)
-        from yambda_data._io import reading
-
         row = check_multi_event_file(path, source=src, aggs=_summary_aggs())
         duplicates = 0
         if row["__n"]:
@@ -395,6 +393,7 @@ def check_multi_event_rows(
     *,
     row_index: str | None = None,
     summary: Literal[True] = True,
+    check_order: bool = True,
 ) -> MultiEventSummary: ...
 @overload
 def check_multi_event_rows(
@@ -403,6 +402,7 @@ def check_multi_event_rows(
     *,
     row_index: str | None = None,
     summary: Literal[False],
+    check_order: bool = True,
 ) -> None: ...
 def check_multi_event_rows(
     frame: pl.DataFrame | pl.LazyFrame,
@@ -410,6 +410,7 @@ def check_multi_event_rows(
     *,
     row_index: str | None = None,
     summary: bool = True,
+    check_order: bool = True,
 ) -> MultiEventSummary | None:
     """The row checks of a multi_event frame whose columns and dtypes are already valid.
 
@@ -423,13 +424,16 @@ def check_multi_event_rows(
     summary run as one lazy query. With ``summary=False`` it returns None and runs only a
     pass of yes/no flags (several times cheaper), then, when one is set, the full query for the
     same error. The summary counts the rows that repeat an earlier row
-    (:func:`count_duplicate_rows`).
+    (:func:`count_duplicate_rows`). With ``check_order=False`` the order is not checked (a
+    caller that sorts the rows itself, as preprocess does).
     """
     lazy = frame.lazy()
     schema = lazy.collect_schema()
     checks = _row_checks(schema)
     prepared = _with_event_type(lazy, schema)
     unsorted, order_values = _order_exprs()
+    if not check_order:
+        unsorted = pl.lit(False)
     if not summary:
         flags = prepared.select(*_any_bad_flags(checks), unsorted.any().alias("__unsorted"))
         if not any(flags.collect().row(0)):
@@ -526,12 +530,17 @@ def duplicate_rows_warning(source: str, duplicates: int, rows: int) -> str | Non
 
 
 def check_multi_event_file(
-    path: str | Path, *, source: str | None = None, aggs: Sequence[pl.Expr] = ()
+    path: str | Path,
+    *,
+    source: str | None = None,
+    aggs: Sequence[pl.Expr] = (),
+    check_order: bool = True,
 ) -> dict[str, Any]:
     """Check the multi_event parquet file at ``path`` in streaming passes of bounded memory,
     before anything is done with it: its columns and dtypes (metadata), then every row check
     of :func:`check_multi_event_rows` in one pass (which also computes ``aggs``, aliased
-    expressions over the whole file), then the (uid, timestamp) order in a second pass.
+    expressions over the whole file), then the (uid, timestamp) order in a second pass
+    (skipped with ``check_order=False``: a caller that sorts the rows itself).
 
     Returns the values of ``aggs`` by name. Raises :class:`SchemaError` as
     :func:`check_multi_event_rows` does (the first offending row of the first failing check,
@@ -569,7 +578,7 @@ def check_multi_event_file(
         # The order on its own: polars streams a shift in bounded memory only when it is
         # the query's sole expression.
         unsorted, order_values = _order_exprs()
-        if scan.select(unsorted.any()).collect(engine="streaming").item():
+        if check_order and scan.select(unsorted.any()).collect(engine="streaming").item():
             found = (
                 scan.with_row_index(_ROW)
                 .select(pl.col(_ROW), unsorted.alias("__unsorted"), *order_values)
