@@ -206,29 +206,6 @@ def _run_starts(values: np.ndarray) -> np.ndarray:
     return starts
 
 
-def _repeated_rows(part: pl.DataFrame, uid: np.ndarray, ts: np.ndarray) -> int:
-    """:func:`~yambda_data.schema.count_duplicate_rows` of a partition sorted by (uid,
-    timestamp), with ``uid`` and ``timestamp`` as numpy arrays.
-
-    Only rows whose (uid, timestamp) another row shares can repeat one (a fifth of the rows of
-    bursty listening), and of those only rows whose hash of every column another one shares:
-    a sort of the hashes finds those few, and they alone are compared column by column (equal
-    rows have equal hashes; a hash shared by unequal rows is merely compared in vain).
-    """
-    same_key = np.zeros(len(uid), dtype=bool)
-    np.logical_and(uid[1:] == uid[:-1], ts[1:] == ts[:-1], out=same_key[1:])
-    shares_key = same_key.copy()
-    shares_key[:-1] |= same_key[1:]
-    rows = np.flatnonzero(shares_key)
-    hashes = part.hash_rows().to_numpy()[rows]
-    ordered = np.sort(hashes)
-    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
-    if not len(repeated):
-        return 0
-    candidates = rows[np.isin(hashes, repeated)]
-    return count_duplicate_rows(part[candidates])
-
-
 def _split_partition(part: pl.DataFrame, t_max: int) -> _Partition:
     """The rules of :func:`~yambda_data.split.split_at`, :func:`~yambda_data.split.session_ids`
     and the session index, on a partition sorted by (uid, timestamp), with numpy.
@@ -294,7 +271,7 @@ def _split_partition(part: pl.DataFrame, t_max: int) -> _Partition:
         train_item_ids=part["item_id"].to_numpy()[is_train],
         num_sessions=len(session_row),
         train_start=int(train_ts.min()) if n else None,
-        num_duplicate_rows=_repeated_rows(part, uid, ts),
+        num_duplicate_rows=count_duplicate_rows(part),
     )
 
 
