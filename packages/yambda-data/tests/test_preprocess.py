@@ -295,22 +295,30 @@ def test_unsorted_file_gives_the_sorted_files_output(tmp_path, partitions, order
     assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "expected")
 
 
-def test_file_changed_after_the_checks_is_refused(tmp_path, monkeypatch):
-    """The guard of a file that changes after it was checked: the uid ranges must hold the
-    rows the file had when it was counted (simulated by dropping a row after the checks)."""
+@pytest.mark.parametrize("change", ["fewer_rows", "same_rows"])
+def test_file_changed_after_the_checks_is_refused(tmp_path, monkeypatch, change):
+    """The guard of a file that changes after it was checked (simulated by rewriting it after
+    the checks): the uid ranges must hold the rows counted, and the file must be the same
+    (device, inode, size, mtime), even when the new rows are as many and as valid."""
     events = six_users()
     raw = write_raw(tmp_path / "raw", events)
     check = prep.check_multi_event_file
 
     def check_then_change(path, **kwargs):
         row = check(path, **kwargs)
-        events.head(events.height - 1).write_parquet(path)
+        if change == "fewer_rows":
+            events.head(events.height - 1).write_parquet(path)
+        else:
+            events.with_columns(pl.col("item_id") + 1).write_parquet(path)
+            os.utime(path, ns=(0, 0))
         return row
 
     monkeypatch.setattr(prep, "check_multi_event_file", check_then_change)
-    with pytest.raises(SchemaError, match="held 29 of the file's 30 rows") as info:
+    with pytest.raises(InputFileError, match="changed while it was read") as info:
         preprocess(raw, "50m", tmp_path / "out", partitions=2)
-    assert info.value.column == "uid"
+    assert info.value.path == multi_event_path(raw, "50m")
+    # partitions [1, 4) and [4, 7): the change is seen after the first
+    assert "checked with 30 rows, the uid ranges read 15 so far" in str(info.value)
     assert not (tmp_path / "out").exists()
 
 

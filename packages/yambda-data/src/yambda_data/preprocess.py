@@ -17,32 +17,41 @@ events; a new session where the gap to the uid's previous train event exceeds 1,
 
 How it stays bounded in memory: nothing reads the whole file at once. The column names and
 dtypes and the row count come from the parquet metadata; one streaming pass checks every row
-rule and yields ``t_min``/``t_max`` and the uid and item_id bounds, a second one checks the
-(uid, timestamp) order (:func:`~yambda_data.schema.check_multi_event_file`). Then the uid axis
-``[uid_min, uid_max]`` is cut into ``partitions`` equal-width ranges and each range is read on
-its own with a lazy scan filtered on ``uid`` (polars pushes the filter down to the parquet row
-groups, which are sorted by uid), split, sessionized and written before the next one is read.
+rule and yields ``t_min``/``t_max`` and the uid and item_id bounds
+(:func:`~yambda_data.schema.check_multi_event_file`). Then the uid axis ``[uid_min, uid_max]``
+is cut into ``partitions`` equal-width ranges and each range is read on its own with a lazy
+scan filtered on ``uid`` (polars pushes the filter down to the parquet row groups, which a
+file sorted by uid keeps apart), split, sessionized and written before the next one is read.
 Within a partition, the split, the sessions, the session index and the popularity are flat
 numpy passes over the sorted rows. Peak memory is that of one partition (read once, then its
 train and test rows) plus the item-popularity array.
 
+Row order: the schema says the file is sorted by (uid, timestamp), but the reference sorts
+the events itself and so takes a file in any order; so does preprocess. Each partition found
+out of that order is sorted (stably: rows of equal (uid, timestamp) keep their file order) as
+it is read, so any order of the same rows that keeps ties in their order gives the sorted
+file's output byte for byte. A file whose row groups mix uids costs more: every partition's
+scan then reads every row group.
+
+``event_type`` may be stored as the public Enum, as Categorical or dictionary-encoded
+strings, or as plain or large strings: each stored value is cast to the Enum once (a
+dictionary's few values, not a string per row), and the checks compare the Enum's codes.
+
 Validation comes first: the arguments (``partitions``, ``out_dir``), then the whole file (the
-two streaming passes above: nulls, listen-only nullability, is_organic 0 or 1, the 5-second
-grid, known event types, (uid, timestamp) order, at least one train event), all before any
-file or directory is created. An error names the file, the column, the file row and, where
-the value is what is wrong, the value; a file that cannot be read (truncated, not parquet)
-is named too (:class:`~yambda_data.InputFileError`). Each partition's rows are checked again
-as they are read (:func:`~yambda_data.schema.check_multi_event_rows`, with their row index in
-the file) and must be one contiguous block of file rows starting where the previous
-partition's block ended, the blocks adding up to the file's row count: a file that changes
-while it is read is refused rather than half processed.
+streaming pass above: nulls, listen-only nullability, is_organic 0 or 1, the 5-second grid,
+known event types, at least one train event), all before any file or directory is created.
+An error names the file, the column, the file row and, where the value is what is wrong, the
+value; a file that cannot be read (truncated, not parquet) is named too
+(:class:`~yambda_data.InputFileError`). A file that changes while it is read is refused
+rather than half processed: the partitions must hold the rows counted, and the file's device,
+inode, size and modification time must be those it had when it was checked.
 
 Write errors (no space left, quota, I/O error) are reported as
 :class:`~yambda_data.WriteError`, naming ``out_dir``, the file being written and the free
 space left there.
 
-Determinism: rows keep the input order (the file is sorted by (uid, timestamp) and ties keep
-their file order; nothing is re-sorted), partitions are fixed uid ranges and every file is
+Determinism: rows are in (uid, timestamp) order with ties in file order (a sorted file's rows
+are not moved), partitions are fixed uid ranges and every file is
 written from one contiguous chunk with fixed parquet settings, so two runs give byte-identical
 files (``checksums.json`` included). Rows that repeat an earlier row in every column are kept,
 as the reference keeps them, and counted per partition (they share their uid and timestamp).
@@ -87,7 +96,6 @@ from yambda_data.schema import (
     ROWS_PER_PARTITION,
     SchemaError,
     check_multi_event_file,
-    check_multi_event_rows,
     count_duplicate_rows,
     default_partitions,
     duplicate_rows_warning,
@@ -152,6 +160,8 @@ def part_name(index: int) -> str:
 
 @dataclass(frozen=True)
 class _Bounds:
+    identity: tuple[int, int, int, int]
+    """The file's :func:`_identity` before it was read: it must not change until the end."""
     num_rows: int
     t_min: int
     t_max: int
@@ -313,13 +323,24 @@ def _check_out_dir(out: Path) -> None:
             return
 
 
-_ROW = "__file_row"
-"""Name of the file-row-index column added to each partition while it is checked."""
+def _identity(path: Path) -> tuple[int, int, int, int]:
+    """What changes when a file is rewritten or replaced: device, inode, size, mtime."""
+    st = path.stat()
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _changed(path: Path, num_rows: int, rows_read: int) -> InputFileError:
+    return InputFileError(
+        path,
+        f"changed while it was read (checked with {num_rows} rows, the uid ranges read "
+        f"{rows_read} so far); nothing was written",
+    )
 
 
 def _bounds(path: Path, src: str) -> _Bounds:
     """Row count (metadata), then the streaming validation passes of the whole file, which
     also yield the time, uid and item_id bounds."""
+    identity = _identity(path)
     with reading(path):
         num_rows = int(pl.scan_parquet(path).select(pl.len()).collect().item())
     if num_rows == 0:
@@ -342,7 +363,7 @@ def _bounds(path: Path, src: str) -> _Bounds:
             pl.col("item_id").max().cast(pl.Int64).alias("item_max"),
         ],
     )
-    bounds = _Bounds(num_rows, **row)
+    bounds = _Bounds(identity, num_rows, **row)
     train_end = bounds.t_max - TEST_SECONDS - GAP_SECONDS
     if bounds.t_min >= train_end:
         raise ValueError(
@@ -435,14 +456,15 @@ def _preprocess_locked(
                 (tmp / sub).mkdir()
         num_train = num_test = num_sessions = num_users = duplicates = 0
         train_start: int | None = None
-        rows_read = 0  # each row falls in one uid range: a changed file reads another count
+        rows_read = 0  # each row falls in one uid range
         for k in range(n_parts):
             lo, hi = edges[k], edges[k + 1]
             uid = pl.col("uid").cast(pl.Int64)
             with reading(path):
-                part = scan.with_row_index(_ROW).filter((uid >= lo) & (uid < hi)).collect()
-            check_multi_event_rows(part, src, row_index=_ROW, summary=False, check_order=False)
+                part = scan.filter((uid >= lo) & (uid < hi)).collect()
             rows_read += part.height
+            if _identity(path) != bounds.identity:
+                raise _changed(path, bounds.num_rows, rows_read)
             split = _split_partition(_in_order(_normalized(part)), t_max)
             del part
             for frame, sub in (
@@ -463,12 +485,7 @@ def _preprocess_locked(
                 train_start = first if train_start is None else min(train_start, first)
             del split
         if rows_read != bounds.num_rows:
-            raise SchemaError(
-                src,
-                "uid",
-                f"the uid ranges held {rows_read} of the file's {bounds.num_rows} rows "
-                "(did the file change while it was read?)",
-            )
+            raise _changed(path, bounds.num_rows, rows_read)
         if train_start is None:
             raise ValueError(
                 f"{path}: no event before train_end={train_end} (t_max={t_max}); nothing to train"

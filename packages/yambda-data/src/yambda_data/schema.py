@@ -393,7 +393,6 @@ def check_multi_event_rows(
     *,
     row_index: str | None = None,
     summary: Literal[True] = True,
-    check_order: bool = True,
 ) -> MultiEventSummary: ...
 @overload
 def check_multi_event_rows(
@@ -402,7 +401,6 @@ def check_multi_event_rows(
     *,
     row_index: str | None = None,
     summary: Literal[False],
-    check_order: bool = True,
 ) -> None: ...
 def check_multi_event_rows(
     frame: pl.DataFrame | pl.LazyFrame,
@@ -410,7 +408,6 @@ def check_multi_event_rows(
     *,
     row_index: str | None = None,
     summary: bool = True,
-    check_order: bool = True,
 ) -> MultiEventSummary | None:
     """The row checks of a multi_event frame whose columns and dtypes are already valid.
 
@@ -424,16 +421,13 @@ def check_multi_event_rows(
     summary run as one lazy query. With ``summary=False`` it returns None and runs only a
     pass of yes/no flags (several times cheaper), then, when one is set, the full query for the
     same error. The summary counts the rows that repeat an earlier row
-    (:func:`count_duplicate_rows`). With ``check_order=False`` the order is not checked (a
-    caller that sorts the rows itself, as preprocess does).
+    (:func:`count_duplicate_rows`).
     """
     lazy = frame.lazy()
     schema = lazy.collect_schema()
     checks = _row_checks(schema)
     prepared = _with_event_type(lazy, schema)
     unsorted, order_values = _order_exprs()
-    if not check_order:
-        unsorted = pl.lit(False)
     if not summary:
         flags = prepared.select(*_any_bad_flags(checks), unsorted.any().alias("__unsorted"))
         if not any(flags.collect().row(0)):
