@@ -295,6 +295,21 @@ def test_unsorted_file_gives_the_sorted_files_output(tmp_path, partitions, order
     assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "expected")
 
 
+def test_unsorted_file_with_empty_uid_ranges(tmp_path):
+    """A file not in uid order whose uids leave uid ranges empty: those give empty parts, as
+    they do for the sorted file."""
+    events = six_users_with_ties()
+    far = pl.when(pl.col("uid") > 3).then(pl.col("uid") + 100).otherwise(pl.col("uid"))
+    events = events.with_columns(far.cast(pl.UInt32))
+    raw_sorted = write_raw(tmp_path / "sorted", events)
+    raw = write_raw(tmp_path / "raw", events.sort("uid", descending=True, maintain_order=True))
+    expected = preprocess(raw_sorted, "50m", tmp_path / "expected", partitions=4)
+    assert preprocess(raw, "50m", tmp_path / "out", partitions=4) == expected
+    assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "expected")
+    assert read_dir(tmp_path / "out", TRAIN_SESSIONS_DIR).height == expected.num_train_events
+    assert pl.read_parquet(tmp_path / "out" / TRAIN_SESSIONS_DIR / "part-00001.parquet").is_empty()
+
+
 @pytest.mark.parametrize("change", ["fewer_rows", "same_rows"])
 def test_file_changed_after_the_checks_is_refused(tmp_path, monkeypatch, change):
     """The guard of a file that changes after it was checked (simulated by rewriting it after

@@ -80,6 +80,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+from polars.io.partition import FileProviderArgs
 
 from yambda_data._atomic import (
     check_apart,
@@ -163,6 +164,8 @@ class _Bounds:
     identity: tuple[int, int, int, int]
     """The file's :func:`_identity` before it was read: it must not change until the end."""
     num_rows: int
+    uid_sorted: bool
+    """Whether the rows are in uid order: then a partition's scan reads only its row groups."""
     t_min: int
     t_max: int
     uid_min: int
@@ -329,6 +332,47 @@ def _identity(path: Path) -> tuple[int, int, int, int]:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
+_SPILL_DIR = ".by-uid-range"
+"""Where the rows of a file not in uid order are put, by uid range, inside the temporary
+output directory (removed before the output is complete)."""
+
+
+def _spill_uid_ranges(
+    scan: pl.LazyFrame, path: Path, spill: Path, bounds: _Bounds, n_parts: int, out: Path
+) -> None:
+    """Write the rows of a file whose row groups mix uids into one uncompressed Arrow IPC
+    file (or a few) per uid range under ``spill``, in one streaming pass, rows in file order.
+
+    Without it every partition's scan would read every row group of such a file (the uid
+    filter prunes none): a fraction of the rows kept for the decoding of all of them, once per
+    partition. The spill costs one read and a write of about 22 bytes a row on disk.
+    """
+    # The index of the range of :func:`uid_range_edges` that holds the uid: the largest k
+    # with uid_min + floor(span * k / n) <= uid, i.e. floor((n * (uid - uid_min + 1) - 1) /
+    # span), elementwise as the partitioned sink wants it (no search in the edges).
+    span = bounds.uid_max - bounds.uid_min + 1
+    offset = pl.col("uid").cast(pl.UInt64) - bounds.uid_min + 1
+    key = ((offset * n_parts - 1) // span).alias("__range")
+
+    def file_path(args: FileProviderArgs) -> Path:
+        k = args.partition_keys.item()
+        return spill / f"range-{k:05d}-{args.index_in_partition:05d}.ipc"
+
+    target = pl.PartitionBy(spill, key=key, include_key=False, file_path_provider=file_path)
+    spill.mkdir()
+    with writing(spill, output=out), reading(path):
+        scan.sink_ipc(target, compression=None)
+
+
+def _read_spilled(spill: Path, k: int, scan: pl.LazyFrame) -> pl.DataFrame:
+    """The rows of uid range ``k`` that :func:`_spill_uid_ranges` wrote, in file order (an
+    empty frame of the file's columns when it wrote none)."""
+    files = sorted(spill.glob(f"range-{k:05d}-*.ipc"))
+    if not files:
+        return scan.clear().collect()
+    return pl.concat([pl.read_ipc(f) for f in files])
+
+
 def _changed(path: Path, num_rows: int, rows_read: int) -> InputFileError:
     return InputFileError(
         path,
@@ -363,7 +407,17 @@ def _bounds(path: Path, src: str) -> _Bounds:
             pl.col("item_id").max().cast(pl.Int64).alias("item_max"),
         ],
     )
-    bounds = _Bounds(identity, num_rows, **row)
+    with reading(path):
+        # uid alone: a streaming pass of one narrow column (a shift streams in bounded memory
+        # only as the query's sole expression).
+        uid = pl.col("uid")
+        uid_sorted = (
+            not pl.scan_parquet(path)
+            .select((uid < uid.shift(1)).any())
+            .collect(engine="streaming")
+            .item()
+        )
+    bounds = _Bounds(identity, num_rows, uid_sorted, **row)
     train_end = bounds.t_max - TEST_SECONDS - GAP_SECONDS
     if bounds.t_min >= train_end:
         raise ValueError(
@@ -457,11 +511,18 @@ def _preprocess_locked(
         num_train = num_test = num_sessions = num_users = duplicates = 0
         train_start: int | None = None
         rows_read = 0  # each row falls in one uid range
+        spill = None
+        if not bounds.uid_sorted:
+            spill = tmp / _SPILL_DIR
+            _spill_uid_ranges(scan, path, spill, bounds, n_parts, out)
         for k in range(n_parts):
-            lo, hi = edges[k], edges[k + 1]
-            uid = pl.col("uid").cast(pl.Int64)
-            with reading(path):
-                part = scan.filter((uid >= lo) & (uid < hi)).collect()
+            if spill is None:
+                lo, hi = edges[k], edges[k + 1]
+                uid = pl.col("uid").cast(pl.Int64)
+                with reading(path):
+                    part = scan.filter((uid >= lo) & (uid < hi)).collect()
+            else:
+                part = _read_spilled(spill, k, scan)
             rows_read += part.height
             if _identity(path) != bounds.identity:
                 raise _changed(path, bounds.num_rows, rows_read)
@@ -486,6 +547,8 @@ def _preprocess_locked(
             del split
         if rows_read != bounds.num_rows:
             raise _changed(path, bounds.num_rows, rows_read)
+        if spill is not None:
+            shutil.rmtree(spill)
         if train_start is None:
             raise ValueError(
                 f"{path}: no event before train_end={train_end} (t_max={t_max}); nothing to train"
