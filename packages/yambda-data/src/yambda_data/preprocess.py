@@ -30,8 +30,11 @@ Row order: the schema says the file is sorted by (uid, timestamp), but the refer
 the events itself and so takes a file in any order; so does preprocess. Each partition found
 out of that order is sorted (stably: rows of equal (uid, timestamp) keep their file order) as
 it is read, so any order of the same rows that keeps ties in their order gives the sorted
-file's output byte for byte. A file whose row groups mix uids costs more: every partition's
-scan then reads every row group.
+file's output byte for byte. A uid filter prunes none of the row groups of a file not in uid
+order (a second streaming pass, of the uid column alone, tells), so such a file is first
+written out by uid range in one streaming pass, as uncompressed Arrow IPC inside the
+temporary output directory (about 22 bytes a row of disk, removed before the output is
+complete), and each partition reads its own range from there.
 
 ``event_type`` may be stored as the public Enum, as Categorical or dictionary-encoded
 strings, or as plain or large strings: each stored value is cast to the Enum once (a
