@@ -266,31 +266,20 @@ class _RowCheck:
         return self.problem.format(value=value) + f" (first at row {row})"
 
 
-_ETYPE = "__event_type"
-"""Name of the event_type column as the checks compare it (:func:`_with_event_type`)."""
-
-
-def _with_event_type(lazy: pl.LazyFrame, schema: pl.Schema) -> pl.LazyFrame:
-    """``lazy`` with event_type also as the public Enum (column :data:`_ETYPE`), null where the
-    stored value is no known event type: computed once per row, so that the checks compare
-    small codes instead of a string per row and per check, whatever the stored layout
-    (Enum, Categorical or dictionary-encoded, plain or large strings)."""
-    if schema.get("event_type") == EVENT_TYPE_DTYPE:
-        return lazy.with_columns(pl.col("event_type").alias(_ETYPE))
-    return lazy.with_columns(
-        pl.col("event_type").cast(EVENT_TYPE_DTYPE, strict=False).alias(_ETYPE)
-    )
-
-
 def _row_checks(schema: pl.Schema) -> list[_RowCheck]:
-    """The checks of single rows, in the order their errors are reported, over a frame that
-    :func:`_with_event_type` prepared."""
-    is_listen = pl.col(_ETYPE) == "listen"
+    """The checks of single rows, in the order their errors are reported.
+
+    event_type is compared as stored: a Categorical compares its codes with those of the
+    names, a string column its (short, inline) strings. A cast to strings or to the Enum per
+    row would cost more than decoding the column.
+    """
+    etype = pl.col("event_type")
+    is_listen = etype == "listen"
     if schema.get("event_type") == EVENT_TYPE_DTYPE:
         # The public Enum holds no other value.
         unknown = pl.lit(False)
     else:
-        unknown = pl.col("event_type").is_not_null() & pl.col(_ETYPE).is_null()
+        unknown = etype.is_not_null() & ~etype.is_in(list(EVENT_TYPES))
     checks = [
         _RowCheck(
             "event_type",
@@ -355,8 +344,7 @@ def _order_error(source: str, row: int, uid: int, prev_uid: int, ts: int, prev_t
 
 
 def _summary_aggs() -> list[pl.Expr]:
-    """The summary's figures over a frame that :func:`_with_event_type` prepared."""
-    etype = pl.col(_ETYPE)
+    etype = pl.col("event_type")
     return [
         pl.len().cast(pl.Int64).alias("__n"),
         pl.col("uid").n_unique().cast(pl.Int64).alias("__users"),
@@ -426,10 +414,9 @@ def check_multi_event_rows(
     lazy = frame.lazy()
     schema = lazy.collect_schema()
     checks = _row_checks(schema)
-    prepared = _with_event_type(lazy, schema)
     unsorted, order_values = _order_exprs()
     if not summary:
-        flags = prepared.select(*_any_bad_flags(checks), unsorted.any().alias("__unsorted"))
+        flags = lazy.select(*_any_bad_flags(checks), unsorted.any().alias("__unsorted"))
         if not any(flags.collect().row(0)):
             return None
 
@@ -446,7 +433,7 @@ def check_multi_event_rows(
     aggs.append(index.filter(unsorted).first().alias("__unsorted"))
     aggs += [value.filter(unsorted).first() for value in order_values]
     aggs += _summary_aggs()
-    row = prepared.select(aggs).collect().row(0, named=True)
+    row = lazy.select(aggs).collect().row(0, named=True)
 
     for i, check in enumerate(checks):
         bad = row[f"__c{i}"]
@@ -551,9 +538,8 @@ def check_multi_event_file(
         schema = scan.collect_schema()
         check_multi_event_columns(schema, src)
         checks = _row_checks(schema)
-        prepared = _with_event_type(scan, schema)
         row = (
-            prepared.select(*aggs, *_any_bad_flags(checks))
+            scan.select(*aggs, *_any_bad_flags(checks))
             .collect(engine="streaming")
             .row(0, named=True)
         )
@@ -562,7 +548,7 @@ def check_multi_event_file(
                 bad = check.bad.fill_null(False)
                 value = pl.lit(None) if check.value is None else check.value
                 found = (
-                    prepared.with_row_index(_ROW)
+                    scan.with_row_index(_ROW)
                     .filter(bad)
                     .select(pl.col(_ROW).first(), value.first().alias("__value"))
                     .collect(engine="streaming")
