@@ -26,7 +26,12 @@ from yambda_data.preprocess import (
     default_partitions,
     preprocess,
 )
-from yambda_data.schema import MULTI_EVENT_SCHEMA, SchemaError, multi_event_path
+from yambda_data.schema import (
+    MULTI_EVENT_SCHEMA,
+    SchemaError,
+    count_duplicate_rows,
+    multi_event_path,
+)
 from yambda_data.split import SplitMeta, temporal_split
 
 T_MAX = 1_000_000
@@ -768,3 +773,34 @@ def test_a_few_repeated_rows_are_counted_without_a_warning(tiny_data, tmp_path, 
     captured = capsys.readouterr()
     assert "  1 rows repeat an earlier row in every column" in captured.out
     assert captured.err == ""
+
+
+def test_repeated_rows_agree_with_the_reference_count():
+    """The run-by-run count of repeated rows equals count_duplicate_rows, on random sorted
+    frames dense in repeats, with nulls, and with runs of equal (uid, timestamp) longer than
+    the lags it compares."""
+    rng = np.random.default_rng(0)
+    for case in range(200):
+        n = int(rng.integers(1, 120))
+
+        def small(high, null_share=0.0, n=n):
+            values = pl.Series(rng.integers(0, high, n))
+            return values.set(pl.Series(rng.random(n) < null_share), None)
+
+        frame = pl.DataFrame(
+            {
+                "uid": small(3),
+                "timestamp": small(3) * 5,
+                "item_id": small(3),
+                "is_organic": small(2),
+                "played_ratio_pct": small(2, 0.3),
+                "track_length_seconds": small(2, 0.3),
+                "event_type": rng.choice(["listen", "like"], n),
+            },
+            schema=MULTI_EVENT_SCHEMA,
+        )
+        if case % 3 == 0:  # one run of every row
+            frame = frame.with_columns(uid=pl.lit(1, pl.UInt32), timestamp=pl.lit(5, pl.UInt32))
+        frame = frame.sort("uid", "timestamp", maintain_order=True)
+        uid, ts = frame["uid"].to_numpy(), frame["timestamp"].to_numpy()
+        assert prep._repeated_rows(frame, uid, ts) == count_duplicate_rows(frame), case
