@@ -16,6 +16,14 @@ the fastest run is reported (with the largest peak RSS of the N). Each row also 
 child's CPU time and how many cores other processes kept busy meanwhile (``/proc/stat``): on a
 small shared machine that is the main source of noise.
 
+With ``--layout`` each input is first rewritten (once, cached under ``--work``) in each layout
+given as ``EVENT_TYPE[:ROW_GROUP_ROWS[:ORDER]]``: ``event_type`` stored as ``enum``,
+``dictionary``, ``string`` or ``large_string``, row groups of that many rows (default
+1,000,000), ``sorted`` or ``unsorted`` (the uids' blocks of rows in a random order; see
+:mod:`yambda_data._layouts`); ``synth`` (the default) is the file as synthesized. Every case
+runs on every layout, and the outputs of the layouts are compared file by file (their
+``checksums.json``): they must be byte-identical.
+
 With ``--reference PATH`` (a checkout of the MLPerf training repository, or its
 ``recommendation_v4`` directory), each size is also preprocessed by the reference's Yambda
 processor on the same raw file (its download step skipped: the file is in place), in its own
@@ -33,6 +41,10 @@ Run from the repository root::
         --reference ../training
     uv run python packages/yambda-data/benchmarks/bench_preprocess.py 200 2000 10000 \\
         --median 2900 --partitions default rows:1000000 --repeat 2 --work /tmp/yambda-bench
+    uv run python packages/yambda-data/benchmarks/bench_preprocess.py 40000 --median 500 \\
+        --partitions default --no-validate --repeat 2 --work /tmp/yambda-bench \\
+        --reference ../training --layout enum:50000 dictionary:50000 string:50000 \\
+        large_string:50000 dictionary:1000000 dictionary:50000:unsorted
 """
 
 from __future__ import annotations
@@ -46,7 +58,8 @@ from pathlib import Path
 
 import _common
 
-from yambda_data.preprocess import default_partitions
+from yambda_data._layouts import EVENT_TYPE_LAYOUTS, ORDERS
+from yambda_data.preprocess import CHECKSUMS_FILE, default_partitions
 from yambda_data.schema import multi_event_path
 
 _IMPORT = "import yambda_data.preprocess"
@@ -73,6 +86,15 @@ SPLIT_FIGURES = (
 )
 """split_meta.json fields that mean the same in both outputs (the reference's train_start is
 train_end minus 300 days, the project's the first train event)."""
+_WRITE_LAYOUT = (
+    "import os, sys\n"
+    "import polars as pl\n"
+    "from yambda_data._layouts import write_layout\n"
+    "src, dst, event_type, rows, order, seed = sys.argv[1:]\n"
+    "write_layout(pl.read_parquet(src), dst + '.tmp', event_type=event_type,\n"
+    "             row_group_rows=int(rows), order=order, seed=int(seed))\n"
+    "os.replace(dst + '.tmp', dst)\n"
+)
 _VALIDATE = (
     "import sys\n"
     "from yambda_data.schema import multi_event_path, validate_multi_event\n"
@@ -109,7 +131,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             " also run its Yambda preprocessing on the same input and print the ratios"
         ),
     )
+    parser.add_argument(
+        "--layout",
+        nargs="+",
+        default=["synth"],
+        help=(
+            "input layouts: 'synth' (the file as synthesized) or EVENT_TYPE[:ROW_GROUP_ROWS"
+            f"[:ORDER]], EVENT_TYPE one of {', '.join(EVENT_TYPE_LAYOUTS)}, ORDER one of "
+            f"{', '.join(ORDERS)} (default 1000000 rows, sorted)"
+        ),
+    )
     args = parser.parse_args(argv)
+    for spec in args.layout:
+        if spec != "synth" and parse_layout(spec) is None:
+            parser.error(f"--layout: {spec!r} is not 'synth' or EVENT_TYPE[:ROWS[:ORDER]]")
     if args.reference is not None:
         found = reference_module_dir(args.reference)
         if found is None:
@@ -131,6 +166,41 @@ def setup(work: Path, users: int, args: argparse.Namespace) -> tuple[Path, int]:
     how = "cached" if synth_s is None else f"synthesized in {synth_s:.1f} s"
     print(f"input: {users:,} users, {rows:,} rows, {size:.1f} MiB parquet ({how})")
     return raw, rows
+
+
+def parse_layout(spec: str) -> tuple[str, int, str] | None:
+    """(event_type, row group rows, order) of a ``--layout`` value other than 'synth' (None:
+    invalid)."""
+    parts = spec.split(":")
+    if len(parts) > 3:
+        return None
+    event_type = parts[0]
+    rows = parts[1] if len(parts) > 1 else "1000000"
+    order = parts[2] if len(parts) > 2 else "sorted"
+    if event_type not in EVENT_TYPE_LAYOUTS or order not in ORDERS or not rows.isdigit():
+        return None
+    return (event_type, int(rows), order) if int(rows) > 0 else None
+
+
+def layout_input(work: Path, raw: Path, spec: str, seed: int) -> Path:
+    """The input ``raw`` rewritten in the layout ``spec`` (cached under ``work``: written in
+    a child once, next to a copy of the synthetic input's stamp)."""
+    if spec == "synth":
+        return raw
+    event_type, rows, order = parse_layout(spec)
+    root = work / f"{raw.name}-{event_type}-rg{rows}-{order}"
+    stamp = root / _common.SYNTH_STAMP
+    if stamp.is_file() and stamp.read_text() == (raw / _common.SYNTH_STAMP).read_text():
+        return root
+    shutil.rmtree(root, ignore_errors=True)
+    path = multi_event_path(root, _common.SIZE)
+    path.parent.mkdir(parents=True)
+    source = multi_event_path(raw, _common.SIZE)
+    _common.run_code(
+        _WRITE_LAYOUT, [str(source), str(path), event_type, str(rows), order, str(seed)]
+    )
+    shutil.copyfile(raw / _common.SYNTH_STAMP, stamp)
+    return root
 
 
 def resolve_partitions(spec: str, rows: int) -> int | None:
@@ -180,12 +250,15 @@ def run_reference(work: Path, raw: Path, module_dir: Path) -> tuple[_common.Chil
 
 
 def run_project(work: Path, raw: Path, partitions: str) -> tuple[_common.ChildResult, dict]:
-    """One project preprocess run of ``raw`` in a child; (result, its split metadata)."""
+    """One project preprocess run of ``raw`` in a child; (result, its split metadata with the
+    output's file checksums under ``"files"``)."""
     out = work / f"bench-preprocess-out-{raw.name}"
     shutil.rmtree(out, ignore_errors=True)
     try:
         result = _common.run_preprocess(raw, out, partitions)
-        return result, json.loads((out / "split_meta.json").read_text())
+        meta = json.loads((out / "split_meta.json").read_text())
+        meta["files"] = json.loads((out / CHECKSUMS_FILE).read_text())["files"]
+        return result, meta
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -205,8 +278,9 @@ def split_agreement(project: dict, reference: dict) -> str:
 
 def compare_with_reference(
     work: Path, raw: Path, parts: str, args: argparse.Namespace
-) -> tuple[_common.ChildResult, _common.ChildResult]:
-    """Project and reference runs of one input, alternating; the best of each."""
+) -> tuple[_common.ChildResult, _common.ChildResult, dict]:
+    """Project and reference runs of one input, alternating; the best of each, and the
+    project's output checksums."""
     project_runs, reference_runs = [], []
     for _ in range(args.repeat):
         result, project_meta = run_project(work, raw, parts)
@@ -214,26 +288,41 @@ def compare_with_reference(
         result, reference_meta = run_reference(work, raw, args.reference)
         reference_runs.append(result)
     print(split_agreement(project_meta, reference_meta))
-    return _common.best_of(project_runs), _common.best_of(reference_runs)
+    best = _common.best_of(project_runs), _common.best_of(reference_runs)
+    return *best, project_meta["files"]
 
 
-def run_case(work: Path, raw: Path, partitions: str | None) -> _common.ChildResult:
-    """Whole-file validation (``partitions`` None) or one preprocess run, in a child."""
+def run_case(
+    work: Path, raw: Path, partitions: str | None
+) -> tuple[_common.ChildResult, dict | None]:
+    """Whole-file validation (``partitions`` None) or one preprocess run, in a child; (result,
+    the output's file checksums or None)."""
     if partitions is None:
-        return _common.run_code(_VALIDATE, [str(raw), _common.SIZE])
-    return run_project(work, raw, partitions)[0]
+        return _common.run_code(_VALIDATE, [str(raw), _common.SIZE]), None
+    result, meta = run_project(work, raw, partitions)
+    return result, meta["files"]
+
+
+def layouts_agreement(outputs: dict[str, dict]) -> str:
+    """One line: whether the outputs of one case on every layout are byte-identical."""
+    first, *rest = outputs
+    differ = [spec for spec in rest if outputs[spec] != outputs[first]]
+    if differ:
+        return f"outputs DIFFER from those of layout {first}: {', '.join(differ)}"
+    return f"outputs of the {len(outputs)} layouts byte-identical ({len(outputs[first])} files)"
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     table = []
     floor = _common.best_of([_common.run_code(_IMPORT, []) for _ in range(args.repeat)])
-    table.append(("-", "-", "import (Python + polars)", "-", None, floor))
+    table.append(("-", "-", "-", "import (Python + polars)", "-", None, floor))
     holder = tempfile.TemporaryDirectory(prefix="bench-preprocess-") if args.work is None else None
     with holder or nullcontext():
         work = Path(holder.name) if holder else args.work
         for users in args.users:
             raw, rows = setup(work, users, args)
+            inputs = {spec: layout_input(work, raw, spec, args.seed) for spec in args.layout}
             cases = []
             if not args.no_validate:
                 cases.append(("whole-file `validate_multi_event`", "-", None))
@@ -242,29 +331,41 @@ def main(argv: list[str] | None = None) -> None:
                 shown = str(parts) if spec.isdigit() else f"{parts} ({spec})"
                 cases.append(("preprocess", shown, str(parts)))
             for case, shown, parts in cases:
-                if args.reference is not None and parts is not None:
-                    project, reference = compare_with_reference(work, raw, parts, args)
-                    table.append((users, rows, "preprocess (project)", shown, rows, project))
-                    table.append((users, rows, "reference", "-", rows, reference))
-                    table.append((users, rows, "ratio", "-", rows, (project, reference)))
-                    continue
-                r = _common.best_of([run_case(work, raw, parts) for _ in range(args.repeat)])
-                table.append((users, rows, case, shown, rows, r))
+                outputs = {}
+                for layout, source in inputs.items():
+                    row = (users, rows, layout)
+                    if args.reference is not None and parts is not None:
+                        project, reference, files = compare_with_reference(
+                            work, source, parts, args
+                        )
+                        table.append((*row, "preprocess (project)", shown, rows, project))
+                        table.append((*row, "reference", "-", rows, reference))
+                        table.append((*row, "ratio", "-", rows, (project, reference)))
+                    else:
+                        runs = [run_case(work, source, parts) for _ in range(args.repeat)]
+                        files = runs[-1][1]
+                        best = _common.best_of([r for r, _ in runs])
+                        table.append((*row, case, shown, rows, best))
+                    if files is not None:
+                        outputs[layout] = files
+                if len(outputs) > 1:
+                    print(f"{users:,} users, {shown} partitions: {layouts_agreement(outputs)}")
     print_table(table)
 
 
 def print_table(table: list[tuple]) -> None:
     print(
-        "\n| users | events | case | partitions | wall s | events/s | CPU s | events per CPU s "
-        "| peak RSS MiB | other load |\n|---:|---:|---|---|---:|---:|---:|---:|---:|---:|"
+        "\n| users | events | layout | case | partitions | wall s | events/s | CPU s "
+        "| events per CPU s | peak RSS MiB | other load |"
+        "\n|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|"
     )
-    for users, rows, case, parts, events, r in table:
+    for users, rows, layout, case, parts, events, r in table:
         users_s = users if users == "-" else f"{users:,}"
         rows_s = rows if rows == "-" else f"{rows:,}"
         if case == "ratio":
             project, reference = r
             print(
-                f"| {users_s} | {rows_s} | project / reference | - | "
+                f"| {users_s} | {rows_s} | {layout} | project / reference | - | "
                 f"{project.wall_s / reference.wall_s:.2f}x | "
                 f"**{reference.wall_s / project.wall_s:.2f}x** | "
                 f"{project.cpu_s / reference.cpu_s:.2f}x | "
@@ -276,7 +377,7 @@ def print_table(table: list[tuple]) -> None:
         per_cpu_s = "-" if events is None else f"{events / r.cpu_s / 1e6:.2f}M"
         load_s = "-" if r.others_cores is None else f"{r.others_cores:.2f}"
         print(
-            f"| {users_s} | {rows_s} | {case} | {parts} | {r.wall_s:.2f} | {rate_s} | "
+            f"| {users_s} | {rows_s} | {layout} | {case} | {parts} | {r.wall_s:.2f} | {rate_s} | "
             f"{r.cpu_s:.1f} | {per_cpu_s} | {r.peak_rss_mib:,.0f} | {load_s} |"
         )
     print(

@@ -26,7 +26,12 @@ from yambda_data.preprocess import (
     default_partitions,
     preprocess,
 )
-from yambda_data.schema import MULTI_EVENT_SCHEMA, SchemaError, multi_event_path
+from yambda_data.schema import (
+    MULTI_EVENT_SCHEMA,
+    SchemaError,
+    count_duplicate_rows,
+    multi_event_path,
+)
 from yambda_data.split import SplitMeta, temporal_split
 
 T_MAX = 1_000_000
@@ -247,56 +252,93 @@ def six_users() -> pl.DataFrame:
     return listens([(u, t) for u in range(1, 7) for t in (0, 10, 20, 30, TEST_START)])
 
 
-@pytest.mark.parametrize("partitions", [None, 2, 3])
-@pytest.mark.parametrize("layout", ["split_uid", "late_block"])
-def test_globally_unsorted_file_is_rejected(tmp_path, partitions, layout):
+def six_users_with_ties() -> pl.DataFrame:
+    """:func:`six_users` with a second event at uid 3's and uid 5's first timestamp, of another
+    item: rows of equal (uid, timestamp) whose file order the output keeps."""
     events = six_users()
+    ties = events.filter(pl.col("uid").is_in([3, 5]) & (pl.col("timestamp") == 0))
+    ties = ties.with_columns(pl.col("item_id") + 100)
+    return pl.concat([events, ties]).sort("uid", "timestamp", maintain_order=True)
+
+
+def unsorted_orders(events: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """The rows of a sorted file in orders the schema does not allow; rows of one (uid,
+    timestamp) keep their order."""
     blocks = {u: events.filter(pl.col("uid") == u) for u in range(1, 7)}
-    if layout == "split_uid":
+    n = events.height
+    return {
         # uid 2's rows are split around uid 4's: every uid range is sorted on its own
-        order = [blocks[1], blocks[2][:2], blocks[4], blocks[2][2:], blocks[3], blocks[5]]
-    else:
+        "split_uid": pl.concat(
+            [blocks[1], blocks[2][:2], blocks[4], blocks[2][2:], blocks[3], blocks[5], blocks[6]]
+        ),
         # uid 4 comes first: the rows of the low uids start late in the file
-        order = [blocks[4], blocks[1], blocks[2], blocks[3], blocks[5]]
-    bad = pl.concat([*order, blocks[6]])
-    assert bad.height == events.height
-    raw = write_raw(tmp_path / "raw", bad)
-    with pytest.raises(
-        SchemaError, match=r"multi_event\.parquet: column '(uid|timestamp)'.*sorted"
-    ):
-        preprocess(raw, "50m", tmp_path / "out", partitions=partitions)
-    assert not (tmp_path / "out").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]  # nothing created
+        "late_block": pl.concat([blocks[4], blocks[1], blocks[2], blocks[3], blocks[5], blocks[6]]),
+        # every uid's rows from the latest to the earliest
+        "reversed_times": pl.concat(
+            [b.sort("timestamp", descending=True, maintain_order=True) for b in blocks.values()]
+        ),
+        # rows in random order; within a (uid, timestamp) the random keys are handed out in
+        # the rows' order, so that ties stay in order
+        "shuffled": events.with_columns(key=pl.Series(np.random.default_rng(3).random(n)))
+        .with_columns(pl.col("key").sort().over("uid", "timestamp"))
+        .sort("key")
+        .drop("key"),
+    }
 
 
-def test_unsorted_split_uid_names_the_first_out_of_order_row(tmp_path):
+@pytest.mark.parametrize("partitions", [None, 2, 3])
+@pytest.mark.parametrize("order", ["split_uid", "late_block", "reversed_times", "shuffled"])
+def test_unsorted_file_gives_the_sorted_files_output(tmp_path, partitions, order):
+    """The reference sorts the events itself and so accepts a file in any order; so does
+    preprocess, each uid range sorted by (uid, timestamp) as it is read, rows of equal keys in
+    file order: the output is that of the sorted file, byte for byte."""
+    events = six_users_with_ties()
+    raw_sorted = write_raw(tmp_path / "sorted", events)
+    raw = write_raw(tmp_path / "raw", unsorted_orders(events)[order])
+    expected = preprocess(raw_sorted, "50m", tmp_path / "expected", partitions=partitions)
+    assert preprocess(raw, "50m", tmp_path / "out", partitions=partitions) == expected
+    assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "expected")
+
+
+def test_unsorted_file_with_empty_uid_ranges(tmp_path):
+    """A file not in uid order whose uids leave uid ranges empty: those give empty parts, as
+    they do for the sorted file."""
+    events = six_users_with_ties()
+    far = pl.when(pl.col("uid") > 3).then(pl.col("uid") + 100).otherwise(pl.col("uid"))
+    events = events.with_columns(far.cast(pl.UInt32))
+    raw_sorted = write_raw(tmp_path / "sorted", events)
+    raw = write_raw(tmp_path / "raw", events.sort("uid", descending=True, maintain_order=True))
+    expected = preprocess(raw_sorted, "50m", tmp_path / "expected", partitions=4)
+    assert preprocess(raw, "50m", tmp_path / "out", partitions=4) == expected
+    assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "expected")
+    assert read_dir(tmp_path / "out", TRAIN_SESSIONS_DIR).height == expected.num_train_events
+    assert pl.read_parquet(tmp_path / "out" / TRAIN_SESSIONS_DIR / "part-00001.parquet").is_empty()
+
+
+@pytest.mark.parametrize("change", ["fewer_rows", "same_rows"])
+def test_file_changed_after_the_checks_is_refused(tmp_path, monkeypatch, change):
+    """The guard of a file that changes after it was checked (simulated by rewriting it after
+    the checks): the uid ranges must hold the rows counted, and the file must be the same
+    (device, inode, size, mtime), even when the new rows are as many and as valid."""
     events = six_users()
-    blocks = {u: events.filter(pl.col("uid") == u) for u in range(1, 7)}
-    order = [blocks[1], blocks[2][:2], blocks[4], blocks[2][2:], blocks[3], blocks[5], blocks[6]]
-    raw = write_raw(tmp_path / "raw", pl.concat(order))
-    # uid 4's rows 7..11 sit among those of uid 2: row 12 (uid 2) comes after uid 4
-    with pytest.raises(SchemaError, match=r"uid 2 after uid 4 \(first at row 12\)") as info:
+    raw = write_raw(tmp_path / "raw", events)
+    check = prep.check_multi_event_file
+
+    def check_then_change(path, **kwargs):
+        row = check(path, **kwargs)
+        if change == "fewer_rows":
+            events.head(events.height - 1).write_parquet(path)
+        else:
+            events.with_columns(pl.col("item_id") + 1).write_parquet(path)
+            os.utime(path, ns=(0, 0))
+        return row
+
+    monkeypatch.setattr(prep, "check_multi_event_file", check_then_change)
+    with pytest.raises(InputFileError, match="changed while it was read") as info:
         preprocess(raw, "50m", tmp_path / "out", partitions=2)
-    assert info.value.column == "uid" and info.value.source.endswith("multi_event.parquet")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]  # found before writing
-
-
-def test_partitions_must_cover_the_file_in_order(tmp_path, monkeypatch):
-    """The guard of a file that changes after it was checked: each partition's rows must be
-    the next contiguous block of file rows (simulated by skipping the up-front checks)."""
-    events = six_users()
-    blocks = {u: events.filter(pl.col("uid") == u) for u in range(1, 7)}
-    order = [blocks[1], blocks[2][:2], blocks[4], blocks[2][2:], blocks[3], blocks[5], blocks[6]]
-    raw = write_raw(tmp_path / "raw", pl.concat(order))
-
-    def aggregates_only(path, *, source=None, aggs=()):
-        return pl.scan_parquet(path).select(aggs).collect().row(0, named=True)
-
-    monkeypatch.setattr(prep, "check_multi_event_file", aggregates_only)
-    # partitions [1, 4) and [4, 7): uid 4's rows 7..11 sit among those of uid 2
-    with pytest.raises(SchemaError, match="first at row 7") as info:
-        preprocess(raw, "50m", tmp_path / "out", partitions=2)
-    assert info.value.column == "uid"
+    assert info.value.path == multi_event_path(raw, "50m")
+    # partitions [1, 4) and [4, 7): the change is seen after the first
+    assert "checked with 30 rows, the uid ranges read 15 so far" in str(info.value)
     assert not (tmp_path / "out").exists()
 
 
@@ -305,7 +347,6 @@ def test_partitions_must_cover_the_file_in_order(tmp_path, monkeypatch):
     [
         ("timestamp", 12, "not a multiple of 5"),
         ("played_ratio_pct", None, "null in a listen event"),
-        ("timestamp", 5, "not sorted"),
     ],
 )
 def test_bad_row_in_last_partition_reports_file_row(tmp_path, column, value, problem):
@@ -732,3 +773,34 @@ def test_a_few_repeated_rows_are_counted_without_a_warning(tiny_data, tmp_path, 
     captured = capsys.readouterr()
     assert "  1 rows repeat an earlier row in every column" in captured.out
     assert captured.err == ""
+
+
+def test_repeated_rows_agree_with_the_reference_count():
+    """The run-by-run count of repeated rows equals count_duplicate_rows, on random sorted
+    frames dense in repeats, with nulls, and with runs of equal (uid, timestamp) longer than
+    the lags it compares."""
+    rng = np.random.default_rng(0)
+    for case in range(200):
+        n = int(rng.integers(1, 120))
+
+        def small(high, null_share=0.0, n=n):
+            values = pl.Series(rng.integers(0, high, n))
+            return values.set(pl.Series(rng.random(n) < null_share), None)
+
+        frame = pl.DataFrame(
+            {
+                "uid": small(3),
+                "timestamp": small(3) * 5,
+                "item_id": small(3),
+                "is_organic": small(2),
+                "played_ratio_pct": small(2, 0.3),
+                "track_length_seconds": small(2, 0.3),
+                "event_type": rng.choice(["listen", "like"], n),
+            },
+            schema=MULTI_EVENT_SCHEMA,
+        )
+        if case % 3 == 0:  # one run of every row
+            frame = frame.with_columns(uid=pl.lit(1, pl.UInt32), timestamp=pl.lit(5, pl.UInt32))
+        frame = frame.sort("uid", "timestamp", maintain_order=True)
+        uid, ts = frame["uid"].to_numpy(), frame["timestamp"].to_numpy()
+        assert prep._repeated_rows(frame, uid, ts) == count_duplicate_rows(frame), case

@@ -9,6 +9,10 @@ several partitions, and once with a gap in the uids that leaves two partitions e
 
 The checksum record ``checksums.json`` came later: it must list exactly those sha256 values,
 and its own bytes are pinned too, so that two runs stay byte-identical.
+
+The same rows in every layout another writer may give the file (``event_type`` as the Enum,
+dictionary-encoded, plain or large strings; small row groups or one; sorted or in uid blocks
+of random order: :mod:`yambda_data._layouts`) give those same bytes.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from yambda_data._layouts import EVENT_TYPE_LAYOUTS, ORDERS, write_layout
 from yambda_data.preprocess import preprocess
 from yambda_data.schema import multi_event_path
 from yambda_data.synth import SynthConfig, generate
@@ -118,8 +123,12 @@ def _sha256_of_tree(out: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def raw_roots(tmp_path_factory) -> dict[str, Path]:
-    events = generate(CONFIG).events
+def events() -> pl.DataFrame:
+    return generate(CONFIG).events
+
+
+@pytest.fixture(scope="module")
+def raw_roots(events, tmp_path_factory) -> dict[str, Path]:
     roots = {}
     uid_gap = pl.when(pl.col("uid") >= 150).then(pl.col("uid") + 1_000).otherwise(pl.col("uid"))
     for name, frame in (
@@ -155,3 +164,24 @@ def test_outputs_are_byte_identical(raw_roots, tmp_path, event_type, partitions)
         "rows": events.height,
         "duplicate_rows": events.height - events.unique().height,
     }
+
+
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("row_group_rows", [ROW_GROUP_ROWS, 1_000_000])
+@pytest.mark.parametrize("event_type", EVENT_TYPE_LAYOUTS)
+def test_every_layout_gives_the_same_bytes(events, tmp_path, event_type, row_group_rows, order):
+    path = multi_event_path(tmp_path / "raw", "50m")
+    path.parent.mkdir(parents=True)
+    write_layout(
+        events,
+        path,
+        event_type=event_type,
+        row_group_rows=row_group_rows,
+        order=order,
+        seed=5,
+    )
+    out = tmp_path / "out"
+    assert preprocess(tmp_path / "raw", "50m", out, partitions=4).to_dict() == EXPECTED_SPLIT
+    found = _sha256_of_tree(out)
+    assert found.pop("checksums.json") == EXPECTED_RECORD_SHA256["enum-4"]
+    assert found == EXPECTED_SHA256["enum-4"]

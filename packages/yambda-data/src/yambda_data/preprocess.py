@@ -17,32 +17,44 @@ events; a new session where the gap to the uid's previous train event exceeds 1,
 
 How it stays bounded in memory: nothing reads the whole file at once. The column names and
 dtypes and the row count come from the parquet metadata; one streaming pass checks every row
-rule and yields ``t_min``/``t_max`` and the uid and item_id bounds, a second one checks the
-(uid, timestamp) order (:func:`~yambda_data.schema.check_multi_event_file`). Then the uid axis
-``[uid_min, uid_max]`` is cut into ``partitions`` equal-width ranges and each range is read on
-its own with a lazy scan filtered on ``uid`` (polars pushes the filter down to the parquet row
-groups, which are sorted by uid), split, sessionized and written before the next one is read.
+rule and yields ``t_min``/``t_max`` and the uid and item_id bounds
+(:func:`~yambda_data.schema.check_multi_event_file`). Then the uid axis ``[uid_min, uid_max]``
+is cut into ``partitions`` equal-width ranges and each range is read on its own with a lazy
+scan filtered on ``uid`` (polars pushes the filter down to the parquet row groups, which a
+file sorted by uid keeps apart), split, sessionized and written before the next one is read.
 Within a partition, the split, the sessions, the session index and the popularity are flat
 numpy passes over the sorted rows. Peak memory is that of one partition (read once, then its
 train and test rows) plus the item-popularity array.
 
+Row order: the schema says the file is sorted by (uid, timestamp), but the reference sorts
+the events itself and so takes a file in any order; so does preprocess. Each partition found
+out of that order is sorted (stably: rows of equal (uid, timestamp) keep their file order) as
+it is read, so any order of the same rows that keeps ties in their order gives the sorted
+file's output byte for byte. A uid filter prunes none of the row groups of a file not in uid
+order (a second streaming pass, of the uid column alone, tells), so such a file is first
+written out by uid range in one streaming pass, as uncompressed Arrow IPC inside the
+temporary output directory (about 22 bytes a row of disk, removed before the output is
+complete), and each partition reads its own range from there.
+
+``event_type`` may be stored as the public Enum, as Categorical or dictionary-encoded
+strings, or as plain or large strings: each stored value is cast to the Enum once (a
+dictionary's few values, not a string per row), and the checks compare the Enum's codes.
+
 Validation comes first: the arguments (``partitions``, ``out_dir``), then the whole file (the
-two streaming passes above: nulls, listen-only nullability, is_organic 0 or 1, the 5-second
-grid, known event types, (uid, timestamp) order, at least one train event), all before any
-file or directory is created. An error names the file, the column, the file row and, where
-the value is what is wrong, the value; a file that cannot be read (truncated, not parquet)
-is named too (:class:`~yambda_data.InputFileError`). Each partition's rows are checked again
-as they are read (:func:`~yambda_data.schema.check_multi_event_rows`, with their row index in
-the file) and must be one contiguous block of file rows starting where the previous
-partition's block ended, the blocks adding up to the file's row count: a file that changes
-while it is read is refused rather than half processed.
+streaming pass above: nulls, listen-only nullability, is_organic 0 or 1, the 5-second grid,
+known event types, at least one train event), all before any file or directory is created.
+An error names the file, the column, the file row and, where the value is what is wrong, the
+value; a file that cannot be read (truncated, not parquet) is named too
+(:class:`~yambda_data.InputFileError`). A file that changes while it is read is refused
+rather than half processed: the partitions must hold the rows counted, and the file's device,
+inode, size and modification time must be those it had when it was checked.
 
 Write errors (no space left, quota, I/O error) are reported as
 :class:`~yambda_data.WriteError`, naming ``out_dir``, the file being written and the free
 space left there.
 
-Determinism: rows keep the input order (the file is sorted by (uid, timestamp) and ties keep
-their file order; nothing is re-sorted), partitions are fixed uid ranges and every file is
+Determinism: rows are in (uid, timestamp) order with ties in file order (a sorted file's rows
+are not moved), partitions are fixed uid ranges and every file is
 written from one contiguous chunk with fixed parquet settings, so two runs give byte-identical
 files (``checksums.json`` included). Rows that repeat an earlier row in every column are kept,
 as the reference keeps them, and counted per partition (they share their uid and timestamp).
@@ -71,6 +83,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+from polars.io.partition import FileProviderArgs
 
 from yambda_data._atomic import (
     check_apart,
@@ -87,7 +100,6 @@ from yambda_data.schema import (
     ROWS_PER_PARTITION,
     SchemaError,
     check_multi_event_file,
-    check_multi_event_rows,
     count_duplicate_rows,
     default_partitions,
     duplicate_rows_warning,
@@ -152,7 +164,11 @@ def part_name(index: int) -> str:
 
 @dataclass(frozen=True)
 class _Bounds:
+    identity: tuple[int, int, int, int]
+    """The file's :func:`_identity` before it was read: it must not change until the end."""
     num_rows: int
+    uid_sorted: bool
+    """Whether the rows are in uid order: then a partition's scan reads only its row groups."""
     t_min: int
     t_max: int
     uid_min: int
@@ -186,12 +202,76 @@ def _normalized(part: pl.DataFrame) -> pl.DataFrame:
     return part.rechunk()
 
 
+def _in_order(part: pl.DataFrame) -> pl.DataFrame:
+    """The partition sorted by (uid, timestamp), rows of equal keys in file order: the
+    partition itself when it already is (a file sorted as the schema says), so that a sorted
+    file and the same rows in any other order give the same output."""
+    uid = part["uid"].to_numpy()
+    ts = part["timestamp"].to_numpy()
+    later_uid = uid[1:] > uid[:-1]
+    if np.all(later_uid | ((uid[1:] == uid[:-1]) & (ts[1:] >= ts[:-1]))):
+        return part
+    # One 64-bit key, and numpy's stable sort (a merge of the runs a file in uid blocks
+    # already has): a third of polars' stable two-column sort of the whole frame.
+    key = (uid.astype(np.uint64) << np.uint64(32)) | ts
+    return part[np.argsort(key, kind="stable")]
+
+
 def _run_starts(values: np.ndarray) -> np.ndarray:
     """True at each row whose value differs from the previous row's (and at row 0)."""
     starts = np.empty(len(values), dtype=bool)
     starts[:1] = True
     np.not_equal(values[1:], values[:-1], out=starts[1:])
     return starts
+
+
+_REPEAT_LAGS = 16
+"""How far back within a run of rows of one (uid, timestamp) :func:`_repeated_rows` compares
+row by row; longer runs (rare) are counted by :func:`~yambda_data.schema.count_duplicate_rows`."""
+
+
+def _repeated_rows(part: pl.DataFrame, uid: np.ndarray, ts: np.ndarray) -> int:
+    """:func:`~yambda_data.schema.count_duplicate_rows` of a partition sorted by (uid,
+    timestamp), ``uid`` and ``timestamp`` given as numpy arrays.
+
+    A row can only repeat an earlier row of its run of equal (uid, timestamp), and runs are
+    short (a listen and its like, quick skips): comparing each row's columns with those of the
+    1, 2, ... 16 rows before it in its run is a few flat numpy passes over the rows that share
+    their key (a fifth of bursty listening), where a hash of every such row cost several
+    times more.
+    """
+    same_key = np.zeros(len(uid), dtype=bool)
+    np.logical_and(uid[1:] == uid[:-1], ts[1:] == ts[:-1], out=same_key[1:])
+    shares_key = same_key.copy()
+    shares_key[:-1] |= same_key[1:]
+    rows = np.flatnonzero(shares_key)
+    if not len(rows):
+        return 0
+    shared = part[rows]
+    columns = []
+    for name in ("item_id", "is_organic", "played_ratio_pct", "track_length_seconds"):
+        values = shared[name]
+        if values.null_count():
+            columns.append(values.is_null().to_numpy())
+            values = values.fill_null(0)
+        columns.append(values.to_numpy())
+    columns.append(shared["event_type"].to_physical().to_numpy())
+    index = np.arange(len(rows))
+    run_start = np.maximum.accumulate(np.where(same_key[rows], 0, index))
+    position = index - run_start  # within the run
+    repeats = np.zeros(len(rows), dtype=bool)
+    at = index
+    for lag in range(1, _REPEAT_LAGS + 1):
+        at = at[position[at] >= lag]
+        if not len(at):
+            return int(repeats.sum())
+        equal = np.ones(len(at), dtype=bool)
+        for values in columns:
+            equal &= values[at] == values[at - lag]
+        repeats[at[equal]] = True
+    in_long_run = np.isin(run_start, run_start[at])
+    long_runs = shared[np.flatnonzero(in_long_run)]
+    return int(repeats[~in_long_run].sum()) + count_duplicate_rows(long_runs)
 
 
 def _split_partition(part: pl.DataFrame, t_max: int) -> _Partition:
@@ -259,7 +339,7 @@ def _split_partition(part: pl.DataFrame, t_max: int) -> _Partition:
         train_item_ids=part["item_id"].to_numpy()[is_train],
         num_sessions=len(session_row),
         train_start=int(train_ts.min()) if n else None,
-        num_duplicate_rows=count_duplicate_rows(part),
+        num_duplicate_rows=_repeated_rows(part, uid, ts),
     )
 
 
@@ -298,13 +378,65 @@ def _check_out_dir(out: Path) -> None:
             return
 
 
-_ROW = "__file_row"
-"""Name of the file-row-index column added to each partition while it is checked."""
+def _identity(path: Path) -> tuple[int, int, int, int]:
+    """What changes when a file is rewritten or replaced: device, inode, size, mtime."""
+    st = path.stat()
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+_SPILL_DIR = ".by-uid-range"
+"""Where the rows of a file not in uid order are put, by uid range, inside the temporary
+output directory (removed before the output is complete)."""
+
+
+def _spill_uid_ranges(
+    scan: pl.LazyFrame, path: Path, spill: Path, bounds: _Bounds, n_parts: int, out: Path
+) -> None:
+    """Write the rows of a file whose row groups mix uids into one uncompressed Arrow IPC
+    file (or a few) per uid range under ``spill``, in one streaming pass, rows in file order.
+
+    Without it every partition's scan would read every row group of such a file (the uid
+    filter prunes none): a fraction of the rows kept for the decoding of all of them, once per
+    partition. The spill costs one read and a write of about 22 bytes a row on disk.
+    """
+    # The index of the range of :func:`uid_range_edges` that holds the uid: the largest k
+    # with uid_min + floor(span * k / n) <= uid, i.e. floor((n * (uid - uid_min + 1) - 1) /
+    # span), elementwise as the partitioned sink wants it (no search in the edges).
+    span = bounds.uid_max - bounds.uid_min + 1
+    offset = pl.col("uid").cast(pl.UInt64) - bounds.uid_min + 1
+    key = ((offset * n_parts - 1) // span).alias("__range")
+
+    def file_path(args: FileProviderArgs) -> Path:
+        k = args.partition_keys.item()
+        return spill / f"range-{k:05d}-{args.index_in_partition:05d}.ipc"
+
+    target = pl.PartitionBy(spill, key=key, include_key=False, file_path_provider=file_path)
+    spill.mkdir()
+    with writing(spill, output=out), reading(path):
+        scan.sink_ipc(target, compression=None)
+
+
+def _read_spilled(spill: Path, k: int, scan: pl.LazyFrame) -> pl.DataFrame:
+    """The rows of uid range ``k`` that :func:`_spill_uid_ranges` wrote, in file order (an
+    empty frame of the file's columns when it wrote none)."""
+    files = sorted(spill.glob(f"range-{k:05d}-*.ipc"))
+    if not files:
+        return scan.clear().collect()
+    return pl.concat([pl.read_ipc(f) for f in files])
+
+
+def _changed(path: Path, num_rows: int, rows_read: int) -> InputFileError:
+    return InputFileError(
+        path,
+        f"changed while it was read (checked with {num_rows} rows, the uid ranges read "
+        f"{rows_read} so far); nothing was written",
+    )
 
 
 def _bounds(path: Path, src: str) -> _Bounds:
     """Row count (metadata), then the streaming validation passes of the whole file, which
     also yield the time, uid and item_id bounds."""
+    identity = _identity(path)
     with reading(path):
         num_rows = int(pl.scan_parquet(path).select(pl.len()).collect().item())
     if num_rows == 0:
@@ -314,9 +446,11 @@ def _bounds(path: Path, src: str) -> _Bounds:
             f"{src}: {num_rows} rows do not fit polars' 32-bit row index; install the 64-bit "
             "index build of polars (polars[rt64]) to preprocess this file"
         )
+    # The order is not checked: each partition is put in (uid, timestamp) order as it is read.
     row = check_multi_event_file(
         path,
         source=src,
+        check_order=False,
         aggs=[
             pl.col("timestamp").min().cast(pl.Int64).alias("t_min"),
             pl.col("timestamp").max().cast(pl.Int64).alias("t_max"),
@@ -325,41 +459,23 @@ def _bounds(path: Path, src: str) -> _Bounds:
             pl.col("item_id").max().cast(pl.Int64).alias("item_max"),
         ],
     )
-    bounds = _Bounds(num_rows, **row)
+    with reading(path):
+        # uid alone: a streaming pass of one narrow column (a shift streams in bounded memory
+        # only as the query's sole expression).
+        uid = pl.col("uid")
+        uid_sorted = (
+            not pl.scan_parquet(path)
+            .select((uid < uid.shift(1)).any())
+            .collect(engine="streaming")
+            .item()
+        )
+    bounds = _Bounds(identity, num_rows, uid_sorted, **row)
     train_end = bounds.t_max - TEST_SECONDS - GAP_SECONDS
     if bounds.t_min >= train_end:
         raise ValueError(
             f"{src}: no event before train_end={train_end} (t_max={bounds.t_max}); nothing to train"
         )
     return bounds
-
-
-def _check_block(rows: pl.Series, next_row: int, lo: int, hi: int, src: str) -> None:
-    """``rows`` (the file row indices of the uids in ``[lo, hi)``, increasing) must be the block
-    ``next_row, next_row + 1, ...``: otherwise rows of other uid ranges sit before or among them
-    and the file is not sorted by uid."""
-    first = int(rows[0])
-    # The indices increase, so they are one block exactly when the last is first + count - 1;
-    # only a file that fails this needs the search for where the block breaks.
-    if first == next_row and int(rows[-1]) - first == len(rows) - 1:
-        return
-    if first != next_row:
-        raise SchemaError(
-            src,
-            "uid",
-            f"rows not sorted by uid (first at row {next_row}: a uid >= {hi} before row "
-            f"{first}, whose uid is in [{lo}, {hi}))",
-        )
-    gaps = (rows.diff() != 1).arg_true()
-    if len(gaps):
-        i = int(gaps[0])
-        raise SchemaError(
-            src,
-            "uid",
-            f"rows not sorted by uid (first at row {int(rows[i - 1]) + 1}: a uid outside "
-            f"[{lo}, {hi}) between rows {int(rows[i - 1])} and {int(rows[i])}, whose uids are "
-            "inside it)",
-        )
 
 
 def preprocess(
@@ -446,17 +562,23 @@ def _preprocess_locked(
                 (tmp / sub).mkdir()
         num_train = num_test = num_sessions = num_users = duplicates = 0
         train_start: int | None = None
-        next_row = 0  # file rows [0, next_row) belong to the partitions done so far
+        rows_read = 0  # each row falls in one uid range
+        spill = None
+        if not bounds.uid_sorted:
+            spill = tmp / _SPILL_DIR
+            _spill_uid_ranges(scan, path, spill, bounds, n_parts, out)
         for k in range(n_parts):
-            lo, hi = edges[k], edges[k + 1]
-            uid = pl.col("uid").cast(pl.Int64)
-            with reading(path):
-                part = scan.with_row_index(_ROW).filter((uid >= lo) & (uid < hi)).collect()
-            check_multi_event_rows(part, src, row_index=_ROW, summary=False)
-            if part.height:
-                _check_block(part[_ROW], next_row, lo, hi, src)
-                next_row += part.height
-            split = _split_partition(_normalized(part), t_max)
+            if spill is None:
+                lo, hi = edges[k], edges[k + 1]
+                uid = pl.col("uid").cast(pl.Int64)
+                with reading(path):
+                    part = scan.filter((uid >= lo) & (uid < hi)).collect()
+            else:
+                part = _read_spilled(spill, k, scan)
+            rows_read += part.height
+            if _identity(path) != bounds.identity:
+                raise _changed(path, bounds.num_rows, rows_read)
+            split = _split_partition(_in_order(_normalized(part)), t_max)
             del part
             for frame, sub in (
                 (split.train, TRAIN_SESSIONS_DIR),
@@ -475,8 +597,10 @@ def _preprocess_locked(
                 first = split.train_start
                 train_start = first if train_start is None else min(train_start, first)
             del split
-        if next_row != bounds.num_rows:  # unreachable with a non-null uid; kept as the proof
-            raise SchemaError(src, "uid", f"partitions cover {next_row} of {bounds.num_rows} rows")
+        if rows_read != bounds.num_rows:
+            raise _changed(path, bounds.num_rows, rows_read)
+        if spill is not None:
+            shutil.rmtree(spill)
         if train_start is None:
             raise ValueError(
                 f"{path}: no event before train_end={train_end} (t_max={t_max}); nothing to train"

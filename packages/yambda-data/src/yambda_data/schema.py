@@ -197,9 +197,11 @@ def normalize_multi_event(frame: pl.LazyFrame) -> pl.LazyFrame:
 
     Lazy and cheap; it assumes the dtypes are already valid (see :func:`validate_multi_event`).
     """
+    # A direct cast maps each distinct category (or string) once; going through strings would
+    # build a string per row first.
     return frame.select(
         *[pl.col(name) for name in MULTI_EVENT_SCHEMA if name != "event_type"],
-        pl.col("event_type").cast(pl.String).cast(EVENT_TYPE_DTYPE),
+        pl.col("event_type").cast(EVENT_TYPE_DTYPE),
     )
 
 
@@ -221,11 +223,7 @@ def validate_multi_event(frame: FrameLike, *, source: str | None = None) -> Mult
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file")
         src = source or str(path)
-        from yambda_data._io import reading
-
-        with reading(path):
-            etype = _event_type(pl.scan_parquet(path).collect_schema())
-        row = check_multi_event_file(path, source=src, aggs=_summary_aggs(etype))
+        row = check_multi_event_file(path, source=src, aggs=_summary_aggs())
         duplicates = 0
         if row["__n"]:
             duplicates = count_duplicate_rows_in_file(
@@ -268,27 +266,26 @@ class _RowCheck:
         return self.problem.format(value=value) + f" (first at row {row})"
 
 
-def _event_type(schema: pl.Schema) -> pl.Expr:
-    """event_type as the checks compare it: as stored when it is the public Enum (no per-row
-    cast), else as a string."""
-    if schema.get("event_type") == EVENT_TYPE_DTYPE:
-        return pl.col("event_type")
-    return pl.col("event_type").cast(pl.String)
-
-
 def _row_checks(schema: pl.Schema) -> list[_RowCheck]:
-    """The checks of single rows, in the order their errors are reported."""
-    etype = _event_type(schema)
+    """The checks of single rows, in the order their errors are reported.
+
+    event_type is compared as stored: a Categorical compares its codes with those of the
+    names, a string column its (short, inline) strings. A cast to strings or to the Enum per
+    row would cost more than decoding the column.
+    """
+    etype = pl.col("event_type")
     is_listen = etype == "listen"
     if schema.get("event_type") == EVENT_TYPE_DTYPE:
-        # The public Enum holds no other value, and comparing its values as strings would
-        # cost most of a validation pass.
+        # The public Enum holds no other value.
         unknown = pl.lit(False)
     else:
-        unknown = etype.is_not_null() & ~etype.cast(pl.String).is_in(list(EVENT_TYPES))
+        unknown = etype.is_not_null() & ~etype.is_in(list(EVENT_TYPES))
     checks = [
         _RowCheck(
-            "event_type", "unknown event_type value {value!r}", unknown, etype.cast(pl.String)
+            "event_type",
+            "unknown event_type value {value!r}",
+            unknown,
+            pl.col("event_type").cast(pl.String),
         ),
     ]
     for name in ("uid", "timestamp", "item_id", "is_organic", "event_type"):
@@ -346,7 +343,8 @@ def _order_error(source: str, row: int, uid: int, prev_uid: int, ts: int, prev_t
     )
 
 
-def _summary_aggs(etype: pl.Expr) -> list[pl.Expr]:
+def _summary_aggs() -> list[pl.Expr]:
+    etype = pl.col("event_type")
     return [
         pl.len().cast(pl.Int64).alias("__n"),
         pl.col("uid").n_unique().cast(pl.Int64).alias("__users"),
@@ -415,7 +413,6 @@ def check_multi_event_rows(
     """
     lazy = frame.lazy()
     schema = lazy.collect_schema()
-    etype = _event_type(schema)
     checks = _row_checks(schema)
     unsorted, order_values = _order_exprs()
     if not summary:
@@ -435,7 +432,7 @@ def check_multi_event_rows(
             aggs.append(check.value.filter(bad).first().alias(f"__v{i}"))
     aggs.append(index.filter(unsorted).first().alias("__unsorted"))
     aggs += [value.filter(unsorted).first() for value in order_values]
-    aggs += _summary_aggs(etype)
+    aggs += _summary_aggs()
     row = lazy.select(aggs).collect().row(0, named=True)
 
     for i, check in enumerate(checks):
@@ -514,12 +511,17 @@ def duplicate_rows_warning(source: str, duplicates: int, rows: int) -> str | Non
 
 
 def check_multi_event_file(
-    path: str | Path, *, source: str | None = None, aggs: Sequence[pl.Expr] = ()
+    path: str | Path,
+    *,
+    source: str | None = None,
+    aggs: Sequence[pl.Expr] = (),
+    check_order: bool = True,
 ) -> dict[str, Any]:
     """Check the multi_event parquet file at ``path`` in streaming passes of bounded memory,
     before anything is done with it: its columns and dtypes (metadata), then every row check
     of :func:`check_multi_event_rows` in one pass (which also computes ``aggs``, aliased
-    expressions over the whole file), then the (uid, timestamp) order in a second pass.
+    expressions over the whole file), then the (uid, timestamp) order in a second pass
+    (skipped with ``check_order=False``: a caller that sorts the rows itself).
 
     Returns the values of ``aggs`` by name. Raises :class:`SchemaError` as
     :func:`check_multi_event_rows` does (the first offending row of the first failing check,
@@ -556,7 +558,7 @@ def check_multi_event_file(
         # The order on its own: polars streams a shift in bounded memory only when it is
         # the query's sole expression.
         unsorted, order_values = _order_exprs()
-        if scan.select(unsorted.any()).collect(engine="streaming").item():
+        if check_order and scan.select(unsorted.any()).collect(engine="streaming").item():
             found = (
                 scan.with_row_index(_ROW)
                 .select(pl.col(_ROW), unsorted.alias("__unsorted"), *order_values)
