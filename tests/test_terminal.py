@@ -39,6 +39,7 @@ def foreign_lines(stderr: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_a_run_prints_only_the_projects_lines(tmp_path):
     """With a loader worker (a second process where TorchRec's jagged tensors are built)."""
     args = ["--users", "40", "--steps", "100", "--evals", "1", "--workers", "1"]
@@ -89,6 +90,7 @@ def test_help_and_a_refused_argument_do_not_import_torch():
     assert "--users USERS         users of the synthetic dataset (default: 400)" in shown.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
     [

@@ -140,6 +140,7 @@ def test_auto_kernel_is_native_on_the_cpu_and_resumes_native_checkpoints():
     assert auto.identity() == native.identity()
 
 
+@pytest.mark.slow
 def test_triton_on_the_cpu_without_the_interpreter_is_one_line_and_creates_nothing(tmp_path):
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -179,6 +180,7 @@ def first_run(tmp_path_factory):
     return out, short_run(out)
 
 
+@pytest.mark.slow
 def test_short_run_reports_and_logs(first_run, capsys):
     out, summary = first_run
     assert set(summary) >= {"eval_auc", "train_samples", "samples_per_s", "mlperf_log"}
@@ -212,12 +214,14 @@ def test_short_run_reports_and_logs(first_run, capsys):
     assert config["run"]["kernel"] == config["model"]["kernel"] == "native"
 
 
+@pytest.mark.slow
 def test_log_passes_the_dev_ruleset(first_run):
     _, summary = first_run
     result = check_log(summary["mlperf_log"], ruleset="dev")
     assert result.passed, result.summary()
 
 
+@pytest.mark.slow
 def test_same_seed_same_result(first_run, tmp_path):
     _, summary = first_run
     again = short_run(tmp_path)
@@ -225,6 +229,7 @@ def test_same_seed_same_result(first_run, tmp_path):
     assert again["weights_sha256"] == summary["weights_sha256"]
 
 
+@pytest.mark.slow
 def test_kernels_give_the_same_run(first_run, tmp_path):
     """The NATIVE attention sums in another order than the PyTorch reference: the same run to
     rounding, so the same AUC to a few 1e-4."""
@@ -233,6 +238,7 @@ def test_kernels_give_the_same_run(first_run, tmp_path):
     assert other == pytest.approx(summary["eval_auc"], abs=2e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["interleaved", "last_n"])
 def test_the_run_cuts_its_samples_with_the_history_strategy(strategy, tmp_path, monkeypatch):
     """The training and evaluation loaders get the run's SampleConfig: interleaved (the
@@ -268,6 +274,7 @@ def test_the_run_cuts_its_samples_with_the_history_strategy(strategy, tmp_path, 
         assert most > 32 // 3
 
 
+@pytest.mark.slow
 def test_an_epoch_of_a_store_built_for_min_history(tmp_path):
     """--steps epoch: train_samples is the train windows' anchor count (the closed rules' kind
     of count), the run ends at the last eval point not beyond it, and --min-history reaches
@@ -301,6 +308,7 @@ def test_missing_dataset_is_named_before_anything_is_created(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_config_file_then_set_items_override_the_preset(tmp_path):
     (tmp_path / "over.toml").write_text("[model]\nnum_layers = 1\nnum_heads = 1\n")
     out = tmp_path / "run"
@@ -357,6 +365,7 @@ def test_a_bad_input_changes_nothing_and_is_one_line(
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
 
 
+@pytest.mark.slow
 def test_a_finished_run_is_kept_unless_overwritten(finished_run, tmp_path):
     out, summary = finished_run
     assert json.loads((out / "result.json").read_text()) == summary
@@ -383,6 +392,7 @@ def test_an_unfinished_run_is_refused_with_how_to_resume(tmp_path):
     assert (out / "mlperf.log").read_text() == ":::MLLOG {}\n"
 
 
+@pytest.mark.slow
 def test_without_out_every_run_gets_its_own_folder(tmp_path, monkeypatch, capsys):
     """Runs without --out go to fresh runs/train-* folders and share the synthetic data."""
     monkeypatch.chdir(tmp_path)
@@ -400,6 +410,7 @@ def test_without_out_every_run_gets_its_own_folder(tmp_path, monkeypatch, capsys
     assert "run folder: runs/train-" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_resume_without_out_takes_the_newest_unfinished_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     checkpoints = tmp_path / "ckpt"
@@ -454,6 +465,7 @@ DAMAGES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", list(DAMAGES))
 def test_a_damaged_newest_checkpoint_is_skipped(
     damage, undamaged_run, tmp_path, monkeypatch, capsys
@@ -505,6 +517,7 @@ def small_filesystem(tmp_path):
     subprocess.run(["umount", str(mount)], check=True)
 
 
+@pytest.mark.slow
 def test_a_full_disk_during_a_checkpoint_is_named_and_the_log_counts_the_samples(
     small_filesystem, tmp_path
 ):
@@ -519,6 +532,7 @@ def test_a_full_disk_during_a_checkpoint_is_named_and_the_log_counts_the_samples
     assert stop["metadata"]["samples_count"] == 3 * 256
 
 
+@pytest.mark.slow
 def test_errors_print_one_line_and_status_2_unless_debugging(tmp_path):
     command = [sys.executable, str(ROOT / "tools" / "train.py"), "--set", "garbage"]
     command += ["--out", str(tmp_path / "run")]
@@ -549,6 +563,7 @@ def test_errors_print_one_line_and_status_2_unless_debugging(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_checkpoint_after_every_window(tmp_path):
     """--checkpoint-every-window saves where each window's last batch ends (the 80-user data
     has windows of one and two batches)."""
@@ -602,6 +617,7 @@ runpy.run_path(train_py, run_name="__main__")
 """tools/train.py, stopped for a SIGKILL at KILL_AT (after writing KILL_MARKER)."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kill_at", "resume_step", "consumed"),
     [
@@ -679,6 +695,7 @@ def test_run_killed_anywhere_resumes_bit_identical(
     assert not (checkpoints / ".tmp-step-10").exists()
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
     out, checkpoints = tmp_path / "run", tmp_path / "checkpoints"
     argv = [*SHORT, "--workers", "0", "--out", str(out), "--checkpoint-dir", str(checkpoints)]
@@ -740,6 +757,7 @@ def _rank_pid(launcher: int, rank: int) -> int | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_the_process_group_reads_as_an_interruption(signum, tmp_path):
     """A launcher's SIGTERM (or Ctrl-C's SIGINT) goes to the whole process group, the loader's
@@ -916,6 +934,7 @@ def test_a_dead_rank_stops_the_other_within_bounded_time(tmp_path):
     assert records[-1]["key"] == "run_stop" and records[-1]["metadata"]["status"] == "aborted"
 
 
+@pytest.mark.slow
 def test_a_run_resolves_its_config_once(tmp_path, monkeypatch):
     """The preset, the config file, the HSTU_* variables and the --set items are read once,
     into the ResolvedRun the whole run is given."""

@@ -94,6 +94,7 @@ def test_every_option_is_named_by_its_flag():
     assert flag("overrides") == "--set" and flag("config_file") == "--config"
 
 
+@pytest.mark.slow
 def test_help_works_with_a_bad_environment_variable_and_a_run_is_one_line(tmp_path):
     env = {**os.environ, "HSTU_MODEL__NUM_LAYERS": "abc"}
     command = [sys.executable, str(ROOT / "tools" / "train.py")]
@@ -162,6 +163,7 @@ def test_a_missing_mapping_of_data_is_refused_before_anything(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_second_process_on_the_run_folder_or_checkpoints_is_refused_naming_the_first(
     tmp_path,
 ):
@@ -231,6 +233,7 @@ def test_resume_without_out_passes_over_a_run_that_is_running(tmp_path):
         holder.wait()
 
 
+@pytest.mark.slow
 def test_a_changed_config_on_resume_is_refused_before_anything_is_written(tmp_path, monkeypatch):
     config_file = tmp_path / "c.toml"
     config_file.write_text("[optimizer]\nwarmup_steps = 10\n")
@@ -246,6 +249,7 @@ def test_a_changed_config_on_resume_is_refused_before_anything_is_written(tmp_pa
     assert tree_digest(tmp_path / "run", tmp_path / "ckpt") == before
 
 
+@pytest.mark.slow
 def test_overwrite_and_resume_together_are_refused_when_there_is_a_checkpoint(
     tmp_path, monkeypatch
 ):
@@ -256,6 +260,7 @@ def test_overwrite_and_resume_together_are_refused_when_there_is_a_checkpoint(
     assert tree_digest(tmp_path / "run", tmp_path / "ckpt") == before
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_run_folder_is_refused(tmp_path, monkeypatch):
     argv = crashed_run(tmp_path, monkeypatch)
     other = tmp_path / "other"
@@ -270,6 +275,7 @@ def test_a_checkpoint_of_another_run_folder_is_refused(tmp_path, monkeypatch):
         train.main([*argv, "--resume", "auto"])
 
 
+@pytest.mark.slow
 def test_a_requeued_run_without_a_checkpoint_starts_again_then_resumes(
     tmp_path, monkeypatch, capsys
 ):
@@ -315,6 +321,7 @@ def _living(pids: list[int]) -> list[int]:
     return [pid for pid in pids if Path(f"/proc/{pid}").exists()]
 
 
+@pytest.mark.slow
 def test_loader_workers_die_with_a_killed_trainer(tmp_path):
     """kill -9 of the trainer leaves no loader worker running on, reparented."""
     from fault_support import descendants

@@ -41,6 +41,7 @@ def scenario(ranks, name):
     return results
 
 
+@pytest.mark.slow
 def test_plan_honours_overrides_and_is_logged(ranks):
     results = scenario(ranks, "equivalence")
     assert results[0]["summary"]["tables"] == results[1]["summary"]["tables"]

@@ -150,3 +150,20 @@ def test_a_worker_says_nothing_when_the_trainer_drops_a_descriptor_fetch(hook):
         assert "ConnectionResetError" in result.stderr, result.stderr
     else:
         assert result.stderr == ""
+
+
+def _own_group(report) -> None:
+    report.put(os.getpgid(0) == os.getpid())
+
+
+def test_a_forked_worker_leaves_the_process_group_before_its_target_runs():
+    """A signal to the caller's group must never reach a worker, even one just forked."""
+    from yambda_data.loader import _WorkerContext
+
+    context = _WorkerContext()
+    report = context.SimpleQueue()
+    worker = context.Process(target=_own_group, args=(report,))
+    worker.start()
+    worker.join(timeout=60)
+    assert report.get() is True
+    assert os.getpgid(0) != worker.pid

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import multiprocessing
+import multiprocessing.context
 import os
 import signal
 import sys
@@ -94,10 +96,24 @@ def _quiet_descriptor_server_resets(
         sys.__excepthook__(kind, error, trace)
 
 
+class _WorkerProcess(multiprocessing.context.ForkProcess):
+    """A forked worker that leaves the calling process's group before anything else runs in
+    it: before the DataLoader's worker loop replaces its SIGTERM handler (a group signal
+    would kill it from then on) and long before `worker_init_fn`."""
+
+    def run(self) -> None:
+        os.setpgid(0, 0)
+        super().run()
+
+
+class _WorkerContext(multiprocessing.context.ForkContext):
+    Process = _WorkerProcess
+
+
 def _start_worker(worker_id: int, parent: int) -> None:
     """A worker leaves the calling process's group and dies with it (see `make_loader`)."""
     sys.excepthook = _quiet_descriptor_server_resets
-    os.setpgid(0, 0)
+    os.setpgid(0, 0)  # already done by a `_WorkerProcess`; other start methods do it here
     try:  # Linux: the kernel sends SIGKILL when the parent dies, however it dies
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):  # no prctl: the DataLoader's watchdog stops it
@@ -145,6 +161,10 @@ def make_loader(
             "prefetch_factor": prefetch_factor,
             "worker_init_fn": functools.partial(_start_worker, parent=os.getpid()),
         }
+        # only where workers are forked anyway (the first start method listed is the default)
+        chosen = multiprocessing.get_start_method(allow_none=True)
+        if (chosen or multiprocessing.get_all_start_methods()[0]) == "fork":
+            extra["multiprocessing_context"] = _WorkerContext()
     return DataLoader(
         dataset, batch_size=None, num_workers=num_workers, pin_memory=pin_memory, **extra
     )

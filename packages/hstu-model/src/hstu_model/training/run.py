@@ -206,8 +206,14 @@ _DEFERRED: list[int] | None = None
 """While a loader starts its workers: the signals received meanwhile, raised after."""
 
 
+_TRAINER_PID: int | None = None
+"""The process whose run the handlers end. A loader worker is forked with them and still in
+the trainer's process group for a moment: a signal sent to the group then is the trainer's,
+which stops its workers itself."""
+
+
 def _on_signal(signum: int, frame: object) -> None:
-    if _FAILING:
+    if _FAILING or os.getpid() != _TRAINER_PID:
         return
     if _DEFERRED is not None:
         _DEFERRED.append(signum)
@@ -247,10 +253,11 @@ def train(run: RunConfig | ResolvedRun, log: Callable[[str], None] = _stderr) ->
     in its log, unless the run is already failing: then they are ignored until the failure
     leaves this function. The signal handlers it found are restored when it returns or
     raises."""
-    global _FAILING
+    global _FAILING, _TRAINER_PID
     if isinstance(run, RunConfig):
         run = resolve_run(run)
     _FAILING = False
+    _TRAINER_PID = os.getpid()
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {s: signal.getsignal(s) for s in (*_SIGNALS, signal.SIGCHLD)}
