@@ -773,6 +773,7 @@ def test_a_signal_to_the_process_group_reads_as_an_interruption(signum, tmp_path
             stdout=subprocess.DEVNULL,
             stderr=err,
             start_new_session=True,
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # SIGABRT dumps every thread
         )
         try:
             deadline = time.monotonic() + 300
@@ -785,7 +786,12 @@ def test_a_signal_to_the_process_group_reads_as_an_interruption(signum, tmp_path
                 time.sleep(0.01)
             every = faults.descendants(proc.pid)
             os.killpg(proc.pid, signum)
-            proc.wait(timeout=120)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGABRT)
+                proc.wait(timeout=60)
+                pytest.fail(f"still running 120 s after the signal:\n{stderr.read_text()[-6000:]}")
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)

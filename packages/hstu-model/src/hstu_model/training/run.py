@@ -329,11 +329,17 @@ def _train_run(run: ResolvedRun, log: Callable[[str], None] = _stderr) -> dict:
         tracker = RunTracker(mllog, target_accuracy=config.effective_target_auc)
         if resume is not None:
             tracker.load_state_dict(resume.extra["mlperf"])  # no second init_start / run_start
-        with tracker.guard():
-            if tracker.state == "new":
-                tracker.init_start()
-            streaming = _StreamingRun(run, out, root, record, ctx, mllog, tracker, resume, log)
-            summary = streaming.run()
+        # The guard logs run_stop aborted when the run dies; the signals stay with `_on_signal`
+        # (deferred while a loader starts, ignored in forked workers and while failing).
+        with tracker.guard(signals=()):
+            try:
+                if tracker.state == "new":
+                    tracker.init_start()
+                streaming = _StreamingRun(run, out, root, record, ctx, mllog, tracker, resume, log)
+                summary = streaming.run()
+            except BaseException:
+                _failing()  # before the guard writes run_stop: a second signal must not cut it
+                raise
         mllog.close()
         summary["skipped_checkpoints"] = [f"{path}: {why}" for path, why in plan.skipped]
         if ctx.is_main:
