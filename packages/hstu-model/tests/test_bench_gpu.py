@@ -246,7 +246,12 @@ def test_tiny_run_times_the_reference_attention_beside_ours(tmp_path):
     for family in bench.ATTENTION_FAMILIES:
         ref = rows[family, "reference"]
         assert ref["ms"] > 0 and ref["vs_reference"] == 1.0 and not ref["failed"]
-        assert ref["note"] == bench.NOT_COMPARED_INTERPRETED
+        # The interpreter does not run the reference's kernels as a GPU does: the check runs
+        # and reports, but only a GPU run can fail on it.
+        assert ref["note"].startswith("agrees with ours (triton): out ") or (
+            ref["note"].startswith("differs from ours (triton): out ")
+            and ref["note"].endswith(bench.INTERPRETED_DIFFERENCE)
+        )
         assert rows[family, "triton"]["vs_reference"] == pytest.approx(
             ref["ms"] / rows[family, "triton"]["ms"]
         )
