@@ -100,7 +100,7 @@ directly, with the dispatcher's defaults: no max_attn_len, no contextual tokens,
 no TMA)."""
 INTERPRETED_DIFFERENCE = (
     "not a failure under Triton's interpreter, which does not run the reference's kernels as "
-    "a GPU does (its outputs there are not the attention: values of 1e8 from inputs of 1); "
+    "a GPU does (its outputs there are not the attention: values near 1e9 from inputs near 1); "
     "timed to test the wiring"
 )
 AGREEMENT_TOLERANCE = 2e-2
