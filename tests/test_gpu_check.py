@@ -36,7 +36,10 @@ def check(*args, timeout=300) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     ("args", "message"),
     [([], "OUT_DIR is missing"), (["--cpu-smoke"], "OUT_DIR is missing"),
-     (["{tmp}/a-file"], "OUT_DIR {tmp}/a-file: not a directory")],
+     (["{tmp}/a-file"], "OUT_DIR {tmp}/a-file: not a directory"),
+     (["{tmp}/out", "--reference", "{tmp}"], "--reference {tmp}: no "
+      "generative_recommenders/ops/triton/triton_hstu_attention.py (the recommendation_v4 "
+      "directory of the MLPerf training repository)")],
 )  # fmt: skip
 def test_bad_arguments_are_one_line_with_status_2(args, message, tmp_path):
     (tmp_path / "a-file").write_text("x")
@@ -81,9 +84,11 @@ def test_cpu_smoke_writes_one_json_and_one_table(tmp_path):
     assert set(families["jagged-1d"]) == {"native"}
     assert result["tests"]["gpu-tests"]["skipped"] > 0
     bench_families = {r["family"] for r in result["benchmarks"]["rows"]}
-    assert set(FAMILIES) <= bench_families
+    assert set(FAMILIES) | {"attention-fwd"} <= bench_families
+    assert any("no --reference CHECKOUT given" in s for s in result["skipped"])
     table = (out / "gpu-check.md").read_text()
     assert "| correctness | passed |" in table
+    assert "| TFLOP/s | vs reference |" in table
     for family in FAMILIES:
         assert f"| {family} | " in table
     assert "Unfinished" not in table

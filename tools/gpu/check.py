@@ -2,6 +2,7 @@
 
     bash tools/gpu/check.sh OUT_DIR              # a CUDA machine, no network, under 8 minutes
     bash tools/gpu/check.sh OUT_DIR --cpu-smoke  # the same stages on the CPU (CI), tiny shapes
+    bash tools/gpu/check.sh OUT_DIR --reference CHECKOUT  # also the MLPerf reference's attention
 
 Runs in the Python that is there (PYTHON, else the one running this). Stages, in order:
   environment   python, torch, triton, nvcc and the GPU
@@ -15,8 +16,11 @@ Runs in the Python that is there (PYTHON, else the one running this). Stages, in
                 PyTorch reference on the same device; worst error per family
   gpu-tests     the hstu-ops tests marked gpu
   benchmarks    packages/hstu-model/benchmarks/bench_gpu.py, the op families at the yambda-5b
-                layer shape, batch 32 (--tiny on the CPU); the model step only where torchrec
-                imports (it builds the model's embedding tables with it)
+                layer shape, batch 32 (--tiny on the CPU), on the GPU also the largest batch
+                the attention fits; the model step only where torchrec imports (it builds the
+                model's embedding tables with it); with --reference CHECKOUT (the MLPerf
+                training repository's recommendation_v4 directory, beside this one) the
+                attention also against the reference's own Triton kernel, checked to agree
   tests         the rest of the hstu-ops tests but the slow ones (--cpu-smoke: the
                 kernel-selection tests)
 
@@ -50,6 +54,7 @@ PROGRESS = re.compile(r"^([.sFExX]+)(\s+\[\s*\d+%\])?$")
 """A progress line of `pytest -q`."""
 OP_FAMILIES = (
     "jagged-1d",
+    "attention-fwd",
     "attention",
     "layer-projections",
     "norms",
@@ -66,6 +71,10 @@ STAGE_TIMEOUTS = {  # seconds on an H100 / on two CPU cores
     "benchmarks": (120, 60),
     "tests": (150, 60),
 }
+
+
+REFERENCE_MARKER = "generative_recommenders/ops/triton/triton_hstu_attention.py"
+"""What a --reference checkout holds: the reference's Triton attention."""
 
 
 class Stop(Exception):
@@ -86,17 +95,32 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("out_dir", type=Path, help="folder for gpu-check.json/.md/.log")
     parser.add_argument("--cpu-smoke", action="store_true", help="CPU, interpreter, tiny shapes")
     parser.add_argument("--budget", type=float, default=460.0, help="seconds for all stages")
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        metavar="CHECKOUT",
+        help="the MLPerf reference's recommendation_v4 directory: the benchmarks time its "
+        "Triton attention against ours",
+    )
     if not [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]:
         raise UsageError("OUT_DIR is missing")
     args = parser.parse_args(argv)
     if args.out_dir.exists() and not args.out_dir.is_dir():
         raise UsageError(f"OUT_DIR {args.out_dir}: not a directory")
+    if args.reference and not (args.reference / REFERENCE_MARKER).is_file():
+        raise UsageError(
+            f"--reference {args.reference}: no {REFERENCE_MARKER} (the recommendation_v4 "
+            "directory of the MLPerf training repository)"
+        )
     return args
 
 
 class Check:
-    def __init__(self, out_dir: Path, smoke: bool, budget: float) -> None:
+    def __init__(
+        self, out_dir: Path, smoke: bool, budget: float, reference: Path | None = None
+    ) -> None:
         self.out, self.smoke = out_dir, smoke
+        self.reference = reference.resolve() if reference else None
         self.python = os.environ.get("PYTHON", sys.executable)
         self.deadline = time.monotonic() + budget
         self.log = (out_dir / "gpu-check.log").open("a", buffering=1)
@@ -114,7 +138,9 @@ class Check:
             "mode": "cpu-smoke" if smoke else "gpu",
             "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "commit": git_commit(),
-            "command": "tools/gpu/check.sh OUT_DIR" + (" --cpu-smoke" if smoke else ""),
+            "command": "tools/gpu/check.sh OUT_DIR"
+            + (" --cpu-smoke" if smoke else "")
+            + (" --reference CHECKOUT" if reference else ""),
             "budget_s": budget,
             "stages": [],
             "environment": {},
@@ -336,7 +362,16 @@ class Check:
             )
         argv = [self.python, str(ROOT / "packages/hstu-model/benchmarks/bench_gpu.py")]
         argv += ["--families", *families]
-        argv += ["--tiny"] if self.smoke else ["--batch-sizes", "32"]
+        argv += (
+            ["--tiny"] if self.smoke else ["--batch-sizes", "32", "--largest-batch", "attention"]
+        )
+        if self.reference:
+            argv += ["--reference", str(self.reference)]
+        else:
+            self.result["skipped"].append(
+                "benchmarks: the attention against the MLPerf reference's Triton kernel (no "
+                "--reference CHECKOUT given)"
+            )
         rc, tail = self.collected("benchmarks", argv, path, "benchmarks", timeout)
         status, detail = self.outcome(rc, tail, timeout)
         rows = (self.result["benchmarks"] or {}).get("rows", [])
@@ -448,17 +483,22 @@ def markdown(result: dict) -> str:
             "",
             f"Benchmarks: {bench['header']}",
             "",
-            "| family | kernel | shape | ms | samples/s | vs pytorch | note |",
-            "|---|---|---|---:|---:|---:|---|",
+            "| family | kernel | shape | ms | samples/s | vs pytorch | TFLOP/s | vs reference "
+            "| note |",
+            "|---|---|---|---:|---:|---:|---:|---:|---|",
         ]
         for r in bench["rows"]:
             ms = "-" if r["ms"] is None else f"{r['ms']:.3f}"
             rate = "-" if r["samples_per_s"] is None else f"{r['samples_per_s']:,.1f}"
             speed = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+            tflops = "-" if r.get("tflops") is None else f"{r['tflops']:.3g}"
+            vs_ref = "-" if r.get("vs_reference") is None else f"{r['vs_reference']:.2f}x"
             lines.append(
                 f"| {r['family']} | {r['kernel']} | {r['shape']} | {ms} | {rate} | {speed} | "
-                f"{r['note']} |"
+                f"{tflops} | {vs_ref} | {r['note'].replace('|', '/')} |"
             )
+        for family, largest in (bench.get("largest_batch") or {}).items():
+            lines += ["", f"Largest batch that ran, {family}: {largest}"]
     if result["skipped"]:
         lines += ["", "Skipped:", ""] + [f"- {s}" for s in result["skipped"]]
     return "\n".join(lines) + "\n"
@@ -476,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         raise Stop()
 
     signal.signal(signal.SIGTERM, on_term)
-    check = Check(args.out_dir, args.cpu_smoke, args.budget)
+    check = Check(args.out_dir, args.cpu_smoke, args.budget, args.reference)
     try:
         return check.run()
     except (KeyboardInterrupt, Stop):

@@ -19,6 +19,18 @@ GPU, triton on a CPU without the interpreter) is listed with the reason. The mod
 embedding tables are capped at --max-rows rows each (yambda-5b's need about 600 GB and several
 GPUs; their size does not change the dense work timed here, only the sparse update's reach).
 
+With --reference CHECKOUT (the `recommendation_v4` directory of the MLPerf training
+repository, imported from there, never copied), the attention families also time the
+reference's own Triton HSTU attention (`generative_recommenders.ops.triton.
+triton_hstu_attention.triton_hstu_mha`, what its `hstu_mha` dispatcher runs for
+HammerKernel.TRITON) on the same inputs; before timing, its output and input gradients are
+compared with ours (kernel "triton"), and the "vs ref" column gives reference ms / ms. The
+attention families also report TFLOP/s: the causal target-aware pairs of `hstu_model.flops`
+(q k^T and attn @ v per head, 2 FLOPs per multiply-add), times 3 for forward + backward.
+--largest-batch FAMILY... (GPU only) keeps doubling the batch after the last of
+--batch-sizes while a kernel of the family still fits, and names the largest batch each
+kernel ran.
+
 Published figures to compare with (the MLPerf DLRMv4 reference): 8x MI350X about 14,222
 samples/s at batch 1024 per rank; bf16 Triton about 2,787 samples/s at batch 32, L=2048.
 Exit status 1 when a kernel failed with anything but running out of memory.
@@ -28,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import math
 import os
@@ -35,12 +48,14 @@ import statistics
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 FAMILIES = (
     "jagged-1d",
+    "attention-fwd",
     "attention",
     "layer-projections",
     "norms",
@@ -53,6 +68,7 @@ FAMILIES = (
 
 FAMILY_OPS = {
     "jagged-1d": "concat_1d_jagged of the contextual and history rows",
+    "attention-fwd": "hstu_mha forward only, causal, one target per sequence",
     "attention": "hstu_mha, causal, one target per sequence",
     "layer-projections": "hstu_compute_uqvk + hstu_compute_output (dropout as the preset's)",
     "norms": "layer_norm over the width",
@@ -64,7 +80,8 @@ FAMILY_OPS = {
 
 FAMILY_KERNELS = {
     "jagged-1d": ("pytorch", "native"),
-    "attention": ("pytorch", "native", "triton"),
+    "attention-fwd": ("pytorch", "native", "triton", "reference"),
+    "attention": ("pytorch", "native", "triton", "reference"),
     "layer-projections": ("pytorch", "triton"),
     "norms": ("pytorch", "triton"),
     "jagged-2d": ("pytorch", "triton"),
@@ -72,7 +89,24 @@ FAMILY_KERNELS = {
     "addmm": ("pytorch", "triton"),
     "model-step": ("pytorch", "native", "triton"),
 }
-"""The kernels each family has (hstu_ops' per-op kernels; the model's `ModelConfig.kernel`)."""
+"""The kernels each family has (hstu_ops' per-op kernels; the model's `ModelConfig.kernel`;
+"reference": the MLPerf reference's Triton kernel, run only with --reference)."""
+
+ATTENTION_FAMILIES = ("attention-fwd", "attention")
+REFERENCE_MODULE = "generative_recommenders.ops.triton.triton_hstu_attention"
+"""The reference's Triton HSTU attention, which its `ops/hstu_attention.hstu_mha` dispatcher
+calls for HammerKernel.TRITON (the dispatcher itself refuses CPU tensors, so it is called here
+directly, with the dispatcher's defaults: no max_attn_len, no contextual tokens, no sorting,
+no TMA)."""
+INTERPRETED_DIFFERENCE = (
+    "not a failure under Triton's interpreter, which does not run the reference's kernels as "
+    "a GPU does (its outputs there are not the attention: values near 1e9 from inputs near 1); "
+    "timed to test the wiring"
+)
+AGREEMENT_TOLERANCE = 2e-2
+"""Largest max|ours - reference| / max|reference| accepted for the attention's output and its
+input gradients in bf16 (both accumulate in fp32; they differ by bf16 rounding of the
+stored tensors and the order of the sums)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +120,10 @@ class Row:
     speedup: float | None = None
     note: str = ""
     failed: bool = False
+    tflops: float | None = None
+    """TFLOP/s of the attention families (the model's causal pair count, see the docstring)."""
+    vs_reference: float | None = None
+    """The reference kernel's ms / ms at the same batch (attention, with --reference)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,6 +140,23 @@ def main(argv: list[str] | None = None) -> int:
         help="history events per sample instead of the preset's (2039: 2,048 tokens, the "
         "length of the published bf16 Triton figure)",
     )
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        metavar="CHECKOUT",
+        help="the MLPerf reference's recommendation_v4 directory: its Triton attention is "
+        "timed and checked against ours",
+    )
+    parser.add_argument(
+        "--largest-batch",
+        nargs="+",
+        default=[],
+        choices=FAMILIES,
+        metavar="FAMILY",
+        help="on a GPU, double the batch after the last --batch-sizes until every kernel of "
+        "these families runs out of memory",
+    )
+    parser.add_argument("--largest-batch-limit", type=int, default=16384, help="stop there")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
     if args.tiny and "TRITON_INTERPRET" not in os.environ and not _gpu_visible():
@@ -117,27 +172,67 @@ def main(argv: list[str] | None = None) -> int:
     batch_sizes = args.batch_sizes or setting.batch_sizes
     warmup = setting.warmup if args.warmup is None else args.warmup
     iters = args.iters or setting.iters
-    header = describe(device, setting, warmup, iters)
+    reference = load_reference(args.reference) if args.reference else None
+    header = describe(device, setting, warmup, iters, reference)
     print(header, flush=True)
     for family in args.families:
         print(f"  {family}: {FAMILY_OPS[family]}")
-    print(f"{'family':<22}{'kernel':<9}{'shape':<34}{'ms':>11}{'samples/s':>12}{'vs pytorch':>12}")
-    rows: list[Row] = []
+    print(HEADINGS)
+    record = {"header": header, "rows": [], "largest_batch": {}}
+    rows: list[Row] = record["rows"]
+
+    def add(new_rows: list[Row]) -> None:
+        for row in new_rows:
+            rows.append(row)
+            print(format_row(row), flush=True)
+        if args.json:  # after every batch, so that a stopped run keeps what it timed
+            write_json(args.json, record)
+
     for family in args.families:
         for batch in batch_sizes:
-            for row in bench_family(family, batch, setting, device, warmup, iters):
-                rows.append(row)
-                print(format_row(row), flush=True)
-                if args.json:  # after every row, so that a stopped run keeps what it timed
-                    write_json(args.json, {"header": header, "rows": rows})
+            add(bench_family(family, batch, setting, device, warmup, iters, reference))
+        if family not in args.largest_batch:
+            continue
+        if device.type != "cuda":
+            print(f"{family}: largest batch not searched on the CPU", flush=True)
+            continue
+        largest = largest_batch(
+            family, batch_sizes, setting, device, warmup, iters, reference, rows, add,
+            args.largest_batch_limit,
+        )  # fmt: skip
+        record["largest_batch"][family] = largest
+        print(f"{family}: largest batch that ran, per kernel: {largest}", flush=True)
     if args.json:
-        write_json(args.json, {"header": header, "rows": rows})
+        write_json(args.json, record)
     return 1 if any(r.failed for r in rows) else 0
+
+
+HEADINGS = (
+    f"{'family':<22}{'kernel':<10}{'shape':<34}{'ms':>11}{'samples/s':>12}{'vs pytorch':>12}"
+    f"{'TFLOP/s':>9}{'vs ref':>8}"
+)
+
+
+def largest_batch(
+    family, batch_sizes, setting, device, warmup, iters, reference, rows, add, limit
+) -> dict[str, int]:
+    """Doubles the batch after the last of `batch_sizes` while a kernel of `family` still fits
+    (those that ran out of memory drop out); kernel -> the largest batch it ran."""
+    ran = {r.kernel: r.batch for r in rows if r.family == family and r.ms is not None}
+    batch = max(batch_sizes)
+    fitting = [k for k in FAMILY_KERNELS[family] if ran.get(k) == batch]
+    while fitting and batch * 2 <= limit:
+        batch *= 2
+        found = bench_family(family, batch, setting, device, warmup, iters, reference, fitting)
+        add(found)
+        fitting = [r.kernel for r in found if r.ms is not None]
+        ran.update({k: batch for k in fitting})
+    return ran
 
 
 def write_json(path: Path, record: dict) -> None:
     """Writes the rows aside, then renames: a reader sees the old file or the new one."""
-    record = {"header": record["header"], "rows": [dataclasses.asdict(r) for r in record["rows"]]}
+    record = {**record, "rows": [dataclasses.asdict(r) for r in record["rows"]]}
     part = path.with_name(f".{path.name}.part")
     part.write_text(json.dumps(record, indent=2) + "\n")
     os.replace(part, path)
@@ -215,7 +310,7 @@ def cap_tables(cfg, max_rows: int):
     return cfg.replace(model={"contextual_features": features})
 
 
-def describe(device, setting: Setting, warmup: int, iters: int) -> str:
+def describe(device, setting: Setting, warmup: int, iters: int, reference=None) -> str:
     import torch
 
     import hstu_ops
@@ -236,6 +331,7 @@ def describe(device, setting: Setting, warmup: int, iters: int) -> str:
         f"width {m.embedding_dim}, {m.num_heads} heads of {m.attention_dim}/{m.linear_dim}, "
         f"bf16; {where}; torch {torch.__version__}, triton {triton}; commit {commit()}; "
         f"median of {iters} after {warmup} warm-up"
+        + (f"; reference: {reference.origin}" if reference else "")
     )
 
 
@@ -257,7 +353,12 @@ def format_row(row: Row) -> str:
     ms = "-" if row.ms is None else f"{row.ms:.3f}"
     rate = "-" if row.samples_per_s is None else f"{row.samples_per_s:,.1f}"
     speedup = "" if row.speedup is None else f"{row.speedup:.2f}x"
-    text = f"{row.family:<22}{row.kernel:<9}{row.shape:<34}{ms:>11}{rate:>12}{speedup:>12}"
+    tflops = "" if row.tflops is None else f"{row.tflops:.3g}"
+    vs_ref = "" if row.vs_reference is None else f"{row.vs_reference:.2f}x"
+    text = (
+        f"{row.family:<22}{row.kernel:<10}{row.shape:<34}{ms:>11}{rate:>12}{speedup:>12}"
+        f"{tflops:>9}{vs_ref:>8}"
+    )
     return f"{text}  {row.note}" if row.note else text
 
 
@@ -265,33 +366,44 @@ def format_row(row: Row) -> str:
 # timing
 # ------------------------------------------------------------------------------------------
 def bench_family(
-    family: str, batch: int, setting: Setting, device, warmup: int, iters: int
+    family: str,
+    batch: int,
+    setting: Setting,
+    device,
+    warmup: int,
+    iters: int,
+    reference=None,
+    kernels: list[str] | None = None,
 ) -> list[Row]:
-    """One row per kernel of `family` at `batch`, pytorch first."""
+    """One row per kernel of `family` (or of `kernels`) at `batch`, pytorch first."""
+    kernels = kernels or FAMILY_KERNELS[family]
     m = setting.cfg.model
     shape = f"B={batch} N={setting.tokens}"
-    if family == "attention":
+    if family in ATTENTION_FAMILIES:
         shape += f" H={m.num_heads} D={m.attention_dim}"
     elif family != "model-step":
         shape += f" D={m.embedding_dim}"
     try:
-        runners = make_runners(family, batch, setting, device)
+        runners = make_runners(family, batch, setting, device, reference)
     except Exception as error:  # the inputs themselves may not fit
         out_of_memory = is_out_of_memory(error)
         release(device)
         note = "skipped: out of memory for the inputs" if out_of_memory else failure(error)
         return [
             Row(family, kernel, batch, shape, note=note, failed=not out_of_memory)
-            for kernel in FAMILY_KERNELS[family]
+            for kernel in kernels
         ]
     rows: list[Row] = []
     baseline: float | None = None
-    for kernel in FAMILY_KERNELS[family]:
-        why = unavailable(family, kernel, device.type)
+    for kernel in kernels:
+        why = unavailable(family, kernel, device.type, reference)
         if why:
             rows.append(Row(family, kernel, batch, shape, note=f"not run: {why}"))
             continue
+        note, failed = "", False
         try:  # the run (a model, for the step) is freed before the next kernel's
+            if kernel == "reference":  # the same function as ours, or its time means nothing
+                note, failed = runners.agreement()
             ms = time_ms(runners(kernel), device, warmup, iters)
         except Exception as error:
             out_of_memory = is_out_of_memory(error)
@@ -302,11 +414,29 @@ def bench_family(
         if kernel == "pytorch":
             baseline = ms
         speedup = None if baseline is None else baseline / ms
-        rows.append(Row(family, kernel, batch, shape, ms, batch / (ms / 1000), speedup))
+        rate = batch / (ms / 1000)
+        tflops = None
+        if family in ATTENTION_FAMILIES:
+            tflops = attention_flops(family, batch, setting) / (ms / 1000) / 1e12
+        rows.append(Row(family, kernel, batch, shape, ms, rate, speedup, note, failed, tflops))
         release(device)
     del runners
     release(device)
+    ref_ms = next((r.ms for r in rows if r.kernel == "reference" and r.ms), None)
+    if ref_ms:
+        rows = [dataclasses.replace(r, vs_reference=r.ms and ref_ms / r.ms) for r in rows]
     return rows
+
+
+def attention_flops(family: str, batch: int, setting: Setting) -> int:
+    """The attention's FLOPs at `batch` full samples: q k^T and attn @ v over the (query, key)
+    pairs the causal target-aware mask allows (`hstu_model.flops`), x3 with the backward."""
+    from hstu_model.flops import TRAIN_FACTOR, attention_pairs
+
+    m = setting.cfg.model
+    pairs = attention_pairs(m.contextual_seq_len, m.history_length, m.num_candidates)
+    forward = batch * pairs * m.num_heads * 2 * (m.attention_dim + m.linear_dim)
+    return forward if family == "attention-fwd" else TRAIN_FACTOR * forward
 
 
 def time_ms(run: Callable[[], object], device, warmup: int, iters: int) -> float:
@@ -355,10 +485,14 @@ def failure(error: BaseException) -> str:
     return f"FAILED: {type(error).__name__}: {first[:200]}"
 
 
-def unavailable(family: str, kernel: str, device_type: str) -> str | None:
+def unavailable(family: str, kernel: str, device_type: str, reference=None) -> str | None:
     """Why `kernel` of `family` cannot run on the device, or None."""
     import hstu_ops
 
+    if kernel == "reference":
+        if reference is None:
+            return "no --reference checkout given"
+        return hstu_ops.unavailable_reason("triton", device_type)
     if family == "model-step":
         return hstu_ops.unavailable_reason(kernel, device_type)
     if kernel == "native" and family == "jagged-1d" and device_type != "cpu":
@@ -374,8 +508,9 @@ def unavailable(family: str, kernel: str, device_type: str) -> str | None:
 # ------------------------------------------------------------------------------------------
 # the families' inputs and calls
 # ------------------------------------------------------------------------------------------
-def make_runners(family: str, batch: int, setting: Setting, device) -> Callable:
-    """kernel -> a function that runs the family once (forward + backward) on shared inputs."""
+def make_runners(family: str, batch: int, setting: Setting, device, reference=None) -> Callable:
+    """kernel -> a function that runs the family once (forward + backward) on shared inputs;
+    for the attention families it also has `agreement()`, ours against `reference`."""
     if family == "model-step":
         return model_step_runners(batch, setting, device)
     import torch
@@ -423,17 +558,36 @@ def make_runners(family: str, batch: int, setting: Setting, device) -> Callable:
 
         return run
 
-    if family == "attention":
+    if family in ATTENTION_FAMILIES:
         q, k, v = tensor(total, heads, dqk), tensor(total, heads, dqk), tensor(total, heads, dv)
         alpha = 1.0 / math.sqrt(dqk)
 
-        def run(kernel):
-            return lambda: backward(
-                hstu_ops.hstu_mha(
-                    n, alpha, q, k, v, seq_offsets, num_targets=num_targets, kernel=kernel
-                )
+        def attend(kernel):
+            if kernel == "reference":
+                return reference.hstu_mha(n, alpha, q, k, v, seq_offsets, num_targets=num_targets)
+            return hstu_ops.hstu_mha(
+                n, alpha, q, k, v, seq_offsets, num_targets=num_targets, kernel=kernel
             )
 
+        def run(kernel):
+            if family == "attention":
+                return lambda: backward(attend(kernel))
+
+            def forward():  # no autograd graph: only the forward kernel runs
+                with torch.no_grad():
+                    attend(kernel)
+
+            return forward
+
+        grad = tensor(total, heads, dv, grad=False)
+
+        def compare():
+            note, failed = agreement(attend, (q, k, v), grad, family == "attention")
+            if failed and reference.interpreted:
+                return f"{note.removeprefix('FAILED: ')}; {INTERPRETED_DIFFERENCE}", False
+            return note, failed
+
+        run.agreement = compare
         return run
 
     if family == "layer-projections":
@@ -484,6 +638,89 @@ def make_runners(family: str, batch: int, setting: Setting, device) -> Callable:
         return lambda kernel: lambda: backward(hstu_ops.addmm(bias, x, w, kernel=kernel))
 
     raise ValueError(f"unknown family {family!r}")
+
+
+def agreement(attend, inputs, grad, backward: bool) -> tuple[str, bool]:
+    """(note, failed): the reference's attention against ours (kernel "triton") on the same
+    inputs, output and, for forward + backward, the input gradients for the same output
+    gradient, as max|ours - reference| / max|reference|."""
+    import torch
+
+    found = {}
+    for kernel in ("triton", "reference"):
+        for x in inputs:
+            x.grad = None
+        out = attend(kernel)
+        if backward:
+            out.backward(grad)
+        found[kernel] = [out.detach().float()]
+        found[kernel] += [x.grad.float() for x in inputs] if backward else []
+    for x in inputs:
+        x.grad = None
+    names = ("out", "dq", "dk", "dv")
+    errors = {}
+    for name, ours, ref in zip(names, found["triton"], found["reference"], strict=False):
+        scale = ref.abs().max().clamp_min(torch.finfo(torch.float32).tiny)
+        errors[name] = ((ours - ref).abs().max() / scale).item()
+    worst = max(errors.values())
+    text = ", ".join(f"{k} {v:.1e}" for k, v in errors.items())
+    if not worst <= AGREEMENT_TOLERANCE:  # also a NaN
+        return f"FAILED: differs from ours (triton): {text}", True
+    return f"agrees with ours (triton): {text}", False
+
+
+def load_reference(checkout: Path):
+    """The reference's Triton attention, imported from `checkout` (its recommendation_v4
+    directory, put first on sys.path); `hstu_mha` and `origin` (what it is, for the header)."""
+    from hstu_ops._kernel import triton_interpreting
+
+    root = checkout.expanduser().resolve()
+    source = root.joinpath(*REFERENCE_MODULE.split(".")).with_suffix(".py")
+    if not source.is_file():
+        raise SystemExit(
+            f"error: --reference {checkout} has no {source.relative_to(root)}; pass the "
+            "recommendation_v4 directory of the MLPerf training repository"
+        )
+    sys.path.insert(0, str(root))
+    module = importlib.import_module(REFERENCE_MODULE)
+    if Path(module.__file__).resolve() != source:
+        raise SystemExit(f"error: {REFERENCE_MODULE} was imported from {module.__file__}")
+    if triton_interpreting():
+        pin_one_config(module)
+        replace_fast_math(module)
+    version = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    at = f" at {version.stdout.strip()}" if version.returncode == 0 else ""
+    origin = f"{REFERENCE_MODULE}.triton_hstu_mha from {root.name}{at}"
+    return types.SimpleNamespace(
+        hstu_mha=module.triton_hstu_mha, origin=origin, interpreted=triton_interpreting()
+    )
+
+
+def pin_one_config(module) -> None:
+    """Leaves each of the reference's autotuned kernels one config, the first that needs no
+    TMA descriptors: Triton's interpreter has no device to time the candidates on (the
+    autotuner fails), and with one config it runs that one untimed."""
+    from triton.runtime.autotuner import Autotuner
+
+    for value in vars(module).values():
+        if isinstance(value, Autotuner) and len(value.configs) > 1:
+            plain = [c for c in value.configs if not c.kwargs.get("USE_TLX", False)]
+            value.configs = plain[:1] or value.configs[:1]
+
+
+def replace_fast_math(module) -> None:
+    """Gives the reference's kernels plain exp and division for libdevice's fast_expf and
+    fast_dividef, which Triton's interpreter does not implement (they return None there). Only
+    under the interpreter, where the figures mean nothing; on a GPU the kernels run as written."""
+    import triton.language as tl
+
+    # Plain functions: the interpreter runs a kernel as Python, with triton.language's
+    # builtins working on its tensors while the kernel runs.
+    module.fast_expf = lambda x: tl.exp(x)
+    module.fast_dividef = lambda x, y: x / y
 
 
 def model_step_runners(batch: int, setting: Setting, device) -> Callable:

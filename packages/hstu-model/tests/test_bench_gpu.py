@@ -42,15 +42,26 @@ def test_tiny_run_times_every_family_and_kernel(tmp_path):
     rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
     timed = {(r["family"], r["kernel"]) for r in rows if r["ms"] is not None and r["ms"] > 0}
     expected = {(f, k) for f, kernels in bench.FAMILY_KERNELS.items() for k in kernels}
+    expected -= {(f, "reference") for f in bench.ATTENTION_FAMILIES}  # no --reference given
     assert timed == expected  # on the CPU under the interpreter every kernel runs
+    for row in rows:
+        if row["kernel"] == "reference":
+            assert row["note"] == "not run: no --reference checkout given" and not row["failed"]
+        if row["family"] in bench.ATTENTION_FAMILIES and row["ms"]:
+            flops = bench.attention_flops(row["family"], 2, bench.tiny_setting())
+            assert row["tflops"] == pytest.approx(flops / (row["ms"] / 1000) / 1e12)
+        else:
+            assert row["tflops"] is None
     assert {r["family"] for r in rows} == set(bench.FAMILIES)
     printed = result.stdout.splitlines()
     for family, kernel in expected:
-        assert any(line.startswith(f"{family:<22}{kernel:<9}B=2 ") for line in printed), (
+        assert any(line.startswith(f"{family:<22}{kernel:<10}B=2 ") for line in printed), (
             family,
             kernel,
         )
     for row in rows:
+        if row["ms"] is None:
+            continue
         if row["kernel"] == "pytorch":
             assert row["speedup"] == 1.0
         else:
@@ -66,7 +77,7 @@ def test_tiny_run_times_every_family_and_kernel(tmp_path):
 
 
 def test_a_batch_that_runs_out_of_memory_is_skipped_with_a_note(monkeypatch):
-    def runners(family, batch, setting, device):
+    def runners(family, batch, setting, device, reference=None):
         def run(kernel):
             if kernel == "triton":
                 raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 64 GiB")
@@ -75,7 +86,7 @@ def test_a_batch_that_runs_out_of_memory_is_skipped_with_a_note(monkeypatch):
         return run
 
     monkeypatch.setattr(bench, "make_runners", runners)
-    monkeypatch.setattr(bench, "unavailable", lambda family, kernel, device_type: None)
+    monkeypatch.setattr(bench, "unavailable", lambda *args: None)
     rows = bench.bench_family("attention", 1024, bench.tiny_setting(), torch.device("cpu"), 0, 1)
     by_kernel = {r.kernel: r for r in rows}
     assert by_kernel["triton"].ms is None and by_kernel["triton"].note == "skipped: out of memory"
@@ -84,7 +95,7 @@ def test_a_batch_that_runs_out_of_memory_is_skipped_with_a_note(monkeypatch):
 
 
 def test_inputs_that_do_not_fit_skip_the_batch_size(monkeypatch):
-    def runners(family, batch, setting, device):
+    def runners(family, batch, setting, device, reference=None):
         raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 TB")
 
     monkeypatch.setattr(bench, "make_runners", runners)
@@ -94,7 +105,7 @@ def test_inputs_that_do_not_fit_skip_the_batch_size(monkeypatch):
 
 
 def test_a_kernel_that_fails_otherwise_is_a_failure(monkeypatch):
-    def runners(family, batch, setting, device):
+    def runners(family, batch, setting, device, reference=None):
         def run(kernel):
             if kernel == "triton":
                 raise ValueError("addmm: mat2.shape[0] = 4 must equal mat1.shape[1] = 3")
@@ -103,7 +114,7 @@ def test_a_kernel_that_fails_otherwise_is_a_failure(monkeypatch):
         return run
 
     monkeypatch.setattr(bench, "make_runners", runners)
-    monkeypatch.setattr(bench, "unavailable", lambda family, kernel, device_type: None)
+    monkeypatch.setattr(bench, "unavailable", lambda *args: None)
     rows = bench.bench_family("addmm", 2, bench.tiny_setting(), torch.device("cpu"), 0, 1)
     assert rows[-1].failed and rows[-1].note.startswith("FAILED: ValueError: addmm: mat2")
 
@@ -113,3 +124,140 @@ def test_kernels_that_cannot_run_on_the_device_are_named():
     assert bench.unavailable("model-step", "native", "cuda") is not None
     assert bench.unavailable("layer-projections", "pytorch", "cuda") is None
     assert bench.unavailable("model-step", "triton", "cuda") is None
+
+
+def test_attention_flops_count_the_causal_pairs_three_times_with_the_backward():
+    setting = bench.tiny_setting()  # 8 contextual + 7 history + 1 candidate, 2 heads of 32/32
+    m = setting.cfg.model
+    assert (m.contextual_seq_len, m.history_length, m.num_candidates) == (8, 7, 1)
+    pairs = 15 * 16 // 2 + 1 * 16  # causal over the 15, the candidate sees them and itself
+    forward = 3 * pairs * 2 * 2 * (32 + 32)
+    assert bench.attention_flops("attention-fwd", 3, setting) == forward
+    assert bench.attention_flops("attention", 3, setting) == 3 * forward
+
+
+def test_rows_give_the_reference_kernels_time_over_theirs(monkeypatch):
+    times = {"pytorch": 8.0, "native": 1.0, "triton": 2.0, "reference": 4.0}
+
+    def runners(family, batch, setting, device, reference):
+        def run(kernel):
+            return kernel  # time_ms below reads the kernel's time from it
+
+        run.agreement = lambda: ("agrees with ours (triton): out 1.0e-03", False)
+        return run
+
+    monkeypatch.setattr(bench, "make_runners", runners)
+    monkeypatch.setattr(bench, "time_ms", lambda kernel, device, warmup, iters: times[kernel])
+    monkeypatch.setattr(bench, "unavailable", lambda *args: None)
+    rows = bench.bench_family("attention", 2, bench.tiny_setting(), torch.device("cpu"), 0, 1)
+    by_kernel = {r.kernel: r for r in rows}
+    assert {k: r.vs_reference for k, r in by_kernel.items()} == {
+        "pytorch": 0.5, "native": 4.0, "triton": 2.0, "reference": 1.0
+    }  # fmt: skip
+    assert by_kernel["reference"].note.startswith("agrees with ours") and not any(
+        r.failed for r in rows
+    )
+    assert by_kernel["reference"].speedup == 2.0
+
+
+def test_a_reference_that_differs_fails_its_row(monkeypatch):
+    def runners(family, batch, setting, device, reference):
+        run = lambda kernel: lambda: None  # noqa: E731
+        run.agreement = lambda: ("FAILED: differs from ours (triton): out 1.0e+00", True)
+        return run
+
+    monkeypatch.setattr(bench, "make_runners", runners)
+    monkeypatch.setattr(bench, "unavailable", lambda *args: None)
+    rows = bench.bench_family("attention", 2, bench.tiny_setting(), torch.device("cpu"), 0, 1)
+    assert [r.kernel for r in rows if r.failed] == ["reference"]
+    assert rows[-1].ms is not None  # timed all the same, for the record
+
+
+def test_agreement_compares_the_output_and_the_input_gradients():
+    gen = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(6, 2, 4, generator=gen).requires_grad_() for _ in range(3)]
+    grad = torch.randn(6, 2, 4, generator=gen)
+
+    def attend(shift):
+        def run(kernel):
+            q, k, v = inputs
+            out = (q * k).sum(-1, keepdim=True) * v
+            return out + shift * q if kernel == "reference" else out
+
+        return run
+
+    note, failed = bench.agreement(attend(0.0), inputs, grad, backward=True)
+    assert not failed and note == "agrees with ours (triton): out 0.0e+00, dq 0.0e+00, " + (
+        "dk 0.0e+00, dv 0.0e+00"
+    )
+    note, failed = bench.agreement(attend(0.5), inputs, grad, backward=True)
+    assert failed and note.startswith("FAILED: differs from ours (triton): out ")
+    assert "dk 0.0e+00, dv 0.0e+00" in note  # the shift moves the output and dq only
+    note, failed = bench.agreement(attend(0.0), inputs, grad, backward=False)
+    assert not failed and note.endswith("out 0.0e+00")
+    assert all(x.grad is None for x in inputs)  # left as it found them
+
+
+def test_the_largest_batch_search_doubles_until_every_kernel_runs_out_of_memory(monkeypatch):
+    fits = {"pytorch": 8, "triton": 32}  # the largest batch each kernel fits
+
+    def bench_family(family, batch, setting, device, warmup, iters, reference, kernels):
+        return [
+            bench.Row(family, k, batch, "", *((1.0,) if batch <= fits[k] else ())) for k in kernels
+        ]
+
+    monkeypatch.setattr(bench, "bench_family", bench_family)
+    monkeypatch.setitem(bench.FAMILY_KERNELS, "norms", ("pytorch", "triton"))
+    rows = bench_family("norms", 2, None, None, 0, 1, None, ["pytorch", "triton"])
+    added = []
+    largest = bench.largest_batch("norms", [1, 2], None, None, 0, 1, None, rows, added.extend, 1024)
+    assert largest == {"pytorch": 8, "triton": 32}
+    assert [(r.batch, r.kernel) for r in added] == [
+        (4, "pytorch"), (4, "triton"), (8, "pytorch"), (8, "triton"), (16, "pytorch"),
+        (16, "triton"), (32, "triton"), (64, "triton"),
+    ]  # fmt: skip
+    assert bench.largest_batch("norms", [1, 2], None, None, 0, 1, None, rows, added.extend, 8) == {
+        "pytorch": 8, "triton": 8
+    }  # fmt: skip
+
+
+REFERENCE = os.environ.get("HSTU_REFERENCE_CHECKOUT")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not REFERENCE, reason="HSTU_REFERENCE_CHECKOUT names no reference checkout")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the tiny run is the CPU's (interpreter)")
+def test_tiny_run_times_the_reference_attention_beside_ours(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--tiny", "--families", *bench.ATTENTION_FAMILIES,
+         "--reference", REFERENCE, "--largest-batch", "attention",
+         "--json", str(tmp_path / "rows.json")],
+        capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "; reference: generative_recommenders.ops.triton.triton_hstu_attention." in (
+        result.stdout
+    )
+    assert "attention: largest batch not searched on the CPU" in result.stdout
+    record = json.loads((tmp_path / "rows.json").read_text())
+    assert record["largest_batch"] == {}
+    rows = {(r["family"], r["kernel"]): r for r in record["rows"]}
+    for family in bench.ATTENTION_FAMILIES:
+        ref = rows[family, "reference"]
+        assert ref["ms"] > 0 and ref["vs_reference"] == 1.0 and not ref["failed"]
+        # The interpreter does not run the reference's kernels as a GPU does: the check runs
+        # and reports, but only a GPU run can fail on it.
+        assert ref["note"].startswith("agrees with ours (triton): out ") or (
+            ref["note"].startswith("differs from ours (triton): out ")
+            and ref["note"].endswith(bench.INTERPRETED_DIFFERENCE)
+        )
+        assert rows[family, "triton"]["vs_reference"] == pytest.approx(
+            ref["ms"] / rows[family, "triton"]["ms"]
+        )
+        assert ref["tflops"] > 0
+
+
+def test_a_checkout_without_the_reference_attention_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match="recommendation_v4 directory"):
+        bench.load_reference(tmp_path)
