@@ -26,6 +26,20 @@ separately, the fastest evaluation). Columns:
   the load average is printed before and after.
   On a small machine other processes slow the figures down a lot (threads that wait for a
   core), so compare only rows whose `other` is near 0.
+
+With `--reference CHECKOUT` (the MLPerf training repository's `recommendation_v4` directory,
+or the checkout that holds it) the script instead trains side by side with the reference's
+`DlrmHSTU` (imported from there, `hstu_model.reference_checkout`; default preset `small`, CPU
+only). For each kernel, the reference model is built at the preset's shape with the reference's
+position and time tables (8192 and 2049 rows; the presets' own position tables are smaller) and
+its weights are loaded into ours, so both start from the same weights; both train on the same
+random batches of full histories in fp32, each with `torch.optim.Adam` over all its
+parameters (dense, the embedding tables included: the reference has no sparse optimizer of its
+own). After one untimed step, whose losses must agree, the two alternate in `--rounds` rounds
+of `--steps` timed steps (ours, reference, ours, ...), so that a change in the machine's load
+reaches both. Columns: samples/s of each over all its rounds, their ratio, the ratio of the
+best rounds, and `other` (as above) during ours / during the reference's. The reference always
+runs its PyTorch kernels (its others need CUDA).
 """
 
 from __future__ import annotations
@@ -33,13 +47,18 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 
 import hstu_model
+from hstu_model import reference_checkout
 from hstu_model.config import DEFAULT_VOCABS
 from hstu_model.flops import flops_per_sample
+from hstu_model.reference import load_reference_state_dict
 from hstu_model.testing import Batch, random_batch
 
 DEFAULT_STEPS = {"tiny": 20, "small": 3}
@@ -103,6 +122,16 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def random_batches(
+    model_cfg: hstu_model.ModelConfig, vocab: dict[str, int], batch_size: int, count: int
+) -> list[Batch]:
+    """`count` random batches of full histories (history_length events each, the worst case of a
+    batch)."""
+    lengths = [model_cfg.history_length] * batch_size
+    tables = model_cfg.contextual_tables()
+    return [random_batch(lengths, vocab, seed=i, contextual_tables=tables) for i in range(count)]
+
+
 def training_setup(
     cfg: hstu_model.HSTUConfig,
     vocab: dict[str, int],
@@ -115,12 +144,7 @@ def training_setup(
     hstu_model.seed_everything(0)
     model = hstu_model.HSTURanker(cfg.model, vocab, device=device)
     trainer = hstu_model.Trainer(model, cfg)
-    lengths = [cfg.model.history_length] * batch_size
-    tables = cfg.model.contextual_tables()
-    batches = [
-        to_device(random_batch(lengths, vocab, seed=i, contextual_tables=tables), device)
-        for i in range(count)
-    ]
+    batches = [to_device(b, device) for b in random_batches(cfg.model, vocab, batch_size, count)]
     return trainer, batches
 
 
@@ -158,24 +182,168 @@ def measure(
     )
 
 
+@dataclass
+class Side:
+    """One model of the side-by-side: its training step and its timed rounds."""
+
+    step: Callable[[Batch], torch.Tensor]
+    seconds: list[float]
+    other: list[float]
+
+    def run(self, batches: list[Batch]) -> None:
+        with OtherLoad() as other:
+            start = time.perf_counter()
+            for batch in batches:
+                self.step(batch)
+            self.seconds.append(time.perf_counter() - start)
+        if other.value is not None:
+            self.other.append(other.value)
+
+
+def adam_step(
+    model: torch.nn.Module, loss_of: Callable[[Batch], torch.Tensor]
+) -> Callable[[Batch], torch.Tensor]:
+    """A training step of `model` with Adam over all its parameters; returns the loss."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model.train()
+
+    def step(batch: Batch) -> torch.Tensor:
+        loss = loss_of(batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
+def side_by_side(
+    ref: reference_checkout.Reference,
+    name: str,
+    kernel: str,
+    batch_size: int,
+    steps: int,
+    rounds: int,
+) -> tuple[Side, Side]:
+    """Our model and the reference's with the same weights, trained in interleaved rounds."""
+    cfg = hstu_model.preset(name).replace(
+        model={
+            "kernel": kernel,
+            "position_buckets": reference_checkout.POSITION_TABLE_ROWS,
+            "time_buckets": reference_checkout.TIME_TABLE_ROWS - 1,
+        }
+    )
+    vocab = DEFAULT_VOCABS[name]
+    shape = reference_checkout.shape_of(cfg.model, vocab)
+    ref_cfg = reference_checkout.build_config(ref, shape)
+    tables = reference_checkout.build_tables(ref, shape)
+    reference_checkout.check_wiring(ref_cfg, tables)
+    theirs = reference_checkout.build_model(ref, ref_cfg, tables, seed=0)
+    ours = hstu_model.HSTURanker(cfg.model, vocab)
+    load_reference_state_dict(ours, theirs.state_dict())
+
+    def kjt(features: Any) -> Any:
+        return ref.KeyedJaggedTensor(
+            keys=features.keys(),
+            values=features.values().clone(),
+            lengths=features.lengths().clone(),
+        )
+
+    def their_loss(batch: Batch) -> torch.Tensor:
+        return theirs(kjt(batch.uih), kjt(batch.candidates))[2]["listen_plus"]
+
+    def our_loss(batch: Batch) -> torch.Tensor:
+        return ours.loss(ours(batch.uih, batch.candidates).logits, batch.labels)
+
+    our_side = Side(adam_step(ours, our_loss), [], [])
+    their_side = Side(adam_step(theirs, their_loss), [], [])
+    batches = random_batches(cfg.model, vocab, batch_size, steps + 1)
+    # The untimed first step: the same weights and batch must give the same loss.
+    a, b = our_side.step(batches[0]), their_side.step(batches[0])
+    if not torch.allclose(a, b, rtol=1e-4, atol=1e-6):
+        raise SystemExit(f"error: {name} {kernel}: our loss {a.item()} != reference {b.item()}")
+    for _ in range(rounds):
+        our_side.run(batches[1:])
+        their_side.run(batches[1:])
+    return our_side, their_side
+
+
+def reference_main(args: argparse.Namespace) -> None:
+    """The side-by-side with the reference (see the module docstring)."""
+    if args.device != "cpu":
+        raise SystemExit("error: --reference runs on CPU (--device cpu)")
+    checkout = args.reference / "recommendation_v4"
+    root = reference_checkout.check_reference(checkout if checkout.is_dir() else args.reference)
+    ref = reference_checkout.import_reference(root)
+    reference_checkout.forbid_triton()
+    presets = args.presets or ["small"]
+    kernels = args.kernels or ["pytorch", "native"]
+    if "triton" in kernels:
+        raise SystemExit("error: --reference runs on CPU, where there are no triton kernels")
+    print(
+        f"torch {torch.__version__}, cpu, {args.threads} threads, fp32, Adam over all "
+        f"parameters on both sides, {args.rounds} interleaved rounds; reference {root}; "
+        f"load average before: {load()}"
+    )
+    print(
+        f"{'preset':<8}{'kernel':<9}{'batch':>6}{'history':>8}{'steps':>7}{'ours/s':>9}"
+        f"{'ref/s':>9}{'ours/ref':>10}{'best ratio':>12}{'other ours/ref':>16}"
+    )
+    for name in presets:
+        base = hstu_model.preset(name)
+        batch_size = args.batch_size or base.train.batch_size
+        steps = args.steps or DEFAULT_STEPS.get(name, 5)
+        for kernel in kernels:
+            ours, theirs = side_by_side(ref, name, kernel, batch_size, steps, args.rounds)
+            samples = steps * batch_size
+            rate = [samples * len(s.seconds) / sum(s.seconds) for s in (ours, theirs)]
+            best = [samples / min(s.seconds) for s in (ours, theirs)]
+            others = "/".join(
+                f"{sum(s.other) / len(s.other):.2f}" if s.other else "-" for s in (ours, theirs)
+            )
+            print(
+                f"{name:<8}{kernel:<9}{batch_size:>6}{base.model.history_length:>8}"
+                f"{steps * args.rounds:>7}{rate[0]:>9.2f}{rate[1]:>9.2f}"
+                f"{rate[0] / rate[1]:>9.2f}x{best[0] / best[1]:>11.2f}x{others:>16}",
+                flush=True,
+            )
+    print(f"load average after: {load()}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     presets = sorted(hstu_model.config.PRESETS)
     cuda = torch.cuda.is_available()
-    parser.add_argument("--presets", nargs="+", default=["tiny", "small"], choices=presets)
+    parser.add_argument(
+        "--presets", nargs="+", choices=presets, help="default: tiny and small (--reference: small)"
+    )
     parser.add_argument(
         "--kernels",
         nargs="+",
-        default=["pytorch", "native", *(["triton"] if cuda else [])],
         choices=["pytorch", "native", "triton"],
+        help="default: pytorch, native and, with CUDA, triton (--reference: pytorch, native)",
     )
     parser.add_argument("--batch-size", type=int, help="default: the preset's batch size")
     parser.add_argument("--steps", type=int, help="timed steps per run (default: tiny 20, small 3)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per row; the best is kept")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--device", default="cuda" if cuda else "cpu", choices=["cpu", "cuda"])
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        metavar="CHECKOUT",
+        help="train side by side with the reference DlrmHSTU of this checkout",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="--reference: interleaved rounds (default 3)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.reference is not None:
+        reference_main(args)
+        return
+    args.presets = args.presets or ["tiny", "small"]
+    args.kernels = args.kernels or ["pytorch", "native", *(["triton"] if cuda else [])]
     device = torch.device(args.device)
     print(
         f"torch {torch.__version__}, device {device}, {args.threads} threads, "

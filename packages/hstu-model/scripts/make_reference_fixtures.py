@@ -35,12 +35,9 @@ import contextlib
 import dataclasses
 import enum
 import hashlib
-import importlib
-import importlib.util
 import os
 import sys
 import tempfile
-import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -48,70 +45,45 @@ from typing import Any
 import numpy as np
 import torch
 
+from hstu_model.reference_checkout import (
+    CANDIDATE_KEYS,
+    CROSS_NAMES,
+    LISTEN_PLUS_BIT,
+    MARKER,
+    UIH_BATCH_KEYS,
+    Reference,
+    ReferenceShape,
+    build_config,
+    build_model,
+    build_tables,
+    check_reference,
+    check_wiring,
+    forbid_triton,
+    import_reference,
+)
+
 FORMAT_VERSION = 1
-MARKER = "generative_recommenders/modules/dlrm_hstu.py"
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "reference"
 DEFAULT_COMMIT = "a67b8459"
 
 # ---- Shapes: the converter tests rely on exactly these. ----
 EMBEDDING_DIM = 24  # every table's dim and the transducer dim D
-NUM_HEADS = 2
-ATTN_QK_DIM = 12
-ATTN_LINEAR_DIM = 8
-NUM_LAYERS = 2
-PREPROCESSOR_HIDDEN_DIM = 20
-MAX_SEQ_LEN = 64
-MAX_NUM_CANDIDATES = 1
-CAUSAL_MULTITASK_WEIGHTS = 0.2
-
-# Id tables: name -> (rows, features looked up in it); history feature first.
-ID_TABLES: dict[str, tuple[int, tuple[str, ...]]] = {
-    "item_id": (61, ("item_id", "item_candidate_id")),
-    "artist_id": (23, ("artist_id", "item_candidate_artist_id")),
-    "album_id": (37, ("album_id", "item_candidate_album_id")),
-    "uid": (11, ("uid",)),
-}
-# The 7 hashed crosses, in the yambda-5b token order, with their (small) table sizes.
-CROSS_TABLES: tuple[tuple[str, int], ...] = (
-    ("user_x_artist", 13),
-    ("user_x_album", 17),
-    ("user_x_hour", 19),
-    ("item_x_hour", 29),
-    ("artist_x_hour", 31),
-    ("user_x_is_organic", 7),
-    ("user_x_artist_x_hour", 41),
+# Rows of the id tables and of the 7 hashed crosses (in the yambda-5b token order).
+ID_TABLE_ROWS = {"item_id": 61, "artist_id": 23, "album_id": 37, "uid": 11}
+CROSS_TABLE_ROWS = dict(zip(CROSS_NAMES, (13, 17, 19, 29, 31, 7, 41), strict=True))
+SHAPE = ReferenceShape(
+    embedding_dim=EMBEDDING_DIM,
+    num_heads=2,
+    attn_qk_dim=12,
+    attn_linear_dim=8,
+    num_layers=2,
+    preprocessor_hidden_dim=20,
+    max_seq_len=64,
+    max_num_candidates=1,
+    causal_multitask_weights=0.2,
+    table_rows=ID_TABLE_ROWS | CROSS_TABLE_ROWS,
 )
-CROSS_NAMES: list[str] = [name for name, _ in CROSS_TABLES]
 
-# The sequence features, the candidate features and how they pair up (yambda-5b).
-UIH_SEQUENCE_KEYS = [
-    "item_id",
-    "artist_id",
-    "album_id",
-    "action_weight",
-    "action_timestamp",
-    "dummy_watch_time",
-]
-UIH_KEYS = ["uid", *CROSS_NAMES, *UIH_SEQUENCE_KEYS]  # the model's hstu_uih_feature_names
-UIH_BATCH_KEYS = [*UIH_KEYS, "dummy_query_time"]  # the batch also carries the query time
-CANDIDATE_KEYS = [
-    "item_candidate_id",
-    "item_candidate_artist_id",
-    "item_candidate_album_id",
-    "item_query_time",
-    "item_action_weight",
-    "item_dummy_watchtime",
-]
-MERGE_MAPPING = [
-    ("item_id", "item_candidate_id"),
-    ("artist_id", "item_candidate_artist_id"),
-    ("album_id", "item_candidate_album_id"),
-    ("action_weight", "item_action_weight"),
-    ("action_timestamp", "item_query_time"),
-    ("dummy_watch_time", "item_dummy_watchtime"),
-]
-ACTION_WEIGHTS = [1, 2, 4]  # listen_plus, like, skip bits
-LISTEN_PLUS_BIT = 1
 # History action_weight values drawn from: mostly single bits, some combinations.
 ACTION_WEIGHT_CHOICES = np.array([1, 1, 1, 2, 4, 4, 3, 5, 6, 7], dtype=np.int64)
 
@@ -163,231 +135,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def check_reference(root: Path) -> Path:
-    """The resolved checkout root; exits with a one-line error when it is not the reference."""
-    root = root.expanduser().resolve()
-    if not (root / MARKER).is_file():
-        print(
-            f"error: --reference {root} does not contain {MARKER}; pass the reference's "
-            "recommendation_v4 directory",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
-    return root
-
-
-class Reference(types.SimpleNamespace):
-    """The reference's classes and helpers this script uses, imported from the checkout."""
-
-
-def import_reference(root: Path) -> Reference:
-    """Import the reference package from `root` (first on sys.path), fbgemm ops loaded first."""
-    import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm.*)
-
-    sys.path.insert(0, str(root))
-    dlrm_hstu = importlib.import_module("generative_recommenders.modules.dlrm_hstu")
-    loaded_from = Path(dlrm_hstu.__file__).resolve()
-    if loaded_from != (root / MARKER).resolve():
-        raise SystemExit(f"error: generative_recommenders was imported from {loaded_from}")
-    common = importlib.import_module("generative_recommenders.common")
-    multitask = importlib.import_module("generative_recommenders.modules.multitask_module")
-    from torchrec import KeyedJaggedTensor
-    from torchrec.modules.embedding_configs import DataType, EmbeddingConfig
-    from torchrec.modules.embedding_modules import EmbeddingCollection
-
-    return Reference(
-        DlrmHSTU=dlrm_hstu.DlrmHSTU,
-        DlrmHSTUConfig=dlrm_hstu.DlrmHSTUConfig,
-        HammerKernel=common.HammerKernel,
-        HammerModule=common.HammerModule,
-        TaskConfig=multitask.TaskConfig,
-        MultitaskTaskType=multitask.MultitaskTaskType,
-        KeyedJaggedTensor=KeyedJaggedTensor,
-        EmbeddingConfig=EmbeddingConfig,
-        EmbeddingCollection=EmbeddingCollection,
-        DataType=DataType,
-    )
-
-
-def forbid_triton() -> None:
-    """Make any Triton kernel launch raise, so that a path left on Triton cannot go unnoticed."""
-    from triton.runtime.autotuner import Autotuner
-    from triton.runtime.jit import JITFunction
-
-    def refuse(*_args: Any, **_kwargs: Any) -> None:
-        raise RuntimeError("a Triton kernel was launched; the fixtures must use PyTorch kernels")
-
-    JITFunction.run = refuse  # type: ignore[method-assign]
-    Autotuner.run = refuse  # type: ignore[method-assign]
-
-
-# ---- Config ----
-
-
-def build_config(ref: Reference) -> Any:
-    """A DlrmHSTUConfig with the yambda-5b wiring and this script's small shapes."""
-    return ref.DlrmHSTUConfig(
-        max_seq_len=MAX_SEQ_LEN,
-        max_num_candidates=MAX_NUM_CANDIDATES,
-        max_num_candidates_inference=MAX_NUM_CANDIDATES,
-        hstu_num_heads=NUM_HEADS,
-        hstu_attn_linear_dim=ATTN_LINEAR_DIM,
-        hstu_attn_qk_dim=ATTN_QK_DIM,
-        hstu_attn_num_layers=NUM_LAYERS,
-        hstu_embedding_table_dim=EMBEDDING_DIM,
-        hstu_preprocessor_hidden_dim=PREPROCESSOR_HIDDEN_DIM,
-        hstu_transducer_embedding_dim=EMBEDDING_DIM,
-        hstu_group_norm=False,
-        hstu_input_dropout_ratio=0.0,
-        hstu_linear_dropout_rate=0.0,
-        contextual_feature_to_max_length={"uid": 1, **dict.fromkeys(CROSS_NAMES, 1)},
-        contextual_feature_to_min_uih_length={"uid": 0, **dict.fromkeys(CROSS_NAMES, 0)},
-        candidates_weight_feature_name="item_action_weight",
-        candidates_watchtime_feature_name="item_dummy_watchtime",
-        candidates_querytime_feature_name="item_query_time",
-        causal_multitask_weights=CAUSAL_MULTITASK_WEIGHTS,
-        multitask_configs=[
-            ref.TaskConfig(
-                task_name="listen_plus",
-                task_weight=LISTEN_PLUS_BIT,
-                task_type=ref.MultitaskTaskType.BINARY_CLASSIFICATION,
-            )
-        ],
-        user_embedding_feature_names=["uid", *CROSS_NAMES, "item_id", "artist_id", "album_id"],
-        item_embedding_feature_names=[
-            "item_candidate_id",
-            "item_candidate_artist_id",
-            "item_candidate_album_id",
-        ],
-        uih_post_id_feature_name="item_id",
-        uih_action_time_feature_name="action_timestamp",
-        uih_weight_feature_name="action_weight",
-        hstu_uih_feature_names=list(UIH_KEYS),
-        hstu_candidate_feature_names=list(CANDIDATE_KEYS),
-        merge_uih_candidate_feature_mapping=list(MERGE_MAPPING),
-        action_weights=list(ACTION_WEIGHTS),
-    )
-
-
-def build_tables(ref: Reference) -> dict[str, Any]:
-    """The EmbeddingConfigs: the yambda-5b tables and features with this script's row counts."""
-    tables: dict[str, Any] = {}
-    for name, (rows, features) in ID_TABLES.items():
-        tables[name] = ref.EmbeddingConfig(
-            num_embeddings=rows,
-            embedding_dim=EMBEDDING_DIM,
-            name=name,
-            data_type=ref.DataType.FP32,
-            feature_names=list(features),
-        )
-    for name, rows in CROSS_TABLES:
-        tables[name] = ref.EmbeddingConfig(
-            num_embeddings=rows,
-            embedding_dim=EMBEDDING_DIM,
-            name=name,
-            data_type=ref.DataType.FP32,
-            feature_names=[name],
-        )
-    return tables
-
-
-WIRING_FIELDS = (
-    "contextual_feature_to_max_length",
-    "contextual_feature_to_min_uih_length",
-    "candidates_weight_feature_name",
-    "candidates_watchtime_feature_name",
-    "candidates_querytime_feature_name",
-    "causal_multitask_weights",
-    "multitask_configs",
-    "user_embedding_feature_names",
-    "item_embedding_feature_names",
-    "uih_post_id_feature_name",
-    "uih_action_time_feature_name",
-    "uih_weight_feature_name",
-    "hstu_uih_feature_names",
-    "hstu_candidate_feature_names",
-    "merge_uih_candidate_feature_mapping",
-    "action_weights",
-    "action_embedding_init_std",
-    "enable_postprocessor",
-    "use_layer_norm_postprocessor",
-    "hstu_group_norm",
-)
-
-
-def _passthrough_configurable(fn: Any = None, *_args: Any, **_kwargs: Any) -> Any:
-    return fn if callable(fn) else (lambda f: f)
-
-
-def check_wiring(cfg: Any, tables: dict[str, Any]) -> None:
-    """Compare our wiring with the reference's own `get_hstu_configs("yambda-5b")`.
-
-    The reference's configs module imports gin only to decorate its functions; when gin is not
-    installed a pass-through stand-in is used for that one import.
-    """
-    stub = None
-    if importlib.util.find_spec("gin") is None:
-        stub = types.ModuleType("gin")
-        stub.configurable = _passthrough_configurable  # type: ignore[attr-defined]
-        sys.modules["gin"] = stub
-    try:
-        configs = importlib.import_module("generative_recommenders.dlrm_v4.configs")
-    finally:
-        if stub is not None and sys.modules.get("gin") is stub:
-            del sys.modules["gin"]
-    theirs = configs.get_hstu_configs("yambda-5b")
-    for field in WIRING_FIELDS:
-        a, b = getattr(cfg, field), getattr(theirs, field)
-        if a != b:
-            raise SystemExit(f"error: wiring differs from yambda-5b in {field}: {a!r} != {b!r}")
-    if [n for n, *_ in configs.YAMBDA_5B_CROSS_SPECS] != CROSS_NAMES:
-        raise SystemExit("error: the cross features differ from YAMBDA_5B_CROSS_SPECS")
-    their_tables = configs.get_embedding_table_config("yambda-5b")
-    ours = {n: list(t.feature_names) for n, t in tables.items()}
-    if ours != {n: list(t.feature_names) for n, t in their_tables.items()}:
-        raise SystemExit("error: the embedding tables differ from yambda-5b's")
-
-
-# ---- Model ----
-
-
-def build_model(
-    ref: Reference, cfg: Any, tables: dict[str, Any], seed: int
-) -> tuple[Any, list[str]]:
-    """The seeded reference model on CPU with PyTorch kernels, and the perturbed parameters."""
-    torch.manual_seed(seed)
-    model = ref.DlrmHSTU(
-        hstu_configs=cfg, embedding_tables=tables, is_inference=False, bf16_training=False
-    )
-    # The reference builds its EmbeddingCollection on the meta device; use the same tables on
-    # CPU, filled like its own table init (uniform in +-sqrt(1 / rows)) from a seeded generator.
-    model._embedding_collection = ref.EmbeddingCollection(
-        tables=list(tables.values()), need_indices=False, device=torch.device("cpu")
-    )
-    gen = torch.Generator().manual_seed(seed + 1)
+def perturb_constants(model: Any, seed: int) -> list[str]:
+    """Add seeded noise to every parameter that holds one constant (see the module docstring);
+    returns their names."""
+    gen = torch.Generator().manual_seed(seed + 2)
+    perturbed = []
     with torch.no_grad():
-        for name, config in tables.items():
-            bound = (1.0 / config.num_embeddings) ** 0.5
-            weight = model._embedding_collection.embeddings[name].weight
-            weight.copy_(torch.rand(weight.shape, generator=gen) * (2 * bound) - bound)
-        # Constant-initialised parameters get seeded noise (see the module docstring).
-        gen = torch.Generator().manual_seed(seed + 2)
-        perturbed = []
         for name, param in model.named_parameters():
             flat = param.detach().reshape(-1)
             if flat.numel() > 0 and bool((flat == flat[0]).all()):
                 param.add_(torch.randn(param.shape, generator=gen) * CONSTANT_INIT_NOISE_STD)
                 perturbed.append(name)
-    model.set_hammer_kernel(ref.HammerKernel.PYTORCH)
-    for name, module in model.named_modules():
-        if isinstance(module, ref.HammerModule) and module.hammer_kernel() is not (
-            ref.HammerKernel.PYTORCH
-        ):
-            raise SystemExit(f"error: module {name!r} does not use the PyTorch kernels")
-    # The reference selects additional (non-post-id) features by string identity.
-    if model._additional_embedding_features != ["artist_id", "album_id"]:
-        raise SystemExit(f"error: unexpected {model._additional_embedding_features=}")
-    return model, perturbed
+    return perturbed
 
 
 @contextlib.contextmanager
@@ -418,7 +177,7 @@ def make_inputs(case: Case) -> dict[str, Any]:
     """The case's batch as plain tensors: keys, values and lengths of both KJTs, and labels."""
     rng = np.random.default_rng(case.seed)
     batch = len(case.history_lengths)
-    rows = {name: rows for name, (rows, _) in ID_TABLES.items()}
+    rows = ID_TABLE_ROWS
 
     def ids(table_rows: int, n: int) -> np.ndarray:
         return rng.integers(0, table_rows, size=n, dtype=np.int64)
@@ -430,7 +189,7 @@ def make_inputs(case: Case) -> dict[str, Any]:
         labels[0] = 1 - labels[0]
     for i, length in enumerate(case.history_lengths):
         uih["uid"].append(ids(rows["uid"], 1))
-        for name, cross_rows in CROSS_TABLES:
+        for name, cross_rows in CROSS_TABLE_ROWS.items():
             uih[name].append(ids(cross_rows, 1))
         uih["item_id"].append(ids(rows["item_id"], length))
         uih["artist_id"].append(ids(rows["artist_id"], length))
@@ -673,10 +432,11 @@ def main(argv: list[str] | None = None) -> int:
     ref = import_reference(root)
     forbid_triton()
 
-    cfg = build_config(ref)
-    tables = build_tables(ref)
+    cfg = build_config(ref, SHAPE)
+    tables = build_tables(ref, SHAPE)
     check_wiring(cfg, tables)
-    model, perturbed = build_model(ref, cfg, tables, args.seed)
+    model = build_model(ref, cfg, tables, args.seed)
+    perturbed = perturb_constants(model, args.seed)
 
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     results = {case.name: run_case(ref, model, case, make_inputs(case)) for case in CASES}
