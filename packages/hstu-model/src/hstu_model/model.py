@@ -113,32 +113,6 @@ class ContextualProjection(nn.Module):
         return torch.einsum("bcd,cde->bce", x, self.weight) + self.bias
 
 
-class PlaceRows(torch.autograd.Function):
-    """`out[positions[i]] = parts[i]` for each part, into a new tensor whose rows the positions
-    cover once each: the rows of several tensors interleaved in one pass, where concatenating
-    them and then gathering the result would write every row twice (and the gather's backward
-    would scatter into a zeroed gradient). The backward gathers each part's gradient rows."""
-
-    @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: torch.autograd.function.FunctionCtx,
-        positions: Sequence[torch.Tensor],
-        *parts: torch.Tensor,
-    ) -> torch.Tensor:
-        first = parts[0]
-        out = first.new_empty(sum(p.shape[0] for p in parts), *first.shape[1:])
-        for index, part in zip(positions, parts, strict=True):
-            out.index_copy_(0, index, part)
-        ctx.save_for_backward(*positions)
-        return out
-
-    @staticmethod
-    def backward(  # type: ignore[override]
-        ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor
-    ) -> tuple[torch.Tensor | None, ...]:
-        return (None, *(grad.index_select(0, index) for index in ctx.saved_tensors))
-
-
 class STULayer(nn.Module):
     """One sequential transduction unit, as the DLRMv4 reference's STULayer computes it.
 
@@ -446,39 +420,31 @@ class HSTURanker(nn.Module):
         """The postprocessed STU output at every candidate: [num_candidates_total, D]."""
         f, cfg = self.features, self.config
         batch_size = history_lengths.numel()
+        # History rows first, then candidate rows: the token MLPs act row by row.
+        item = torch.cat([emb[f.item_id], emb[f.candidate_item_id]])
+        artist_album = torch.cat(
+            [
+                torch.cat([emb[f.artist_id], emb[f.album_id]], dim=-1),
+                torch.cat([emb[f.candidate_artist_id], emb[f.candidate_album_id]], dim=-1),
+            ]
+        )
         action_weight = uih_jts[f.action_weight].values().to(torch.int64)
         history_actions = (action_weight.unsqueeze(-1) & self.action_bits).ne(0)
         history_actions = (
             history_actions.unsqueeze(-1).to(self.action_table.dtype) * self.action_table
         ).reshape(num_history, -1)
-        # The token MLPs act row by row: history and candidate rows go through them apart,
-        # rather than concatenated first.
-        history_tokens = self._token_mlps(
-            emb[f.item_id], emb[f.artist_id], emb[f.album_id], history_actions
-        )
-        candidate_tokens = self._token_mlps(
-            emb[f.candidate_item_id],
-            emb[f.candidate_artist_id],
-            emb[f.candidate_album_id],
-            self.candidate_action.expand(query_time.numel(), -1),
+        num_candidate_rows = query_time.numel()
+        actions = torch.cat([history_actions, self.candidate_action.expand(num_candidate_rows, -1)])
+        item_tokens = (
+            self.content_mlp(item) + self.additional_mlp(artist_album) + self.action_mlp(actions)
         )
         contextual_tokens = self.contextual_projection(
             torch.stack([emb[key] for key in self.contextual_keys], dim=1)
         ).reshape(batch_size * cfg.contextual_seq_len, -1)
 
-        # The tokens in per-sample [contextual][history][candidates] order, through the merged
-        # index of the three jagged streams: `order` gives the row of [contextual; history;
-        # candidates] at each sequence position, its inverse where each of those rows goes.
-        order, seq_offsets = self._merge_order(batch_size, history_lengths, num_history)
-        position = torch.empty_like(order)
-        position[order] = torch.arange(order.numel(), device=order.device)
-        num_ctx = contextual_tokens.shape[0]
-        x = PlaceRows.apply(
-            position.split([num_ctx, num_history, candidate_tokens.shape[0]]),
-            contextual_tokens.to(history_tokens.dtype),
-            history_tokens,
-            candidate_tokens.to(history_tokens.dtype),
-        )
+        # One table of tokens, gathered into per-sample [contextual][history][candidates] order
+        # through the merged index of the three jagged streams.
+        tokens = torch.cat([contextual_tokens.to(item_tokens.dtype), item_tokens], dim=0)
         history_times = uih_jts[f.action_timestamp].values().to(torch.int64)
         token_times = torch.cat(
             [
@@ -488,6 +454,8 @@ class HSTURanker(nn.Module):
                 query_time,
             ]
         )
+        order, seq_offsets = self._merge_order(batch_size, history_lengths, num_history)
+        x = tokens[order]
         token_times = token_times[order]
 
         seq_lengths = seq_offsets[1:] - seq_offsets[:-1]
@@ -526,23 +494,6 @@ class HSTURanker(nn.Module):
         user = x[candidate_rows]
         features = time_features(query_time).to(user.dtype)
         return self.postprocessor(torch.cat([user, features], dim=-1))
-
-    def _token_mlps(
-        self,
-        item: torch.Tensor,
-        artist: torch.Tensor,
-        album: torch.Tensor,
-        actions: torch.Tensor,
-    ) -> torch.Tensor:
-        """content_mlp(item) + additional_mlp([artist, album]) + action_mlp(actions), row by
-        row. The [artist, album] concatenation is not built: the additional MLP's first layer
-        multiplies each by its half of the weight and adds the two."""
-        first = self.additional_mlp[0]
-        d = artist.shape[-1]
-        hidden = torch.addmm(
-            F.linear(artist, first.weight[:, :d], first.bias), album, first.weight[:, d:].t()
-        )
-        return self.content_mlp(item) + self.additional_mlp[1:](hidden) + self.action_mlp(actions)
 
     def _merge_order(
         self, batch_size: int, history_lengths: torch.Tensor, num_history: int
