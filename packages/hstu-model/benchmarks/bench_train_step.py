@@ -40,6 +40,14 @@ of `--steps` timed steps (ours, reference, ours, ...), so that a change in the m
 reaches both. Columns: samples/s of each over all its rounds, their ratio, the ratio of the
 best rounds, and `other` (as above) during ours / during the reference's. The reference always
 runs its PyTorch kernels (its others need CUDA).
+
+With `--profile` each side's step is then profiled once (torch.profiler, CPU self time, one
+step after the rounds) and split into the linear layers' matrix products (`aten::mm`,
+`aten::addmm`: the same products on both sides), the optimizer (`Optimizer.step` and
+`zero_grad`), and the rest (attention, norms, copies, lookups). The `ceiling` column is what
+the ratio would be if all of our rest took no time: the reference's step over our matrix
+products and optimizer, an upper bound on what a faster model can show at that shape on that
+machine.
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ import torch
 
 import hstu_model
 from hstu_model import reference_checkout
+from hstu_model._quiet import quiet_fx_tracing_notice
 from hstu_model.config import DEFAULT_VOCABS
 from hstu_model.flops import flops_per_sample
 from hstu_model.reference import load_reference_state_dict
@@ -184,11 +193,13 @@ def measure(
 
 @dataclass
 class Side:
-    """One model of the side-by-side: its training step and its timed rounds."""
+    """One model of the side-by-side: its training step, its timed rounds and a batch to
+    profile it on."""
 
     step: Callable[[Batch], torch.Tensor]
     seconds: list[float]
     other: list[float]
+    batch: Batch | None = None
 
     def run(self, batches: list[Batch]) -> None:
         with OtherLoad() as other:
@@ -215,6 +226,40 @@ def adam_step(
         return loss.detach()
 
     return step
+
+
+LINEAR_PRODUCTS = ("aten::mm", "aten::addmm")
+"""The linear layers' matrix products: the same shapes and FLOPs in both models (the
+reference's attention products are `aten::bmm`, ours run inside the attention kernel)."""
+OPTIMIZER_PREFIXES = ("Optimizer.step#", "Optimizer.zero_grad#")
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """Seconds of one profiled training step, by kind (CPU self time of the ops)."""
+
+    linear_products: float
+    optimizer: float
+    rest: float
+
+    @property
+    def total(self) -> float:
+        return self.linear_products + self.optimizer + self.rest
+
+
+def profile_step(side: Side) -> StepProfile:
+    """One step of `side` on its batch under torch.profiler, split by kind."""
+    from torch.profiler import ProfilerActivity, profile
+
+    # Kineto reports at ERROR that it found no GPU, which is the expected state here.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        side.step(side.batch)
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    products = sum(e.self_cpu_time_total for e in events if e.key in LINEAR_PRODUCTS)
+    optimizer = sum(e.cpu_time_total for e in events if e.key.startswith(OPTIMIZER_PREFIXES))
+    return StepProfile(products / 1e6, optimizer / 1e6, (total - products - optimizer) / 1e6)
 
 
 def side_by_side(
@@ -265,6 +310,7 @@ def side_by_side(
     for _ in range(rounds):
         our_side.run(batches[1:])
         their_side.run(batches[1:])
+    our_side.batch = their_side.batch = batches[0]
     return our_side, their_side
 
 
@@ -289,12 +335,15 @@ def reference_main(args: argparse.Namespace) -> None:
         f"{'preset':<8}{'kernel':<9}{'batch':>6}{'history':>8}{'steps':>7}{'ours/s':>9}"
         f"{'ref/s':>9}{'ours/ref':>10}{'best ratio':>12}{'other ours/ref':>16}"
     )
+    profiles = []
     for name in presets:
         base = hstu_model.preset(name)
         batch_size = args.batch_size or base.train.batch_size
         steps = args.steps or DEFAULT_STEPS.get(name, 5)
         for kernel in kernels:
             ours, theirs = side_by_side(ref, name, kernel, batch_size, steps, args.rounds)
+            if args.profile:
+                profiles.append((name, kernel, profile_step(ours), profile_step(theirs)))
             samples = steps * batch_size
             rate = [samples * len(s.seconds) / sum(s.seconds) for s in (ours, theirs)]
             best = [samples / min(s.seconds) for s in (ours, theirs)]
@@ -308,6 +357,23 @@ def reference_main(args: argparse.Namespace) -> None:
                 flush=True,
             )
     print(f"load average after: {load()}")
+    if args.profile:
+        print_profiles(profiles)
+
+
+def print_profiles(profiles: list[tuple[str, str, StepProfile, StepProfile]]) -> None:
+    print(
+        "\none profiled step, ms of CPU self time: linear-layer products / optimizer / rest"
+        " (attention, norms, copies, lookups)"
+    )
+    print(f"{'preset':<8}{'kernel':<9}{'ours':>24}{'reference':>24}{'ceiling':>10}")
+    for name, kernel, ours, theirs in profiles:
+        parts = [
+            "/".join(f"{1000 * x:.0f}" for x in (p.linear_products, p.optimizer, p.rest))
+            for p in (ours, theirs)
+        ]
+        ceiling = theirs.total / (ours.linear_products + ours.optimizer)
+        print(f"{name:<8}{kernel:<9}{parts[0]:>24}{parts[1]:>24}{ceiling:>9.2f}x")
 
 
 def main() -> None:
@@ -337,8 +403,15 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=3, help="--reference: interleaved rounds (default 3)"
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="--reference: split one profiled step of each side into matrix products, "
+        "optimizer and the rest",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    quiet_fx_tracing_notice()
     if args.reference is not None:
         reference_main(args)
         return

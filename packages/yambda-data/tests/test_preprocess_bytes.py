@@ -1,8 +1,10 @@
 """Every output file of ``preprocess``, byte for byte, on fixed synthetic inputs.
 
-The expected sha256 values were recorded from the preprocessing as it was before its speed
-work (issue 18), so any change to how it reads, splits, sessionizes or writes must leave the
-outputs exactly as they were. Inputs: a few hundred synthetic users written with small row
+The output's rows were fixed by the preprocessing as it was before its speed work (issue 18):
+any change to how it reads, splits or sessionizes must leave them exactly as they were. The
+sha256 values were recorded again when the parquet writer's zstd level went from polars'
+default (3) to 1, after checking that every file of the four cases decoded to the same rows,
+schema and values as the files pinned before; a change to how it writes must do the same. Inputs: a few hundred synthetic users written with small row
 groups (so a uid range spans several of them and a row group can straddle two ranges), once
 with ``event_type`` as the Enum and once as strings (the cast path), preprocessed in one and in
 several partitions, and once with a gap in the uids that leaves two partitions empty.
@@ -53,64 +55,64 @@ EXPECTED_SPLIT = {
 EXPECTED_SHA256: dict[str, dict[str, str]] = {
     "enum-None": {
         "item_popularity.npy": "a8b999bb706f4c4c168213fc29db9d3e02185d15cdcac10a5da8f2c5ae1ac73a",
-        "session_index/part-00000.parquet": "4ead8fafd2f69c06842e70c2bdee8f8f13a52e2a5a2d0b0f450c5da7d2333297",
+        "session_index/part-00000.parquet": "c4f00893f5e82f676704d342514a96a3792f838647d1e16c1a07b4f34a615a28",
         "split_meta.json": "5ad41c4acb0aaee35ab09b757a679042dc9b9778ccd1fa0802c92f3807cea98a",
-        "test_events/part-00000.parquet": "c735fe62501bd19fe834d402c4ff70d38fea963365a056394992b72f24183427",
-        "train_sessions/part-00000.parquet": "5a284814b5318b364e4a8f6f54df3a95c5104c8c899ec517333e6b124538916b",
+        "test_events/part-00000.parquet": "25219ef78891fdb8ea296b2fbfd77b171887cb0e881c157a5a36b96c42084ed0",
+        "train_sessions/part-00000.parquet": "39d16dd3798b7e7e9af177187d0f67eec4d4f176bbeb614b99580e86e1766f0e",
     },
     "enum-4": {
         "item_popularity.npy": "a8b999bb706f4c4c168213fc29db9d3e02185d15cdcac10a5da8f2c5ae1ac73a",
-        "session_index/part-00000.parquet": "fac9ebaeb7020f13f0264c9b3cca3c1505bfcb347411d6da8c251dd8df9790fe",
-        "session_index/part-00001.parquet": "3feb06f276a012ad0a673a2514794d52ce5053fefedf53511cc1b2b22cc6390f",
-        "session_index/part-00002.parquet": "4f65069c9509f2996611dfdd6be350ddd4f45ee8a37c2ac0b5cc8ce4ffbc221b",
-        "session_index/part-00003.parquet": "d7063f4e015ea8a26fd049652024191d12b57b22891c9027cbb93273ae595fd7",
+        "session_index/part-00000.parquet": "610a86ac3e6e26a0d58c81eb78ab36332974a1d7448dba7f0d70515b75570e55",
+        "session_index/part-00001.parquet": "059eb481a37f6419cde59d7cd465c7a666fd343b5a2506b7e8ea566124ffdf5b",
+        "session_index/part-00002.parquet": "e6831a32e54dc04bf0ff65a4d8693d85c9093d074528cf4d6ed2d0480ac969df",
+        "session_index/part-00003.parquet": "deca0d09ae4f2b9cb220464f8ffe3fa1ec3c4fe835b6cd1a0eafddbce0990133",
         "split_meta.json": "5ad41c4acb0aaee35ab09b757a679042dc9b9778ccd1fa0802c92f3807cea98a",
-        "test_events/part-00000.parquet": "e2c74d286eaf1c7e92e000e85c97836c11649f9a65014e2e4fac31d621b56a22",
-        "test_events/part-00001.parquet": "d8a5c2408a414cee20e5f73437078a198758630b325bb77747a1781b36614082",
-        "test_events/part-00002.parquet": "3616aae1f50a0d6f007d0e16a87879b1f67621873ca8785e52a000ac6f3b4db9",
-        "test_events/part-00003.parquet": "517ced235aa4f98b55a1ebb113d98664d1b1645e5ba0ae822e005ee1219908b7",
-        "train_sessions/part-00000.parquet": "ebea10dd27a4cfa47b0c4000b18a1983a2ed4c6f0ae3bbcc05a696ec50dfff41",
-        "train_sessions/part-00001.parquet": "7d119fa28b99eb78037fcd340eb3040d4608bb1efc756d14162b247be06a1edd",
-        "train_sessions/part-00002.parquet": "2d45645ab478d8f870237269a17c2981ae7dd8b3026c2c155b458a5b6ab9a4b0",
-        "train_sessions/part-00003.parquet": "7c4a9a645ab8a60562455fdeae26e119eae4f78a313e0f2e4b1bb7e361f3dbbf",
+        "test_events/part-00000.parquet": "98f66418040714a1d39773fa79c1f772e0571c90066c9cd167cb1a350b6f3593",
+        "test_events/part-00001.parquet": "849ed5c95d2ba44de3e01366f7230a63ffd17b73e762c3a5700b1bdc333dec16",
+        "test_events/part-00002.parquet": "a40ca61ea47bb5d09edd0cfa3fce75b8451d086094e3aa24de59ee29a140e383",
+        "test_events/part-00003.parquet": "53b6e7da646d9a1f37120f643518f53a96ce5effa584427d59c47cb64e0b3828",
+        "train_sessions/part-00000.parquet": "d34cf909c460f60e0c7bbe21a88512e494f7a71aa1a9a7d1bcab2b3ae89c1f18",
+        "train_sessions/part-00001.parquet": "a4f74d61f82d7df041838dbe4cf4d3244096a19ac1ac9d410e4e611060f5069f",
+        "train_sessions/part-00002.parquet": "1164153117e3f2148dba3860cbe3eefa313e59e4ab377baebb7407ba68d1d576",
+        "train_sessions/part-00003.parquet": "9305086cc7e721d00d49d7d5d6fa4a1626b3888a34707ea4c82fd736e31385bf",
     },
     "string-3": {
         "item_popularity.npy": "a8b999bb706f4c4c168213fc29db9d3e02185d15cdcac10a5da8f2c5ae1ac73a",
-        "session_index/part-00000.parquet": "a82fc8726717ff75cf22c75f441bbd905e57f3b612355ff93a0e0a2952a05ffd",
-        "session_index/part-00001.parquet": "2a405a63c097ac02eac5f76ba352f78a32b0644520a28ca66977485dea8496c2",
-        "session_index/part-00002.parquet": "9876a76b854e01ac919fad114c01eff6fa1ccf1df01499a81af8fadf66064f95",
+        "session_index/part-00000.parquet": "f6fff1aa866d7aa3f4572cdb49803c75e30fd81f423f09900e9e72b431b573a5",
+        "session_index/part-00001.parquet": "83b11459b84143ac2c230cc0d45b9dde09c7e282a60662b3a589a45a95e10b0e",
+        "session_index/part-00002.parquet": "6a53049c87b6f8314f1a2decab40a44df62c7a9200bca9a1a85c11c6a81771cf",
         "split_meta.json": "5ad41c4acb0aaee35ab09b757a679042dc9b9778ccd1fa0802c92f3807cea98a",
-        "test_events/part-00000.parquet": "715d3fe4d949c1b7d3516f187569a10d5d3b119993dc9fdd8e4d6ca41bea7335",
-        "test_events/part-00001.parquet": "e7a1679ad63cf72254da7aebe75fd112efec3e9ede38c468eba7ec550eb09b98",
-        "test_events/part-00002.parquet": "e94618e001dc39f86536789417013d47e3768c7b2a0a30ff6bd45c5b50d98e9b",
-        "train_sessions/part-00000.parquet": "0f131e234745929683f86b4129b0f34c35cb8e7bd2481512cfb24f0637bd93c0",
-        "train_sessions/part-00001.parquet": "5dd4348711dda978c3feacc1877e4c41b555b3e02aa7099e62eed49c3adf2e89",
-        "train_sessions/part-00002.parquet": "c4ec7dd4cf97d47fd27894a8897c4fd26895dbd28c2d382adcd3b46c92458f1f",
+        "test_events/part-00000.parquet": "d8a0900a2672eee907cc3b46472673de6a7fef9ff9c77a1cf96b69c2bc75f811",
+        "test_events/part-00001.parquet": "5e5f46a7fcb8b8de4d2db4e223e4f3ab4fc04b1d4790550bb8ddd2068a67bd9a",
+        "test_events/part-00002.parquet": "0be6ec4ac6c493d57c2de1ba8a4ef8ceff87cf87b89cc3f7ecb0e596b69414b5",
+        "train_sessions/part-00000.parquet": "24cc3ebc4c79955ec9de625871bf08d47a8ecc8bc65da638fb94355e112f1559",
+        "train_sessions/part-00001.parquet": "64948d91ba80d52655f5d3d559bcb57429c0fa89fbb98a44c4e7af9a4a7b241d",
+        "train_sessions/part-00002.parquet": "fdcd7cd317537e140e94a7c157cca6a2a1198b82d9985fde7dbe555261e9aeac",
     },
     "gap-4": {
         "item_popularity.npy": "a8b999bb706f4c4c168213fc29db9d3e02185d15cdcac10a5da8f2c5ae1ac73a",
-        "session_index/part-00000.parquet": "ccb6a30d3563d9ad8dbde561625c1df5f036543d08d7ab136c6027e1d8679a4e",
+        "session_index/part-00000.parquet": "46b73a06bc6c0c792b849b085ba676c713ceaf609a66f43f854209be5ae3f8fe",
         "session_index/part-00001.parquet": "adf9a63aa2d97b53833f0c082ea9ecc57727efe0a22580d590a3f92f520784c4",
         "session_index/part-00002.parquet": "adf9a63aa2d97b53833f0c082ea9ecc57727efe0a22580d590a3f92f520784c4",
-        "session_index/part-00003.parquet": "d1e855081ceade36dcacf0deb37456f97bcdf7f9afb6ab6a8ff552051c2683af",
+        "session_index/part-00003.parquet": "611448cacf9521039466035bcfd74e43b6cc295de13abb8ab828b39c385ac4fc",
         "split_meta.json": "5ad41c4acb0aaee35ab09b757a679042dc9b9778ccd1fa0802c92f3807cea98a",
-        "test_events/part-00000.parquet": "21a0ce2cf5c67470ffa6aab98731105234774109564aac8182e8077f6b63806e",
+        "test_events/part-00000.parquet": "ac49b1c119ab296324b7142c88f91632aab62f1db9698ecf667c4377bb9b7a77",
         "test_events/part-00001.parquet": "82c49a55d5b5c92caf391f3f2b497302bc1ff1ef1ec6a8b6249ab2f5c00179b1",
         "test_events/part-00002.parquet": "82c49a55d5b5c92caf391f3f2b497302bc1ff1ef1ec6a8b6249ab2f5c00179b1",
-        "test_events/part-00003.parquet": "97eb1ca13e49d013386881e6437ce2018dc82cd1662e6cfb4adaf7304b6ea77f",
-        "train_sessions/part-00000.parquet": "268a2638cc739a1506d8f465884220b95b49d0321fb5c53f498de499f49f3c27",
+        "test_events/part-00003.parquet": "17a34cb8a5a0c39e25f3ba371c15b0a9d0e95175774f37503e25725e639f9ab5",
+        "train_sessions/part-00000.parquet": "a4601f4fea16ad86ab5ff8f972751ed78002c22ee3c94a50840bd352e70b057a",
         "train_sessions/part-00001.parquet": "533603e76ee0c26ab42f10f35c89fbe3a765fc75c462c216c796160060d149f1",
         "train_sessions/part-00002.parquet": "533603e76ee0c26ab42f10f35c89fbe3a765fc75c462c216c796160060d149f1",
-        "train_sessions/part-00003.parquet": "75c7afe7e406d4d04b54123b70f05bfeca2b83fbf6ce4cdc65fd14ad8d09bd50",
+        "train_sessions/part-00003.parquet": "4cc00350513444f096a9feaee34868b954a63f1a875a36124044d8ccbef87f5c",
     },
 }
 
 
 EXPECTED_RECORD_SHA256 = {
-    "enum-None": "b46a43076043bc4b9210da018b26f1adcb11191416b753bfdac610e8ee4eeb09",
-    "enum-4": "9603d2ed029677a172f85a714a2b56647ab0258ef221e7a55787cb1018f4b411",
-    "string-3": "902e67a1c0b1f4be6ea35b2589bdda8312596ede163c82b293693205bc9d83a8",
-    "gap-4": "13eb4ce2cf4c51c1443eeaa63d8bb321bf88f09e13d40fcb6e2f2faf7b12621d",
+    "enum-None": "eeacb59ed48e3d07a2d4ec28751c858c218f3f8069829263a2d7728c22c25bbd",
+    "enum-4": "129862ec5f7a77b71eff02990fd447b1e7e8784f2022eb796ba65e5c02636cf6",
+    "string-3": "1cc18693ed8788108f435e06440ad67a9656f2f2d7f00f9d2d480c67f4d647eb",
+    "gap-4": "a78b850ab0cb1c6af8cbf2ecfcdf4736a0f3439a8c12e6096ec0e98fa6a11c3a",
 }
 
 

@@ -142,3 +142,29 @@ def check_only_ours(out: Path, ours: Callable[[str, bool], bool], command: str) 
                     f"{out}: holds {relative}, which {command} did not write; refusing to "
                     f"replace {out} (move that away or choose another output)"
                 )
+
+
+def check_creatable(path: Path) -> None:
+    """Refuse (ValueError naming it) a ``path`` whose nearest existing ancestor is not a
+    directory, so that it cannot be created there."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{path}: cannot be created, {parent} is not a directory")
+            return
+
+
+def check_replaceable(
+    out: Path, marker: str, what: str, ours: Callable[[str, bool], bool], command: str
+) -> None:
+    """``out`` may be missing (and creatable), an empty directory, or an earlier output of
+    ``command`` to replace: ``what`` (e.g. "a sample store"), recognised by its ``marker``
+    file and holding nothing ``command`` did not write (:func:`check_only_ours`)."""
+    if not out.exists():
+        check_creatable(out)
+        return
+    if not out.is_dir():
+        raise ValueError(f"{out}: exists and is not a directory")
+    if any(out.iterdir()) and not (out / marker).is_file():
+        raise ValueError(f"{out}: not empty and not {what} (no {marker}); refusing to replace it")
+    check_only_ours(out, ours, command)

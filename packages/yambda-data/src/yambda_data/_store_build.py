@@ -19,7 +19,7 @@ import polars as pl
 
 from yambda_data._atomic import (
     check_apart,
-    check_only_ours,
+    check_replaceable,
     exclusive_lock,
     fsync_tree,
     replace_dir,
@@ -154,24 +154,6 @@ def _written_by_build_store(relative: str, is_dir: bool) -> bool:
     return not is_dir and relative in (*ARRAY_FILES, MANIFEST_FILE, READY_FILE)
 
 
-def _check_out(out: Path) -> None:
-    """``out`` may be missing, empty or a store (one with its manifest, holding nothing else)
-    to replace; the directory it goes in must be creatable."""
-    if out.exists():
-        if not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST_FILE).is_file()):
-            raise ValueError(
-                f"{out}: exists and is not a sample store (no {MANIFEST_FILE}); "
-                "refusing to replace it"
-            )
-        check_only_ours(out, _written_by_build_store, "build_store")
-        return
-    for parent in out.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ValueError(f"{out}: cannot be created, {parent} is not a directory")
-            return
-
-
 def _fingerprint(preprocessed: Path, raw_root: Path, settings: _BuildSettings) -> str:
     """What a store was built from: the settings, the content of the preprocess output (its
     checksum record, which holds the sha256 of every file in it) and the sha256 of the two
@@ -237,7 +219,9 @@ def build_store(
         verify_checksums(preprocessed)
         inputs_checked = True
     if not (out / READY_FILE).is_file():  # (a complete store is checked under the lock)
-        _check_out(out)
+        check_replaceable(
+            out, MANIFEST_FILE, "a sample store", _written_by_build_store, "build_store"
+        )
     say = progress or (lambda _message: None)
     with writing(out.parent, out):
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -248,7 +232,9 @@ def build_store(
                 say(f"{out}: up to date")
                 return store
             say(f"{problem}; rebuilding {out}")
-        _check_out(out)
+        check_replaceable(
+            out, MANIFEST_FILE, "a sample store", _written_by_build_store, "build_store"
+        )
         if not inputs_checked:  # the store was damaged: it is built after all
             verify_checksums(preprocessed)
         # Under the lock no other builder runs: leftovers are from one that died.

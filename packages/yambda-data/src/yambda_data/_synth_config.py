@@ -7,6 +7,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from yambda_data._atomic import check_creatable
 from yambda_data.schema import mapping_path, multi_event_path
 
 DAY = 86_400
@@ -149,11 +150,7 @@ class SynthPaths:
         for path in self.files:
             if path.exists() and not path.is_file():
                 raise ValueError(f"{path}: exists and is not a file; refusing to replace it")
-            for parent in path.parents:
-                if parent.exists():
-                    if not parent.is_dir():
-                        raise ValueError(f"{path}: cannot be created, {parent} is not a directory")
-                    break
+            check_creatable(path)
 
 
 YAMBDA_USERS = {"50m": 10_000, "500m": 100_000, "5b": 1_000_000}

@@ -87,7 +87,7 @@ from polars.io.partition import FileProviderArgs
 
 from yambda_data._atomic import (
     check_apart,
-    check_only_ours,
+    check_replaceable,
     exclusive_lock,
     fsync_tree,
     replace_dir,
@@ -142,7 +142,12 @@ _PART_DIRS = (TRAIN_SESSIONS_DIR, TEST_EVENTS_DIR, SESSION_INDEX_DIR)
 _PART_NAME = re.compile(r"part-\d{5,}\.parquet")
 
 _ROW_GROUP_SIZE = 1_000_000
-_PARQUET_OPTIONS = {"compression": "zstd", "statistics": True, "row_group_size": _ROW_GROUP_SIZE}
+_PARQUET_OPTIONS = {
+    "compression": "zstd",
+    "compression_level": 1,
+    "statistics": True,
+    "row_group_size": _ROW_GROUP_SIZE,
+}
 
 SESSION_INDEX_SCHEMA = pl.Schema(
     [
@@ -357,27 +362,6 @@ def _written_by_preprocess(relative: str, is_dir: bool) -> bool:
     return parent in _PART_DIRS and not is_dir and bool(_PART_NAME.fullmatch(name))
 
 
-def _check_out_dir(out: Path) -> None:
-    """``out`` may be missing, an empty directory or a previous preprocess output holding
-    nothing else; its nearest existing ancestor must be a directory (so the output can be
-    created there)."""
-    if out.exists():
-        if not out.is_dir():
-            raise ValueError(f"{out}: exists and is not a directory")
-        if any(out.iterdir()) and not (out / SPLIT_META_FILE).is_file():
-            raise ValueError(
-                f"{out}: not empty and not a preprocess output (no {SPLIT_META_FILE}); "
-                "refusing to replace it"
-            )
-        check_only_ours(out, _written_by_preprocess, "preprocess")
-        return
-    for parent in out.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise ValueError(f"{out}: cannot be created, {parent} is not a directory")
-            return
-
-
 def _identity(path: Path) -> tuple[int, int, int, int]:
     """What changes when a file is rewritten or replaced: device, inode, size, mtime."""
     st = path.stat()
@@ -508,7 +492,9 @@ def preprocess(
         raise ValueError(f"partitions must be a positive integer, got {partitions!r}")
     out = Path(out_dir)
     check_apart(out, [path], roots=[Path(raw_root)])
-    _check_out_dir(out)
+    check_replaceable(
+        out, SPLIT_META_FILE, "a preprocess output", _written_by_preprocess, "preprocess"
+    )
 
     src = str(path)
     # The checks scan the file on their own: with polars 2.1, collecting the schema of the
