@@ -16,6 +16,10 @@ the fastest run is reported (with the largest peak RSS of the N). Each row also 
 child's CPU time and how many cores other processes kept busy meanwhile (``/proc/stat``): on a
 small shared machine that is the main source of noise.
 
+With ``--raw ROOT ...`` the inputs also (or, without ``USERS``, only) include existing raw
+datasets: a file another generator wrote, with its own distributions of items, sessions and
+repeated timestamps, or a download.
+
 With ``--layout`` each input is first rewritten (once, cached under ``--work``) in each layout
 given as ``EVENT_TYPE[:ROW_GROUP_ROWS[:ORDER]]``: ``event_type`` stored as ``enum``,
 ``dictionary``, ``string`` or ``large_string``, row groups of that many rows (default
@@ -95,6 +99,8 @@ _WRITE_LAYOUT = (
     "             row_group_rows=int(rows), order=order, seed=int(seed))\n"
     "os.replace(dst + '.tmp', dst)\n"
 )
+_LAYOUT_SOURCE = "layout-source.json"
+"""Written into a rewritten layout's root once it is complete: :func:`source_identity`."""
 _VALIDATE = (
     "import sys\n"
     "from yambda_data.schema import multi_event_path, validate_multi_event\n"
@@ -105,7 +111,19 @@ _VALIDATE = (
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "users", nargs="*", type=int, default=[2000], help="synthetic users, one size per value"
+        "users",
+        nargs="*",
+        type=int,
+        help="synthetic users, one size per value (default 2000 unless --raw is given)",
+    )
+    parser.add_argument(
+        "--raw",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="ROOT",
+        help="also (or instead) preprocess these raw datasets: ROOT/flat/50m/multi_event.parquet"
+        " written by another generator, or a download",
     )
     parser.add_argument("--median", type=int, default=None, help="median listens per user")
     parser.add_argument(
@@ -142,6 +160,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ),
     )
     args = parser.parse_args(argv)
+    if not args.users and not args.raw:
+        args.users = [2000]
+    for root in args.raw:
+        if not multi_event_path(root, _common.SIZE).is_file():
+            parser.error(f"--raw: {multi_event_path(root, _common.SIZE)}: no such file")
     for spec in args.layout:
         if spec != "synth" and parse_layout(spec) is None:
             parser.error(f"--layout: {spec!r} is not 'synth' or EVENT_TYPE[:ROWS[:ORDER]]")
@@ -161,11 +184,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def setup(work: Path, users: int, args: argparse.Namespace) -> tuple[Path, int]:
     """The synthetic input of ``users`` users under ``work`` (cached); (root, row count)."""
     raw, synth_s = _common.synth_cached(work, users, args.median, args.seed)
+    how = "cached" if synth_s is None else f"synthesized in {synth_s:.1f} s"
+    return raw, describe_input(raw, f"{users:,} users", how)
+
+
+def describe_input(raw: Path, label: str, how: str) -> int:
+    """Prints one line about the input ``raw``; returns its row count."""
     rows = _common.count_rows(raw)
     size = multi_event_path(raw, _common.SIZE).stat().st_size / 2**20
-    how = "cached" if synth_s is None else f"synthesized in {synth_s:.1f} s"
-    print(f"input: {users:,} users, {rows:,} rows, {size:.1f} MiB parquet ({how})")
-    return raw, rows
+    print(f"input: {label}, {rows:,} rows, {size:.1f} MiB parquet ({how})")
+    return rows
+
+
+def source_identity(raw: Path) -> str:
+    """What a layout rewritten from ``raw`` was made from: the synthetic input's stamp, or the
+    size and modification time of a --raw input's events file."""
+    stamp = raw / _common.SYNTH_STAMP
+    if stamp.is_file():
+        return stamp.read_text()
+    st = multi_event_path(raw, _common.SIZE).stat()
+    return json.dumps({"source": str(raw.resolve()), "size": st.st_size, "mtime": st.st_mtime_ns})
 
 
 def parse_layout(spec: str) -> tuple[str, int, str] | None:
@@ -184,13 +222,13 @@ def parse_layout(spec: str) -> tuple[str, int, str] | None:
 
 def layout_input(work: Path, raw: Path, spec: str, seed: int) -> Path:
     """The input ``raw`` rewritten in the layout ``spec`` (cached under ``work``: written in
-    a child once, next to a copy of the synthetic input's stamp)."""
+    a child once, next to a record of its source, :func:`source_identity`)."""
     if spec == "synth":
         return raw
     event_type, rows, order = parse_layout(spec)
     root = work / f"{raw.name}-{event_type}-rg{rows}-{order}"
-    stamp = root / _common.SYNTH_STAMP
-    if stamp.is_file() and stamp.read_text() == (raw / _common.SYNTH_STAMP).read_text():
+    stamp = root / _LAYOUT_SOURCE
+    if stamp.is_file() and stamp.read_text() == source_identity(raw):
         return root
     shutil.rmtree(root, ignore_errors=True)
     path = multi_event_path(root, _common.SIZE)
@@ -199,7 +237,7 @@ def layout_input(work: Path, raw: Path, spec: str, seed: int) -> Path:
     _common.run_code(
         _WRITE_LAYOUT, [str(source), str(path), event_type, str(rows), order, str(seed)]
     )
-    shutil.copyfile(raw / _common.SYNTH_STAMP, stamp)
+    stamp.write_text(source_identity(raw))
     return root
 
 
@@ -320,8 +358,11 @@ def main(argv: list[str] | None = None) -> None:
     holder = tempfile.TemporaryDirectory(prefix="bench-preprocess-") if args.work is None else None
     with holder or nullcontext():
         work = Path(holder.name) if holder else args.work
-        for users in args.users:
-            raw, rows = setup(work, users, args)
+        sources = [(f"{users:,} users", *setup(work, users, args)) for users in args.users]
+        sources += [
+            (root.name, root, describe_input(root, root.name, "--raw")) for root in args.raw
+        ]
+        for label, raw, rows in sources:
             inputs = {spec: layout_input(work, raw, spec, args.seed) for spec in args.layout}
             cases = []
             if not args.no_validate:
@@ -333,7 +374,7 @@ def main(argv: list[str] | None = None) -> None:
             for case, shown, parts in cases:
                 outputs = {}
                 for layout, source in inputs.items():
-                    row = (users, rows, layout)
+                    row = (label, rows, layout)
                     if args.reference is not None and parts is not None:
                         project, reference, files = compare_with_reference(
                             work, source, parts, args
@@ -349,23 +390,22 @@ def main(argv: list[str] | None = None) -> None:
                     if files is not None:
                         outputs[layout] = files
                 if len(outputs) > 1:
-                    print(f"{users:,} users, {shown} partitions: {layouts_agreement(outputs)}")
+                    print(f"{label}, {shown} partitions: {layouts_agreement(outputs)}")
     print_table(table)
 
 
 def print_table(table: list[tuple]) -> None:
     print(
-        "\n| users | events | layout | case | partitions | wall s | events/s | CPU s "
+        "\n| input | events | layout | case | partitions | wall s | events/s | CPU s "
         "| events per CPU s | peak RSS MiB | other load |"
         "\n|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|"
     )
-    for users, rows, layout, case, parts, events, r in table:
-        users_s = users if users == "-" else f"{users:,}"
+    for label, rows, layout, case, parts, events, r in table:
         rows_s = rows if rows == "-" else f"{rows:,}"
         if case == "ratio":
             project, reference = r
             print(
-                f"| {users_s} | {rows_s} | {layout} | project / reference | - | "
+                f"| {label} | {rows_s} | {layout} | project / reference | - | "
                 f"{project.wall_s / reference.wall_s:.2f}x | "
                 f"**{reference.wall_s / project.wall_s:.2f}x** | "
                 f"{project.cpu_s / reference.cpu_s:.2f}x | "
@@ -377,7 +417,7 @@ def print_table(table: list[tuple]) -> None:
         per_cpu_s = "-" if events is None else f"{events / r.cpu_s / 1e6:.2f}M"
         load_s = "-" if r.others_cores is None else f"{r.others_cores:.2f}"
         print(
-            f"| {users_s} | {rows_s} | {layout} | {case} | {parts} | {r.wall_s:.2f} | {rate_s} | "
+            f"| {label} | {rows_s} | {layout} | {case} | {parts} | {r.wall_s:.2f} | {rate_s} | "
             f"{r.cpu_s:.1f} | {per_cpu_s} | {r.peak_rss_mib:,.0f} | {load_s} |"
         )
     print(
