@@ -3,7 +3,8 @@
 Every op takes ``kernel=`` (a :class:`Kernel`, or None for the process default set with
 :func:`set_default_kernel`); :data:`OP_KERNELS` says which kernels each op has,
 :func:`fallback` which one it runs for a family, and :func:`device_kernel` which family a
-device runs (``Kernel.AUTO`` resolved, a family it cannot run refused). The PYTORCH kernels in
+device runs (``Kernel.AUTO`` resolved, a family it cannot run refused); :mod:`hstu_ops.selfcheck`
+checks every kernel against its reference. The PYTORCH kernels in
 :mod:`hstu_ops.pytorch` are the specification; the NATIVE kernels come from the compiled
 extension and are also reachable as ``torch.ops.hstu_ops.*`` once it is loaded (by the first
 op or ``native_available()``). The TRITON kernels (:mod:`hstu_ops.triton`) are imported on
@@ -30,7 +31,7 @@ from hstu_ops._kernel import (
 )
 
 if TYPE_CHECKING:
-    from hstu_ops import pytorch
+    from hstu_ops import pytorch, selfcheck
     from hstu_ops._native import NativeExtensionError, native_available, native_build_info
     from hstu_ops._triton import TritonUnavailableError, triton_available
     from hstu_ops.hstu_attention import hstu_mha
@@ -70,6 +71,7 @@ _LAZY = {
     "rms_norm": "hstu_ops.norms",
     "swish_layer_norm": "hstu_ops.norms",
     "add_timestamp_positional_embeddings": "hstu_ops.position",
+    "selfcheck": "hstu_ops.selfcheck",
 }
 """Public names loaded on first use (name -> module; a subpackage's name is the module)."""
 
@@ -112,6 +114,7 @@ __all__ = [
     "native_build_info",
     "pytorch",
     "rms_norm",
+    "selfcheck",
     "set_default_kernel",
     "split_1d_jagged",
     "split_2D_jagged",
