@@ -1,8 +1,15 @@
 """The self-check: every op against its PyTorch reference on one device, per kernel and dtype.
 
-One owner of the cases, the tolerances and the error measure. :func:`check` is the report of
-every non-reference kernel (TRITON, NATIVE) of every op family in float32 and bfloat16
-(``tools/gpu/correctness.py`` writes it as JSON).
+One owner of the cases, the tolerances and the error measure, used twice:
+
+- :func:`check`: the report of every non-reference kernel (TRITON, NATIVE) of every op family
+  in float32 and bfloat16 (``tools/gpu/correctness.py`` writes it as JSON);
+- :func:`verify_kernel`: the quick check at :data:`TINY` shapes that ``Kernel.AUTO`` runs on a
+  GPU before a run uses the Triton kernels (:func:`verify_if_auto`). Each op is checked once per
+  process and device; an op that fails is refused (:func:`hstu_ops._kernel.refuse_kernel`):
+  from then on it runs its PYTORCH reference in this process (:func:`hstu_ops.fallback`), and
+  one line on stderr names the op, the dtype and the error or exception. An explicit family is
+  the user's choice and is not checked.
 
 Each case runs an op on fixed random inputs in float32 and in bfloat16: its outputs, and the
 gradients of every floating input under one fixed random cotangent per output. The reference is
@@ -11,7 +18,9 @@ inputs. The error of one tensor is ``max|got - ref| / max|ref|`` (integer result
 offsets, must match exactly); a case passes when its worst error over outputs and gradients is
 within :data:`TOLERANCES` of its dtype. A kernel that raises fails.
 
-The random draws (inputs, cotangents) use their own generators.
+The random draws (inputs, cotangents) use their own generators, and the check runs inside
+``torch.random.fork_rng``: a run's random stream does not depend on whether its kernels were
+checked.
 """
 
 from __future__ import annotations
@@ -19,12 +28,19 @@ from __future__ import annotations
 import math
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
 
-from hstu_ops._kernel import OP_KERNELS, Kernel, unavailable_reason
+from hstu_ops._kernel import (
+    OP_KERNELS,
+    Kernel,
+    _coerce,
+    device_kernel,
+    refuse_kernel,
+    unavailable_reason,
+)
 
 __all__ = [
     "DTYPES",
@@ -37,6 +53,8 @@ __all__ = [
     "case_error",
     "check",
     "error",
+    "verify_if_auto",
+    "verify_kernel",
 ]
 
 TOLERANCES = {"float32": 5e-3, "bfloat16": 5e-2}
@@ -77,7 +95,7 @@ class Shapes:
 
 
 TINY = Shapes(batch=3, max_len=12, width=32, heads=2, head_dim=16)
-"""The shapes of the CPU smoke of the report."""
+"""The shapes of :func:`verify_kernel` and of the CPU smoke of the report."""
 
 FULL = Shapes(batch=8, max_len=512, width=512, heads=4, head_dim=128)
 
@@ -282,3 +300,102 @@ def check(
             for entry in per_dtype.values():
                 entry["passed"] = bool(entry.get("ops")) and "failed" not in entry
     return dict(result, failures=failures, finished=True)
+
+
+_verdicts: dict[tuple[Kernel, str], dict[str, str | None]] = {}
+"""What :func:`verify_kernel` found in this process, by (kernel, device): per op checked, why
+it failed, or None when it passed. A second check of an op there is free."""
+
+
+def _print_to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _one_line(exc: Exception) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {first}"[:300]
+
+
+def _problems(case: Case, kernel: Kernel) -> list[str]:
+    """Why ``kernel`` fails the case, per dtype (nothing when it passes)."""
+    problems = []
+    for dtype, tolerance in TOLERANCES.items():
+        try:
+            err = case_error(case, kernel, dtype)
+        except Exception as exc:  # a kernel that raises is refused, not the run
+            problems.append(f"{case.name} in {dtype}: {_one_line(exc)}")
+            continue
+        if not err <= tolerance:
+            problems.append(f"{case.name} in {dtype}: error {err:.2g} over tolerance {tolerance:g}")
+    return problems
+
+
+def _resolved_device(device: torch.device | str) -> torch.device:
+    """``device`` with its index: a verdict belongs to one GPU."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def verify_kernel(
+    kernel: Kernel | str,
+    device: torch.device | str,
+    *,
+    ops: Iterable[str] | None = None,
+    report: Callable[[str], None] = _print_to_stderr,
+) -> dict[str, str]:
+    """Checks the ``kernel`` family's ops on ``device`` at :data:`TINY` shapes, in float32 and
+    bfloat16, and refuses each op that fails: from then on it runs its PYTORCH reference in
+    this process (:func:`hstu_ops.fallback`), and ``report`` gets one line naming the op, the
+    dtype and the error or exception. ``ops`` limits the check to those ops (default: every op
+    with the kernel). Each op is checked once per process and device.
+
+    Returns ``{op: why}`` for the ops asked that this device's check refused.
+    KernelUnavailableError when the device cannot run the family at all; ValueError for an op
+    without the kernel.
+    """
+    kernel = device_kernel(kernel, torch.device(device).type)
+    device = _resolved_device(device)
+    having = [op for op, kernels in OP_KERNELS.items() if kernel in kernels]
+    asked = having if ops is None else list(ops)
+    for op in asked:
+        if op not in having:
+            raise ValueError(f"verify_kernel: {op!r} has no {kernel.name} kernel")
+    verdicts = _verdicts.setdefault((kernel, str(device)), {})
+    unchecked = {op for op in asked if op not in verdicts}
+    if unchecked:
+        problems: dict[str, list[str]] = {op: [] for op in unchecked}
+        indices = [device.index] if device.type == "cuda" else []
+        with torch.random.fork_rng(indices, device_type=device.type), torch.enable_grad():
+            for case in build_cases(device, TINY):
+                if case.op in unchecked:
+                    problems[case.op] += _problems(case, kernel)
+        for op in sorted(unchecked):
+            why = "; ".join(problems[op]) or None
+            verdicts[op] = why
+            if why is not None:
+                refuse_kernel(op, kernel, why)
+                report(
+                    f"hstu-ops: {op} runs its PYTORCH reference on {device}: its {kernel.name} "
+                    f"kernel failed the self-check ({why})"
+                )
+    return {op: verdicts[op] for op in asked if verdicts[op] is not None}
+
+
+def verify_if_auto(
+    kernel: Kernel | str,
+    device: torch.device | str,
+    *,
+    report: Callable[[str], None] = _print_to_stderr,
+) -> dict[str, str]:
+    """What ``Kernel.AUTO`` adds for a run on ``device``: where AUTO means TRITON (a GPU), the
+    Triton kernels are verified there first (:func:`verify_kernel`), so an op whose kernel fails
+    runs its reference instead. An explicit family is the user's choice and is not checked (nor
+    is AUTO where it means NATIVE or PYTORCH). Returns the refused ops, ``{op: why}``."""
+    device = torch.device(device)
+    if _coerce(kernel, "verify_if_auto") is not Kernel.AUTO:
+        return {}
+    if device_kernel(Kernel.AUTO, device.type) is not Kernel.TRITON:
+        return {}
+    return verify_kernel(Kernel.TRITON, device, report=report)
