@@ -956,3 +956,32 @@ def test_a_run_resolves_its_config_once(tmp_path, monkeypatch):
     monkeypatch.setattr(run_config, "resolve_config", counted)
     train.main([*TINY_RUN, "--out", str(tmp_path / "run")])
     assert len(calls) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", ["auto", "native"])
+def test_a_run_hands_its_kernel_choice_to_the_check_before_it_builds_its_model(
+    kernel, tmp_path, monkeypatch
+):
+    """hstu_ops.verify_if_auto decides what to check (the Triton kernels where auto means them);
+    the run gives it the option as asked and the device its model trains on, before the model
+    exists, so that a refused op is what the model runs."""
+    import hstu_model.training.run as run_module
+    import hstu_ops
+
+    events = []
+    real_check, real_model = hstu_ops.verify_if_auto, run_module.HSTURanker
+
+    def check(asked, device, **kwargs):
+        events.append(("check", str(asked), str(device)))
+        return real_check(asked, device, **kwargs)
+
+    def model(*args, **kwargs):
+        events.append(("model",))
+        return real_model(*args, **kwargs)
+
+    monkeypatch.setattr(hstu_ops, "verify_if_auto", check)
+    monkeypatch.setattr(run_module, "HSTURanker", model)
+    train.main([*TINY_RUN, "--kernel", kernel, "--out", str(tmp_path / "run")])
+    assert events[:2] == [("check", kernel, "cpu"), ("model",)]
+    assert events.count(events[0]) == 1

@@ -12,8 +12,8 @@ Runs in the Python that is there (PYTHON, else the one running this). Stages, in
                 and reached through PYTHONPATH (they are pure Python). Skipped by --cpu-smoke,
                 which runs in the workspace environment as it is.
   native-build  what the compiled extension holds (hstu_ops.native_build_info)
-  correctness   tools/gpu/correctness.py: every op family, per kernel and dtype, against the
-                PyTorch reference on the same device; worst error per family
+  correctness   tools/gpu/correctness.py (hstu_ops.selfcheck): every op family, per kernel and
+                dtype, against the PyTorch reference on the same device; worst error per family
   gpu-tests     the hstu-ops tests marked gpu
   benchmarks    packages/hstu-model/benchmarks/bench_gpu.py, the op families at the yambda-5b
                 layer shape, batch 32 (--tiny on the CPU), on the GPU also the largest batch

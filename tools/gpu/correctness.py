@@ -2,14 +2,13 @@
 
     python tools/gpu/correctness.py --json OUT.json [--tiny] [--device cuda|cpu]
 
-For each family (jagged 1-D and 2-D, attention forward and backward with ragged lengths,
-targets and contextual tokens, the fused uvqk and output blocks, the norms, the position and
-time embeddings, addmm) and each of its non-reference kernels (TRITON, NATIVE) the ops run on
-the same inputs in float32 and bfloat16: outputs, and the gradients of every floating input
-under one fixed random cotangent per output. The reference is the PYTORCH kernel on the same
-device, computed in float32 on the same (bf16-rounded) inputs. The error of one tensor is
-max|got - ref| / max|ref| (integer results, such as offsets, must match exactly); a family's
-error is its worst over ops, outputs and gradients, and it passes under TOLERANCES.
+The cases, the tolerances and the error measure are hstu_ops.selfcheck's (its docstring says
+what is compared): for each family (jagged 1-D and 2-D, attention forward and backward with
+ragged lengths, targets and contextual tokens, the fused uvqk and output blocks, the norms, the
+position and time embeddings, addmm) and each of its non-reference kernels (TRITON, NATIVE),
+outputs and gradients in float32 and bfloat16; a family's error is its worst over ops, outputs
+and gradients, and it passes under the tolerances. The JSON is rewritten before every case, so
+a stop keeps the cases done.
 
 On the CPU the TRITON kernels run in Triton's interpreter (TRITON_INTERPRET=1, set here when
 no GPU is visible) and the NATIVE kernels are the C++ ones. A kernel that cannot run on the
@@ -20,249 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
-import traceback
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-
-TOLERANCES = {"float32": 5e-3, "bfloat16": 5e-2}
-"""Largest error (max|got - ref| / max|ref|) a kernel may have, per input dtype. float32 allows
-for TF32 matrix products in the Triton kernels (10 mantissa bits: about 1e-3 relative); bfloat16
-for 8 mantissa bits on inputs of the order of one, summed over short reductions."""
-
-DTYPES = ("float32", "bfloat16")
-
-
-@dataclass
-class Case:
-    """One op call: `call(args, kernel)` returns a tuple of tensors; the floating tensors of
-    `inputs` not named in `fixed` are cast to the dtype and differentiated."""
-
-    family: str
-    op: str
-    inputs: dict
-    call: Callable
-    fixed: tuple[str, ...] = ()
-    cpu_only_native: bool = field(default=False)
-
-
-@dataclass(frozen=True)
-class Shapes:
-    batch: int
-    max_len: int
-    width: int
-    heads: int
-    head_dim: int
-
-
-TINY = Shapes(batch=3, max_len=12, width=32, heads=2, head_dim=16)
-FULL = Shapes(batch=8, max_len=512, width=512, heads=4, head_dim=128)
-
-
-def build_cases(device, shapes: Shapes) -> list[Case]:
-    import torch
-
-    import hstu_ops
-
-    gen = torch.Generator().manual_seed(0)
-    b, n, d, h, hd = shapes.batch, shapes.max_len, shapes.width, shapes.heads, shapes.head_dim
-
-    def rand(*shape, scale=1.0):
-        return (torch.randn(*shape, generator=gen) * scale).to(device)
-
-    def lengths(low: int, high: int):
-        # Ragged: one empty-ish short sequence, one full one, the rest random.
-        ls = torch.randint(low, high + 1, (b,), generator=gen)
-        ls[0], ls[-1] = low, high
-        return ls.to(device)
-
-    def offsets(ls):
-        return hstu_ops.complete_cumsum(ls, kernel="pytorch")
-
-    cases: list[Case] = []
-    # jagged 1-D (native on CPU and CUDA)
-    la, lb = lengths(0, n // 2), lengths(1, n // 2)
-    oa, ob = offsets(la), offsets(lb)
-    va, vb = rand(int(la.sum()), d), rand(int(lb.sum()), d)
-    cases.append(Case("jagged-1d", "complete_cumsum", {"l": la},
-                      lambda a, k: (hstu_ops.complete_cumsum(a["l"], kernel=k),)))  # fmt: skip
-    cases.append(Case("jagged-1d", "concat_1d_jagged", {"a": va, "oa": oa, "b": vb, "ob": ob},
-                      lambda a, k: hstu_ops.concat_1d_jagged(a["a"], a["oa"], a["b"], a["ob"], kernel=k)))  # fmt: skip
-    vab = rand(int(la.sum() + lb.sum()), d)
-    cases.append(Case("jagged-1d", "split_1d_jagged", {"v": vab, "o": offsets(la + lb), "oa": oa},
-                      lambda a, k: hstu_ops.split_1d_jagged(a["v"], a["o"], a["oa"], kernel=k)))  # fmt: skip
-    # jagged 2-D
-    ml = n // 2 + n // 2
-    cases.append(Case("jagged-2d", "concat_2D_jagged", {"a": va, "b": vb, "oa": oa, "ob": ob},
-                      lambda a, k: (hstu_ops.concat_2D_jagged(ml, a["a"], a["b"], None, None, a["oa"], a["ob"], kernel=k),)))  # fmt: skip
-    cases.append(Case("jagged-2d", "split_2D_jagged", {"v": vab, "oa": oa, "ob": ob},
-                      lambda a, k: hstu_ops.split_2D_jagged(ml, a["v"], None, None, None, None, a["oa"], a["ob"], kernel=k)))  # fmt: skip
-    cases.append(Case("jagged-2d", "jagged_dense_bmm_broadcast_add",
-                      {"o": oa, "j": va, "dense": rand(b, d, d, scale=d**-0.5), "bias": rand(b, d)},
-                      lambda a, k: (hstu_ops.jagged_dense_bmm_broadcast_add(n, a["o"], a["j"], a["dense"], a["bias"], kernel=k),)))  # fmt: skip
-    # attention: ragged lengths; plain causal, with targets, with contextual tokens and targets
-    ls = lengths(4, n)
-    so = offsets(ls)
-    total = int(ls.sum())
-    qkv = {"q": rand(total, h, hd), "k": rand(total, h, hd), "v": rand(total, h, hd), "o": so}
-    targets = torch.clamp(ls // 4, min=1)
-    alpha = 1.0 / math.sqrt(hd)
-    for name, kw in (
-        ("hstu_mha causal", {}),
-        ("hstu_mha targets", {"num_targets": targets}),
-        ("hstu_mha contextual+targets", {"num_targets": targets, "contextual_seq_len": 3}),
-    ):
-        cases.append(Case("attention", name, dict(qkv),
-                          lambda a, k, kw=kw: (hstu_ops.hstu_mha(n, alpha, a["q"], a["k"], a["v"], a["o"], kernel=k, **kw),),
-                          cpu_only_native=True))  # fmt: skip
-    # fused layer blocks
-    uvqk_width = h * (2 * hd + 2 * hd)
-    x = rand(total, d)
-    cases.append(Case("layer-projections", "hstu_compute_uqvk",
-                      {"x": x, "nw": rand(d), "nb": rand(d, scale=0.1), "w": rand(d, uvqk_width, scale=d**-0.5), "b": rand(uvqk_width, scale=0.1)},
-                      lambda a, k: hstu_ops.hstu_compute_uqvk(a["x"], a["nw"], a["nb"], 1e-6, h, hd, hd, a["w"], a["b"], kernel=k)))  # fmt: skip
-    cases.append(Case("layer-projections", "hstu_compute_output",
-                      {"attn": rand(total, h * hd), "u": rand(total, h * hd), "x": x, "nw": rand(h * hd), "nb": rand(h * hd, scale=0.1), "w": rand(3 * h * hd, d, scale=(3 * h * hd) ** -0.5)},
-                      lambda a, k: (hstu_ops.hstu_compute_output(a["attn"], a["u"], a["x"], a["nw"], a["nb"], 1e-6, a["w"], h, hd, 0.0, True, True, False, kernel=k),)))  # fmt: skip
-    # norms
-    norm_in = {"x": x, "w": rand(d), "b": rand(d, scale=0.1)}
-    cases.append(Case("norms", "layer_norm", dict(norm_in),
-                      lambda a, k: (hstu_ops.layer_norm(a["x"], a["w"], a["b"], 1e-6, kernel=k),)))  # fmt: skip
-    cases.append(Case("norms", "swish_layer_norm", dict(norm_in),
-                      lambda a, k: (hstu_ops.swish_layer_norm(a["x"], a["w"], a["b"], 1e-6, kernel=k),)))  # fmt: skip
-    cases.append(Case("norms", "rms_norm", dict(norm_in),
-                      lambda a, k: (hstu_ops.rms_norm(a["x"], a["w"], 1e-6, kernel=k),)))  # fmt: skip
-    # position and time embeddings
-    times = torch.randint(0, 10**8, (total,), generator=gen).to(device)
-    cases.append(Case("positional-embeddings", "add_timestamp_positional_embeddings",
-                      {"x": x, "p": rand(n, d), "t": rand(65, d), "o": so, "l": ls, "ts": times, "nt": targets},
-                      lambda a, k: (hstu_ops.add_timestamp_positional_embeddings(math.sqrt(d), n, 3, a["p"], a["t"], a["o"], a["l"], a["x"], a["ts"], a["nt"], False, kernel=k),)))  # fmt: skip
-    # addmm
-    cases.append(Case("addmm", "addmm", {"bias": rand(d, scale=0.1), "x": x, "w": rand(d, d, scale=d**-0.5)},
-                      lambda a, k: (hstu_ops.addmm(a["bias"], a["x"], a["w"], kernel=k),)))  # fmt: skip
-    return cases
-
-
-def run_case(case: Case, kernel, dtype, upcast: bool) -> list:
-    """The case's outputs then the gradients of its floating inputs (zeros where unused)."""
-    import torch
-
-    args, leaves = {}, []
-    for name, t in case.inputs.items():
-        if t.is_floating_point() and name not in case.fixed:
-            t = t.to(dtype)
-            t = (t.float() if upcast else t).detach().requires_grad_(True)
-            leaves.append(t)
-        args[name] = t
-    outs = case.call(args, kernel)
-    diff = [o for o in outs if o.is_floating_point() and o.requires_grad]
-    grads = []
-    if diff and leaves:
-        loss = sum((o.float() * cotangent(o, i)).sum() for i, o in enumerate(diff))
-        got = torch.autograd.grad(loss, leaves, allow_unused=True)
-        grads = [torch.zeros_like(x) if g is None else g for g, x in zip(got, leaves, strict=True)]
-    return [o.detach() for o in outs] + list(grads)
-
-
-def cotangent(t, index: int):
-    import torch
-
-    gen = torch.Generator().manual_seed(1000 + index)
-    return torch.randn(t.shape, generator=gen).to(t.device)
-
-
-def error(got: list, ref: list) -> float:
-    """Worst max|got - ref| / max|ref| over the tensors; integer tensors must match exactly."""
-    if len(got) != len(ref):
-        return math.inf
-    worst = 0.0
-    for g, r in zip(got, ref, strict=True):
-        if g.shape != r.shape:
-            return math.inf
-        if not r.is_floating_point():
-            worst = max(worst, 0.0 if bool((g == r).all()) else math.inf)
-            continue
-        diff = (g.double() - r.double()).abs()
-        scale = max(r.double().abs().max().item() if r.numel() else 0.0, 1e-12)
-        e = diff.max().item() / scale if r.numel() else 0.0
-        worst = max(worst, e if math.isfinite(e) else math.inf)
-    return worst
-
-
-def unavailable(case: Case, kernel, device) -> str | None:
-    import hstu_ops
-    from hstu_ops import Kernel
-
-    if kernel is Kernel.NATIVE and case.cpu_only_native and device.type != "cpu":
-        return "the native attention runs on CPU tensors only"
-    if kernel is Kernel.TRITON:
-        return hstu_ops.unavailable_reason(kernel, device.type)
-    return None
-
-
-def check(device, shapes: Shapes, log=print, progress=None) -> dict:
-    """Runs every case; returns {"families": {family: {kernel: {dtype: entry}}}, ...}.
-    ``progress(result)``, when given, gets the result so far after every case."""
-    import torch
-
-    from hstu_ops import OP_KERNELS, Kernel
-
-    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-    families: dict = {}
-    failures = 0
-    result = {
-        "device": str(device),
-        "shapes": shapes.__dict__,
-        "tolerances": TOLERANCES,
-        "families": families,
-        "failures": 0,
-        "finished": False,
-    }
-    for case in build_cases(device, shapes):
-        if progress is not None:
-            progress(dict(result, failures=failures))
-        op = case.op.split()[0]
-        for kernel in (k for k in (Kernel.TRITON, Kernel.NATIVE) if k in OP_KERNELS[op]):
-            for dname in DTYPES:
-                dtype = dtypes[dname]
-                slot = families.setdefault(case.family, {}).setdefault(str(kernel), {})
-                entry = slot.setdefault(
-                    dname, {"error": 0.0, "tolerance": TOLERANCES[dname], "worst_op": None}
-                )
-                reason = unavailable(case, kernel, device)
-                if reason is not None:
-                    entry.setdefault("unavailable", {})[case.op] = reason
-                    log(f"  {case.family:<22}{case.op:<36}{kernel!s:<8}{dname:<9} unavailable")
-                    continue
-                try:
-                    ref = run_case(case, Kernel.PYTORCH, dtype, upcast=True)
-                    got = run_case(case, kernel, dtype, upcast=False)
-                    err = error(got, ref)
-                except Exception as e:  # a kernel that fails is recorded, never hidden
-                    entry.setdefault("failed", {})[case.op] = f"{type(e).__name__}: {e}"[:300]
-                    failures += 1
-                    log(f"  {case.family:<22}{case.op:<36}{kernel!s:<8}{dname:<9} FAILED {e!r}")
-                    traceback.print_exc(file=sys.stderr)
-                    continue
-                ok = err <= TOLERANCES[dname]
-                if not ok:
-                    entry.setdefault("failed", {})[case.op] = f"error {err:.3g} over tolerance"
-                    failures += 1
-                if err >= entry["error"]:
-                    entry["error"], entry["worst_op"] = err, case.op
-                entry.setdefault("ops", []).append(case.op)
-                log(
-                    f"  {case.family:<22}{case.op:<36}{kernel!s:<8}{dname:<9}"
-                    f" {err:.2e} {'ok' if ok else 'OVER TOLERANCE'}"
-                )
-    for per_kernel in families.values():
-        for per_dtype in per_kernel.values():
-            for entry in per_dtype.values():
-                entry["passed"] = bool(entry.get("ops")) and "failed" not in entry
-    return dict(result, failures=failures, finished=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", help="cuda or cpu (default: cuda when visible)")
     args = parser.parse_args(argv)
     import torch
+
+    from hstu_ops import selfcheck
 
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -286,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         part.write_text(json.dumps(result, indent=2) + "\n")
         os.replace(part, args.json)
 
-    shapes = TINY if args.tiny else FULL
-    result = check(device, shapes, log=lambda s: print(s, flush=True), progress=write)
+    shapes = selfcheck.TINY if args.tiny else selfcheck.FULL
+    result = selfcheck.check(device, shapes, log=lambda s: print(s, flush=True), progress=write)
     write(result)
     return 1 if result["failures"] else 0
 

@@ -43,6 +43,17 @@ def _restore_default_kernel():
     hstu_ops.set_default_kernel(saved)
 
 
+@pytest.fixture
+def fresh_kernel_checks(monkeypatch):
+    """No refused kernels and no self-check verdicts, for the test only: both are kept per
+    process, and a refusal changes which kernel every later call runs."""
+    import hstu_ops._kernel
+    import hstu_ops.selfcheck
+
+    monkeypatch.setattr(hstu_ops._kernel, "_refused", {})
+    monkeypatch.setattr(hstu_ops.selfcheck, "_verdicts", {})
+
+
 # --------------------------------------------------------------------------------------------
 # The Triton modules, interpreted or compiled
 # --------------------------------------------------------------------------------------------

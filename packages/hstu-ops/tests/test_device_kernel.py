@@ -85,3 +85,17 @@ def test_each_op_runs_the_family_where_it_has_it_else_its_reference():
         hstu_ops.set_default_kernel("pytorch")
     with pytest.raises(ValueError, match=r"resolve Kernel\.AUTO"):
         hstu_ops.set_default_kernel("auto")
+
+
+def test_a_refused_kernel_runs_the_reference_wherever_it_is_chosen(fresh_kernel_checks):
+    """One rule for a model's family, the process default and a kernel passed to the op."""
+    hstu_ops._kernel.refuse_kernel("addmm", Kernel.TRITON, "wrong on this device")
+    assert hstu_ops.fallback("addmm", Kernel.TRITON) is Kernel.PYTORCH
+    assert hstu_ops._kernel.resolve_kernel("addmm", "triton") is Kernel.PYTORCH
+    hstu_ops.set_default_kernel("triton")
+    assert hstu_ops._kernel.resolve_kernel("addmm", None) is Kernel.PYTORCH
+    # The refusal is the op's alone, and a kernel the op lacks is still an error.
+    assert hstu_ops.fallback("layer_norm", Kernel.TRITON) is Kernel.TRITON
+    assert hstu_ops._kernel.resolve_kernel("layer_norm", None) is Kernel.TRITON
+    with pytest.raises(ValueError, match="addmm has no NATIVE kernel"):
+        hstu_ops._kernel.resolve_kernel("addmm", "native")

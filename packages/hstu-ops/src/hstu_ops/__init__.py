@@ -2,8 +2,10 @@
 
 Every op takes ``kernel=`` (a :class:`Kernel`, or None for the process default set with
 :func:`set_default_kernel`); :data:`OP_KERNELS` says which kernels each op has,
-:func:`fallback` which one it runs for a family, and :func:`device_kernel` which family a
-device runs (``Kernel.AUTO`` resolved, a family it cannot run refused). The PYTORCH kernels in
+:func:`fallback` which one it runs for a family, :func:`device_kernel` which family a
+device runs (``Kernel.AUTO`` resolved, a family it cannot run refused), and :func:`verify_if_auto`
+checks AUTO's Triton kernels on a GPU before a run uses them (:mod:`hstu_ops.selfcheck`, which
+also holds the report of every kernel against its reference). The PYTORCH kernels in
 :mod:`hstu_ops.pytorch` are the specification; the NATIVE kernels come from the compiled
 extension and are also reachable as ``torch.ops.hstu_ops.*`` once it is loaded (by the first
 op or ``native_available()``). The TRITON kernels (:mod:`hstu_ops.triton`) are imported on
@@ -30,7 +32,7 @@ from hstu_ops._kernel import (
 )
 
 if TYPE_CHECKING:
-    from hstu_ops import pytorch
+    from hstu_ops import pytorch, selfcheck
     from hstu_ops._native import NativeExtensionError, native_available, native_build_info
     from hstu_ops._triton import TritonUnavailableError, triton_available
     from hstu_ops.hstu_attention import hstu_mha
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from hstu_ops.mm import addmm
     from hstu_ops.norms import layer_norm, rms_norm, swish_layer_norm
     from hstu_ops.position import add_timestamp_positional_embeddings
+    from hstu_ops.selfcheck import verify_if_auto, verify_kernel
 
 __version__ = "0.1.0"
 
@@ -70,6 +73,9 @@ _LAZY = {
     "rms_norm": "hstu_ops.norms",
     "swish_layer_norm": "hstu_ops.norms",
     "add_timestamp_positional_embeddings": "hstu_ops.position",
+    "selfcheck": "hstu_ops.selfcheck",
+    "verify_if_auto": "hstu_ops.selfcheck",
+    "verify_kernel": "hstu_ops.selfcheck",
 }
 """Public names loaded on first use (name -> module; a subpackage's name is the module)."""
 
@@ -112,10 +118,13 @@ __all__ = [
     "native_build_info",
     "pytorch",
     "rms_norm",
+    "selfcheck",
     "set_default_kernel",
     "split_1d_jagged",
     "split_2D_jagged",
     "swish_layer_norm",
     "triton_available",
     "unavailable_reason",
+    "verify_if_auto",
+    "verify_kernel",
 ]

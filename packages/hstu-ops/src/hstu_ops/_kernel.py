@@ -4,15 +4,22 @@ Every op has a ``PYTORCH`` kernel, the readable reference in :mod:`hstu_ops.pyto
 also have a ``NATIVE`` kernel (C++/CUDA/HIP, registered under ``torch.ops.hstu_ops``) or a
 ``TRITON`` kernel (:mod:`hstu_ops.triton`, imported only when first used).
 
-One rule picks an op's kernel (:func:`fallback`): the chosen family where the op has it, else
-its ``PYTORCH`` reference. It applies to the process default (:func:`set_default_kernel`, used
-by ops called with ``kernel=None``) and to a model's choice alike, so a process or a model may
-choose ``NATIVE`` and still call ops that only exist as references. A kernel passed to an op
+One rule picks an op's kernel (:func:`fallback`): the chosen family where the op has it and
+this process has not refused it for the op, else its ``PYTORCH`` reference. It applies to the
+process default (:func:`set_default_kernel`, used by ops called with ``kernel=None``), to a
+model's choice and to a kernel passed to an op alike, so a process or a model may choose
+``NATIVE`` and still call ops that only exist as references. A kernel passed to an op
 explicitly that the op does not have is an error.
 
 ``AUTO`` is a choice for a whole model on a device, not for an op: :func:`device_kernel` makes
 it ``TRITON`` on a GPU and ``NATIVE`` on the CPU, and refuses (:class:`KernelUnavailableError`)
-a family the device cannot run (:func:`unavailable_reason`).
+a family the device cannot run (:func:`unavailable_reason`); it is cheap and runs nothing.
+Before a run on a GPU uses what AUTO chose, :func:`hstu_ops.selfcheck.verify_if_auto` checks the
+Triton kernels there against their references at tiny shapes, once per process and device; an
+op whose kernel fails is refused (:func:`refuse_kernel`), which is what sends it to its
+reference, and the run says so on stderr. A refusal holds for the whole process: a process
+trains on one device, and the reference is right on every device. An explicit family is the
+user's choice and is never checked.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ __all__ = [
     "device_kernel",
     "fallback",
     "get_default_kernel",
+    "refuse_kernel",
     "resolve_kernel",
     "set_default_kernel",
     "triton_interpreting",
@@ -102,15 +110,28 @@ def get_default_kernel() -> Kernel:
     return _default_kernel
 
 
+_refused: dict[tuple[str, Kernel], str] = {}
+"""(op, family) -> why: the kernels this process runs no more (see :func:`refuse_kernel`)."""
+
+
+def refuse_kernel(op: str, kernel: Kernel, reason: str) -> None:
+    """From now on, in this process, ``op`` runs its PYTORCH reference where ``kernel`` is
+    chosen for it (:func:`fallback`); ``reason`` says why (the self-check's finding)."""
+    _refused[(op, kernel)] = reason
+
+
 def fallback(op: str, kernel: Kernel) -> Kernel:
     """The kernel ``op`` runs for the family ``kernel``: that one where the op has it
-    (:data:`OP_KERNELS`), else its PYTORCH reference."""
-    return kernel if kernel in OP_KERNELS[op] else Kernel.PYTORCH
+    (:data:`OP_KERNELS`) and this process has not refused it (:func:`refuse_kernel`), else its
+    PYTORCH reference."""
+    if kernel in OP_KERNELS[op] and (op, kernel) not in _refused:
+        return kernel
+    return Kernel.PYTORCH
 
 
 def resolve_kernel(op: str, kernel: Kernel | str | None) -> Kernel:
-    """Picks the kernel for one call of ``op``: the process default under :func:`fallback`
-    when ``kernel`` is None.
+    """Picks the kernel for one call of ``op``: ``kernel``, or the process default when it is
+    None, under :func:`fallback`.
 
     Raises ValueError, naming the op and its kernels, for an explicit kernel it does not have.
     """
@@ -121,7 +142,7 @@ def resolve_kernel(op: str, kernel: Kernel | str | None) -> Kernel:
     if chosen not in available:
         names = ", ".join(k.name for k in available)
         raise ValueError(f"{op} has no {chosen.name} kernel; kernels available for {op}: {names}")
-    return chosen
+    return fallback(op, chosen)
 
 
 class KernelUnavailableError(ValueError):
@@ -147,7 +168,8 @@ def triton_interpreting() -> bool:
 def device_kernel(kernel: Kernel | str, device_type: str) -> Kernel:
     """The family ``kernel`` means on a ``device_type`` device ("cpu", "cuda"): AUTO is TRITON
     on a GPU and NATIVE on the CPU (PYTORCH elsewhere). KernelUnavailableError when it cannot
-    run there."""
+    run there. Runs no kernel: a run verifies AUTO's choice on its device with
+    :func:`hstu_ops.selfcheck.verify_if_auto`."""
     asked = _coerce(kernel, "kernel")
     chosen = asked
     if asked is Kernel.AUTO:

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import hstu_ops
 import yambda_data
 from hstu_model import checkpoint as ckpt
 from hstu_model._atomic import atomic_write_text
@@ -300,6 +301,9 @@ def _train_run(run: ResolvedRun, log: Callable[[str], None] = _stderr) -> dict:
             say(f"resuming from {plan.resume.path}, the newest checkpoint that verifies")
         for note in plan.notes:
             say(note)
+        # What --kernel auto chose is checked on this rank's device before the model runs it:
+        # an op whose kernel fails there runs its reference, and the rank says so.
+        hstu_ops.verify_if_auto(config.kernel, ctx.device, report=log)
         out, root = plan.out, data_root(config, plan.out)
         extras = {
             "run": run.as_json(out) | {"data": str(root)},

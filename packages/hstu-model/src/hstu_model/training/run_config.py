@@ -146,8 +146,9 @@ class RunConfig:
     evals: int = option(3, "evaluations, evenly spaced")
     kernel: hstu_ops.Kernel = option(
         hstu_ops.Kernel.AUTO,
-        "hstu-ops kernel family of the model; auto: triton on a CUDA or ROCm GPU, native "
-        "on the CPU (triton on the CPU only under TRITON_INTERPRET=1, for tests)",
+        "hstu-ops kernel family of the model; auto: triton on a CUDA or ROCm GPU, checked "
+        "there first (an op whose kernel fails runs its PyTorch reference, said on stderr), "
+        "native on the CPU (triton on the CPU only under TRITON_INTERPRET=1, for tests)",
         choices=tuple(k.value for k in hstu_ops.Kernel),
     )
     workers: int = option(1, "data loader worker processes")
