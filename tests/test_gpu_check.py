@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -83,12 +84,37 @@ def test_cpu_smoke_writes_one_json_and_one_table(tmp_path):
     assert "triton" in families["attention"] and "native" in families["attention"]
     assert set(families["jagged-1d"]) == {"native"}
     assert result["tests"]["gpu-tests"]["skipped"] > 0
-    bench_families = {r["family"] for r in result["benchmarks"]["rows"]}
-    assert set(FAMILIES) | {"attention-fwd"} <= bench_families
+    bench_rows = result["benchmarks"]["rows"]
+    bench_families = {r["family"] for r in bench_rows}
+    assert set(FAMILIES) | {"attention-fwd", "dense-step"} <= bench_families
+    # The training step on plain tables, first, at both of the tiny setting's lengths.
+    dense = [r for r in bench_rows if r["family"] == "dense-step"]
+    assert bench_rows[: len(dense)] == dense
+    assert {(r["kernel"], r["shape"]) for r in dense} == {
+        (kernel, shape) for kernel in ("pytorch", "triton") for shape in ("B=2 N=12", "B=2 N=16")
+    }
+    for row in dense:
+        assert row["ms"] > 0 and "plain torch tables" in row["note"], row
     assert any("no --reference CHECKOUT given" in s for s in result["skipped"])
     table = (out / "gpu-check.md").read_text()
     assert "| correctness | passed |" in table
-    assert "| TFLOP/s | vs reference |" in table
+    assert "| TFLOP/s | vs reference | peak MiB/sample | vs published | note |" in table
+    assert "| dense-step | triton | B=2 N=16 | " in table
     for family in FAMILIES:
         assert f"| {family} | " in table
     assert "Unfinished" not in table
+
+
+def load_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "tools" / "gpu" / "check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_table_names_the_published_figure_beside_the_ratio():
+    row = {"published_samples_per_s": 2787.0, "vs_published": 0.5}
+    check_module = load_check()
+    assert check_module.vs_published(row) == "0.50x of 2,787"
+    assert check_module.vs_published({**row, "vs_published": None}) == "- (published 2,787)"
+    assert check_module.vs_published({"published_samples_per_s": None}) == "-"

@@ -8,16 +8,29 @@ rot; the figures mean nothing):
 (--tiny sets TRITON_INTERPRET=1 itself when no GPU is visible.)
 
 For each hstu-ops op family and for the model's training step (forward, backward, dense Adam
-and sparse row-wise Adagrad), at each batch size, every kernel the family has is timed on the
-same inputs: forward + backward of the family's ops at the token count of a full yambda-5b
-sample (8 contextual + 4,086 history + 1 candidate = 4,095 tokens), heads, head dims and width
-of the yambda-5b preset, in bf16 (the model step under the preset's bf16 autocast). Columns:
+and sparse row-wise Adagrad; and dense-step, see below), at each batch size, every kernel the
+family has is timed on the same inputs: forward + backward of the family's ops at the token
+count of a full yambda-5b sample (8 contextual + 4,086 history + 1 candidate = 4,095 tokens),
+heads, head dims and width of the yambda-5b preset, in bf16 (the model step under the preset's
+bf16 autocast). Columns:
 family, kernel, shape, ms (median of --iters after --warmup), samples/s (batch / time), and
 the speed-up over the family's pytorch kernel at the same batch. A batch size that runs out of
 memory is skipped with a note; a kernel that cannot run on the device (native attention on a
 GPU, triton on a CPU without the interpreter) is listed with the reason. The model step's
 embedding tables are capped at --max-rows rows each (yambda-5b's need about 600 GB and several
 GPUs; their size does not change the dense work timed here, only the sparse update's reach).
+On CUDA each row also gives the peak GPU memory per sample: torch.cuda.max_memory_allocated
+over the timed runs (its peak reset after the warm-up) divided by the batch.
+
+dense-step times the same model's training step without TorchRec and fbgemm-gpu, which a bare
+CUDA machine may lack: `hstu_model.PlainTableRanker` (HSTURanker's function, its id tables as
+plain torch.nn.Embedding, no TorchRec sharding, no fused sparse optimizer) on plain tensors,
+forward under the preset's bf16 autocast, backward, the trainer's gradient clipping of the
+dense parameters, and torch.optim.Adam over all parameters (the tables too, whose gradients
+are dense), at --dense-step-lengths tokens per sample (default 2,048 and 4,096) with its
+tables cut to --dense-step-rows rows (Adam updates every row of them every step). Its rows at
+batch 32 and 2,048 tokens, as the model-step's, carry the published one-GPU figure below and,
+on a GPU, their samples/s over it.
 
 With --reference CHECKOUT (the `recommendation_v4` directory of the MLPerf training
 repository, imported from there, never copied), the attention families also time the
@@ -41,6 +54,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import itertools
 import json
 import math
 import os
@@ -63,8 +77,10 @@ FAMILIES = (
     "positional-embeddings",
     "addmm",
     "model-step",
+    "dense-step",
 )
-"""What is timed: the hstu-ops op families, then the model's whole training step."""
+"""What is timed: the hstu-ops op families, then the model's whole training step, with TorchRec
+and with plain tables."""
 
 FAMILY_OPS = {
     "jagged-1d": "concat_1d_jagged of the contextual and history rows",
@@ -76,6 +92,8 @@ FAMILY_OPS = {
     "positional-embeddings": "add_timestamp_positional_embeddings",
     "addmm": "bias + tokens @ W (width x width)",
     "model-step": "Trainer.train_step: forward, backward, dense Adam, sparse row-wise Adagrad",
+    "dense-step": "PlainTableRanker: forward, backward, Adam over all parameters; plain "
+    "torch.nn.Embedding tables (no TorchRec sharding, no fused sparse optimizer)",
 }
 
 FAMILY_KERNELS = {
@@ -88,11 +106,19 @@ FAMILY_KERNELS = {
     "positional-embeddings": ("pytorch", "triton"),
     "addmm": ("pytorch", "triton"),
     "model-step": ("pytorch", "native", "triton"),
+    "dense-step": ("pytorch", "triton"),
 }
 """The kernels each family has (hstu_ops' per-op kernels; the model's `ModelConfig.kernel`;
 "reference": the MLPerf reference's Triton kernel, run only with --reference)."""
 
 ATTENTION_FAMILIES = ("attention-fwd", "attention")
+STEP_FAMILIES = ("model-step", "dense-step")
+"""The families that time the model's whole training step."""
+PUBLISHED_STEP_RATE = 2787.0
+PUBLISHED_STEP_SHAPE = (32, 2048)
+"""The MLPerf DLRMv4 reference's published one-GPU bf16 Triton training figure, about 2,787
+samples/s, and its (batch, tokens per sample): what the step families' rows at that shape are
+compared with."""
 REFERENCE_MODULE = "generative_recommenders.ops.triton.triton_hstu_attention"
 """The reference's Triton HSTU attention, which its `ops/hstu_attention.hstu_mha` dispatcher
 calls for HammerKernel.TRITON (the dispatcher itself refuses CPU tensors, so it is called here
@@ -124,6 +150,12 @@ class Row:
     """TFLOP/s of the attention families (the model's causal pair count, see the docstring)."""
     vs_reference: float | None = None
     """The reference kernel's ms / ms at the same batch (attention, with --reference)."""
+    peak_mib_per_sample: float | None = None
+    """Peak GPU memory allocated during the timed runs, MiB per sample (CUDA only)."""
+    published_samples_per_s: float | None = None
+    """The published figure at this shape (the step families at PUBLISHED_STEP_SHAPE)."""
+    vs_published: float | None = None
+    """samples/s over the published figure (on a GPU only: a CPU's figure means nothing)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,6 +166,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, help="untimed runs (default 3, tiny 1)")
     parser.add_argument("--iters", type=int, help="timed runs, the median kept (default 10)")
     parser.add_argument("--max-rows", type=int, default=1_000_000, help="rows per table")
+    parser.add_argument(
+        "--dense-step-lengths",
+        type=int,
+        nargs="+",
+        metavar="TOKENS",
+        help="tokens per sample of dense-step, one setting each (default 2048 4096; tiny: 12 16)",
+    )
+    parser.add_argument(
+        "--dense-step-rows",
+        type=int,
+        default=10_000,
+        help="rows per table of dense-step, whose Adam updates every row each step (yambda-5b "
+        "at 10,000: 56M table parameters beside the 15M dense ones)",
+    )
     parser.add_argument(
         "--history-length",
         type=int,
@@ -189,19 +235,27 @@ def main(argv: list[str] | None = None) -> int:
             write_json(args.json, record)
 
     for family in args.families:
-        for batch in batch_sizes:
-            add(bench_family(family, batch, setting, device, warmup, iters, reference))
-        if family not in args.largest_batch:
-            continue
-        if device.type != "cuda":
-            print(f"{family}: largest batch not searched on the CPU", flush=True)
-            continue
-        largest = largest_batch(
-            family, batch_sizes, setting, device, warmup, iters, reference, rows, add,
-            args.largest_batch_limit,
-        )  # fmt: skip
-        record["largest_batch"][family] = largest
-        print(f"{family}: largest batch that ran, per kernel: {largest}", flush=True)
+        settings = [setting]
+        if family == "dense-step":
+            lengths = args.dense_step_lengths or setting.dense_step_lengths
+            settings = [setting.with_tokens(n).with_rows(args.dense_step_rows) for n in lengths]
+        for each in settings:
+            # Several settings of one family are told apart by their tokens per sample.
+            name = family if len(settings) == 1 else f"{family} N={each.tokens}"
+            first = len(rows)
+            for batch in batch_sizes:
+                add(bench_family(family, batch, each, device, warmup, iters, reference))
+            if family not in args.largest_batch:
+                continue
+            if device.type != "cuda":
+                print(f"{name}: largest batch not searched on the CPU", flush=True)
+                continue
+            largest = largest_batch(
+                family, batch_sizes, each, device, warmup, iters, reference, rows[first:], add,
+                args.largest_batch_limit,
+            )  # fmt: skip
+            record["largest_batch"][name] = largest
+            print(f"{name}: largest batch that ran, per kernel: {largest}", flush=True)
     if args.json:
         write_json(args.json, record)
     return 1 if any(r.failed for r in rows) else 0
@@ -209,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
 
 HEADINGS = (
     f"{'family':<22}{'kernel':<10}{'shape':<34}{'ms':>11}{'samples/s':>12}{'vs pytorch':>12}"
-    f"{'TFLOP/s':>9}{'vs ref':>8}"
+    f"{'TFLOP/s':>9}{'vs ref':>8}{'MiB/sample':>12}{'vs published':>14}"
 )
 
 
@@ -256,6 +310,8 @@ class Setting:
     batch_sizes: tuple[int, ...]
     warmup: int
     iters: int
+    dense_step_lengths: tuple[int, ...]
+    """Tokens per sample of dense-step's settings, unless --dense-step-lengths gives them."""
 
     def with_history(self, history_length: int) -> Setting:
         """The same model with `history_length` events per sample (max_seq_len follows)."""
@@ -263,6 +319,22 @@ class Setting:
         tokens = m.contextual_seq_len + history_length + m.num_candidates
         model = {"history_length": history_length, "max_seq_len": tokens}
         return dataclasses.replace(self, cfg=self.cfg.replace(model=model))
+
+    def with_tokens(self, tokens: int) -> Setting:
+        """The same model with `tokens` per full sample (the history takes what the contextual
+        tokens and the candidates leave)."""
+        m = self.cfg.model
+        return self.with_history(tokens - m.contextual_seq_len - m.num_candidates)
+
+    def with_rows(self, max_rows: int) -> Setting:
+        """The same model with every table cut to `max_rows` rows."""
+        features = tuple(
+            dataclasses.replace(f, num_embeddings=min(f.num_embeddings, max_rows))
+            for f in self.cfg.model.contextual_features
+        )
+        cfg = self.cfg.replace(model={"contextual_features": features})
+        vocab = {k: min(v, max_rows) for k, v in self.vocab.items()}
+        return dataclasses.replace(self, cfg=cfg, vocab=vocab)
 
     @property
     def tokens(self) -> int:
@@ -276,9 +348,11 @@ def yambda_5b_setting(max_rows: int) -> Setting:
     from hstu_model.config import DEFAULT_VOCABS
 
     cfg = hstu_model.preset("yambda-5b")
-    cfg = cap_tables(cfg, max_rows)
-    vocab = {k: min(v, max_rows) for k, v in DEFAULT_VOCABS["yambda-5b"].items()}
-    return Setting("yambda-5b", cfg, vocab, (32, 1024), warmup=3, iters=10)
+    vocab = DEFAULT_VOCABS["yambda-5b"]
+    setting = Setting(
+        "yambda-5b", cfg, vocab, (32, 1024), warmup=3, iters=10, dense_step_lengths=(2048, 4096)
+    )
+    return setting.with_rows(max_rows)
 
 
 def tiny_setting() -> Setting:
@@ -298,16 +372,10 @@ def tiny_setting() -> Setting:
         },
         train={"autocast_bf16": True},
     )
-    return Setting("tiny", cfg, DEFAULT_VOCABS["tiny"], (2,), warmup=1, iters=1)
-
-
-def cap_tables(cfg, max_rows: int):
-    """`cfg` with every contextual table cut to `max_rows` rows."""
-    features = tuple(
-        dataclasses.replace(f, num_embeddings=min(f.num_embeddings, max_rows))
-        for f in cfg.model.contextual_features
+    # Two lengths, so that the CPU runs dense-step's settings as a GPU does.
+    return Setting(
+        "tiny", cfg, DEFAULT_VOCABS["tiny"], (2,), warmup=1, iters=1, dense_step_lengths=(12, 16)
     )
-    return cfg.replace(model={"contextual_features": features})
 
 
 def describe(device, setting: Setting, warmup: int, iters: int, reference=None) -> str:
@@ -355,9 +423,11 @@ def format_row(row: Row) -> str:
     speedup = "" if row.speedup is None else f"{row.speedup:.2f}x"
     tflops = "" if row.tflops is None else f"{row.tflops:.3g}"
     vs_ref = "" if row.vs_reference is None else f"{row.vs_reference:.2f}x"
+    memory = "" if row.peak_mib_per_sample is None else f"{row.peak_mib_per_sample:,.1f}"
+    vs_published = "" if row.vs_published is None else f"{row.vs_published:.2f}x"
     text = (
         f"{row.family:<22}{row.kernel:<10}{row.shape:<34}{ms:>11}{rate:>12}{speedup:>12}"
-        f"{tflops:>9}{vs_ref:>8}"
+        f"{tflops:>9}{vs_ref:>8}{memory:>12}{vs_published:>14}"
     )
     return f"{text}  {row.note}" if row.note else text
 
@@ -381,7 +451,7 @@ def bench_family(
     shape = f"B={batch} N={setting.tokens}"
     if family in ATTENTION_FAMILIES:
         shape += f" H={m.num_heads} D={m.attention_dim}"
-    elif family != "model-step":
+    elif family not in STEP_FAMILIES:
         shape += f" D={m.embedding_dim}"
     try:
         runners = make_runners(family, batch, setting, device, reference)
@@ -395,16 +465,19 @@ def bench_family(
         ]
     rows: list[Row] = []
     baseline: float | None = None
+    published = None
+    if family in STEP_FAMILIES and (batch, setting.tokens) == PUBLISHED_STEP_SHAPE:
+        published = PUBLISHED_STEP_RATE
     for kernel in kernels:
         why = unavailable(family, kernel, device.type, reference)
         if why:
             rows.append(Row(family, kernel, batch, shape, note=f"not run: {why}"))
             continue
-        note, failed = "", False
+        note, failed = family_note(family, setting), False
         try:  # the run (a model, for the step) is freed before the next kernel's
             if kernel == "reference":  # the same function as ours, or its time means nothing
                 note, failed = runners.agreement()
-            ms = time_ms(runners(kernel), device, warmup, iters)
+            ms, peak_bytes = time_ms(runners(kernel), device, warmup, iters)
         except Exception as error:
             out_of_memory = is_out_of_memory(error)
             note = "skipped: out of memory" if out_of_memory else failure(error)
@@ -418,7 +491,15 @@ def bench_family(
         tflops = None
         if family in ATTENTION_FAMILIES:
             tflops = attention_flops(family, batch, setting) / (ms / 1000) / 1e12
-        rows.append(Row(family, kernel, batch, shape, ms, rate, speedup, note, failed, tflops))
+        memory = None if peak_bytes is None else peak_bytes / 2**20 / batch
+        vs_published = rate / published if published and device.type == "cuda" else None
+        rows.append(
+            Row(
+                family, kernel, batch, shape, ms, rate, speedup, note, failed, tflops,
+                peak_mib_per_sample=memory, published_samples_per_s=published,
+                vs_published=vs_published,
+            )
+        )  # fmt: skip
         release(device)
     del runners
     release(device)
@@ -439,22 +520,51 @@ def attention_flops(family: str, batch: int, setting: Setting) -> int:
     return forward if family == "attention-fwd" else TRAIN_FACTOR * forward
 
 
-def time_ms(run: Callable[[], object], device, warmup: int, iters: int) -> float:
-    synchronize = train_step_bench().synchronize
+def family_note(family: str, setting: Setting) -> str:
+    """What a timed row of `family` says about itself."""
+    if family != "dense-step":
+        return ""
+    from hstu_model.model import embedding_tables
+
+    m = setting.cfg.model
+    tables = embedding_tables(m.features, setting.vocab, m.contextual_features)
+    rows = max(t.num_embeddings for t in tables)
+    return (
+        f"lookups on plain torch tables (torch.nn.Embedding, at most {rows:,} rows each; no "
+        "TorchRec sharding, no fused sparse optimizer), Adam over all parameters"
+    )
+
+
+def time_ms(run: Callable[[], object], device, warmup: int, iters: int) -> tuple[float, int | None]:
+    """(median ms of `iters` runs after `warmup` untimed ones, the peak bytes of GPU memory
+    allocated during the timed runs: None off CUDA). The peak is reset after the warm-up, so
+    that what only the first runs allocate (Triton's autotuning) is left out."""
+    import torch
+
     for _ in range(warmup):
         run()
     synchronize(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     times = []
     for _ in range(iters):
         start = time.perf_counter()
         run()
         synchronize(device)
         times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    return 1000 * statistics.median(times), peak
+
+
+def synchronize(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def train_step_bench():
-    """bench_train_step, whose model setup and device sync this script shares; imported late,
+    """bench_train_step, whose model setup this script shares; imported late,
     as it imports triton (through torchrec), which must see TRITON_INTERPRET first."""
     here = str(Path(__file__).parent)
     if here not in sys.path:
@@ -493,7 +603,7 @@ def unavailable(family: str, kernel: str, device_type: str, reference=None) -> s
         if reference is None:
             return "no --reference checkout given"
         return hstu_ops.unavailable_reason("triton", device_type)
-    if family == "model-step":
+    if family in STEP_FAMILIES:
         return hstu_ops.unavailable_reason(kernel, device_type)
     if kernel == "native" and family == "jagged-1d" and device_type != "cpu":
         info = hstu_ops.native_build_info()
@@ -513,6 +623,8 @@ def make_runners(family: str, batch: int, setting: Setting, device, reference=No
     for the attention families it also has `agreement()`, ours against `reference`."""
     if family == "model-step":
         return model_step_runners(batch, setting, device)
+    if family == "dense-step":
+        return dense_step_runners(batch, setting, device)
     import torch
 
     import hstu_ops
@@ -735,6 +847,53 @@ def model_step_runners(batch: int, setting: Setting, device) -> Callable:
         trainer, batches = training_setup(cfg, setting.vocab, batch, 2, device)
         steps = iter(range(10**9))
         return lambda: trainer.train_step(batches[next(steps) % len(batches)])
+
+    return run
+
+
+def dense_step_runners(batch: int, setting: Setting, device) -> Callable:
+    """kernel -> one training step of a freshly seeded PlainTableRanker with that kernel,
+    cycling over two random batches of full histories: forward under the preset's bf16
+    autocast, the loss in float32, backward, the trainer's clipping of the dense gradients,
+    and torch.optim.Adam (the trainer's dense settings) over every parameter."""
+    import torch
+
+    from hstu_model import PlainTableRanker
+    from hstu_model.testing import random_plain_batch
+
+    m, opt = setting.cfg.model, setting.cfg.optimizer
+    lengths = [m.history_length] * batch
+    batches = [
+        random_plain_batch(
+            lengths, setting.vocab, seed, contextual_tables=m.contextual_tables()
+        ).to(device)
+        for seed in range(2)
+    ]
+
+    def run(kernel):
+        torch.manual_seed(0)
+        config = setting.cfg.replace(model={"kernel": kernel}).model
+        model = PlainTableRanker(config, setting.vocab, device=device).train()
+        optimizer = torch.optim.Adam(
+            model.parameters(), lr=opt.dense_lr, betas=opt.betas, eps=opt.eps,
+            weight_decay=opt.weight_decay,
+        )  # fmt: skip
+        dense = model.dense_parameters()
+        cycle = itertools.cycle(batches)
+
+        def step():
+            b = next(cycle)
+            bf16 = setting.cfg.train.autocast_bf16
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                logits = model(b.uih, b.candidates).logits
+            loss = model.loss(logits.float(), b.labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if opt.grad_clip_norm > 0:
+                torch.nn.utils.clip_grad_norm_(dense, opt.grad_clip_norm)
+            optimizer.step()
+
+        return step
 
     return run
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gpu.py"
+WITHOUT_TORCHREC = Path(__file__).with_name("without_torchrec.py")
 
 
 def load_bench():
@@ -69,11 +70,22 @@ def test_tiny_run_times_every_family_and_kernel(tmp_path):
                 next(
                     r["ms"]
                     for r in rows
-                    if r["family"] == row["family"] and r["kernel"] == "pytorch"
+                    if (r["family"], r["shape"]) == (row["family"], row["shape"])
+                    and r["kernel"] == "pytorch"
                 )
                 / row["ms"]
             )
         assert row["samples_per_s"] == pytest.approx(row["batch"] / (row["ms"] / 1000))
+        # On the CPU: no GPU memory, and no shape of the published figure at tiny sizes.
+        assert row["peak_mib_per_sample"] is None and row["vs_published"] is None
+    dense = [r for r in rows if r["family"] == "dense-step"]
+    assert [(r["shape"], r["kernel"]) for r in dense] == [
+        ("B=2 N=12", "pytorch"), ("B=2 N=12", "triton"),
+        ("B=2 N=16", "pytorch"), ("B=2 N=16", "triton"),
+    ]  # fmt: skip
+    for row in dense:
+        assert row["note"].startswith("lookups on plain torch tables (torch.nn.Embedding, ")
+        assert "no TorchRec sharding, no fused sparse optimizer" in row["note"]
 
 
 def test_a_batch_that_runs_out_of_memory_is_skipped_with_a_note(monkeypatch):
@@ -147,7 +159,9 @@ def test_rows_give_the_reference_kernels_time_over_theirs(monkeypatch):
         return run
 
     monkeypatch.setattr(bench, "make_runners", runners)
-    monkeypatch.setattr(bench, "time_ms", lambda kernel, device, warmup, iters: times[kernel])
+    monkeypatch.setattr(
+        bench, "time_ms", lambda kernel, device, warmup, iters: (times[kernel], None)
+    )
     monkeypatch.setattr(bench, "unavailable", lambda *args: None)
     rows = bench.bench_family("attention", 2, bench.tiny_setting(), torch.device("cpu"), 0, 1)
     by_kernel = {r.kernel: r for r in rows}
@@ -158,6 +172,57 @@ def test_rows_give_the_reference_kernels_time_over_theirs(monkeypatch):
         r.failed for r in rows
     )
     assert by_kernel["reference"].speedup == 2.0
+
+
+@pytest.mark.parametrize("family", bench.STEP_FAMILIES)
+def test_step_rows_at_the_published_shape_carry_the_figure_and_on_a_gpu_the_ratio(
+    monkeypatch, family
+):
+    monkeypatch.setattr(bench, "make_runners", lambda *args: lambda kernel: None)
+    monkeypatch.setattr(bench, "unavailable", lambda *args: None)
+    ms_per_step = 32 / 2787.0 * 1000 / 2  # twice the published samples/s
+    monkeypatch.setattr(bench, "time_ms", lambda *args: (ms_per_step, 64 * 2**20))
+    setting = bench.yambda_5b_setting(1000)
+    at_2048 = setting.with_tokens(2048)
+    gpu, cpu = torch.device("cuda"), torch.device("cpu")
+    for row in bench.bench_family(family, 32, at_2048, gpu, 0, 1):
+        assert row.published_samples_per_s == 2787.0
+        assert row.vs_published == pytest.approx(2.0)
+        assert row.peak_mib_per_sample == 2.0  # 64 MiB over 32 samples
+    for row in bench.bench_family(family, 32, at_2048, cpu, 0, 1):
+        assert row.published_samples_per_s == 2787.0 and row.vs_published is None
+    for batch, each in ((32, setting.with_tokens(4096)), (64, at_2048)):
+        for row in bench.bench_family(family, batch, each, gpu, 0, 1):
+            assert row.published_samples_per_s is None and row.vs_published is None
+
+
+def test_dense_step_settings_cut_the_tables_and_set_the_tokens():
+    setting = bench.yambda_5b_setting(1_000_000).with_tokens(4096).with_rows(10_000)
+    m = setting.cfg.model
+    assert setting.tokens == 4096 == m.max_seq_len
+    assert (m.contextual_seq_len, m.history_length, m.num_candidates) == (8, 4087, 1)
+    assert set(setting.vocab.values()) == {10_000}
+    assert set(m.contextual_tables().values()) == {10_000}
+    note = bench.family_note("dense-step", setting)
+    assert note.startswith("lookups on plain torch tables (torch.nn.Embedding, at most 10,000 ")
+    assert bench.family_note("model-step", setting) == ""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the tiny run is the CPU's (interpreter)")
+def test_dense_step_runs_where_torchrec_and_fbgemm_cannot_be_imported(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(WITHOUT_TORCHREC), str(SCRIPT), "--tiny", "--families",
+         "dense-step", "--dense-step-lengths", "16", "--json", str(tmp_path / "rows.json")],
+        capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
+    assert [(r["family"], r["kernel"], r["shape"]) for r in rows] == [
+        ("dense-step", "pytorch", "B=2 N=16"), ("dense-step", "triton", "B=2 N=16")
+    ]  # fmt: skip
+    assert all(r["ms"] > 0 and not r["failed"] for r in rows)
 
 
 def test_a_reference_that_differs_fails_its_row(monkeypatch):

@@ -25,7 +25,14 @@ from hstu_model.config import (
 
 if TYPE_CHECKING:
     from hstu_model.metrics import BinnedAUC, binary_auc, normalized_entropy
-    from hstu_model.model import HSTURanker, ModelOutput, embedding_tables, time_features
+    from hstu_model.model import (
+        HSTURanker,
+        Jagged,
+        ModelOutput,
+        PlainTableRanker,
+        embedding_tables,
+        time_features,
+    )
     from hstu_model.sharding import ShardingError, shard_model
     from hstu_model.training import EvalResult, Trainer, seed_everything
 
@@ -36,7 +43,9 @@ _LAZY = {
     "binary_auc": "hstu_model.metrics",
     "normalized_entropy": "hstu_model.metrics",
     "HSTURanker": "hstu_model.model",
+    "Jagged": "hstu_model.model",
     "ModelOutput": "hstu_model.model",
+    "PlainTableRanker": "hstu_model.model",
     "embedding_tables": "hstu_model.model",
     "time_features": "hstu_model.model",
     "ShardingError": "hstu_model.sharding",
@@ -45,7 +54,9 @@ _LAZY = {
     "Trainer": "hstu_model.training.trainer",
     "seed_everything": "hstu_model.training.trainer",
 }
-"""Public names loaded on first use (name -> module), with torch and TorchRec."""
+"""Public names loaded on first use (name -> module), with torch (the model module loads
+TorchRec only when an `HSTURanker` is built or run; the sharding and training machinery load it
+at once)."""
 
 
 def __getattr__(name: str) -> Any:
@@ -70,9 +81,11 @@ __all__ = [
     "FeatureNames",
     "HSTUConfig",
     "HSTURanker",
+    "Jagged",
     "ModelConfig",
     "ModelOutput",
     "OptimizerConfig",
+    "PlainTableRanker",
     "ShardingConfig",
     "ShardingError",
     "TableOption",

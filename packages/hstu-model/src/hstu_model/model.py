@@ -5,23 +5,31 @@ A sequence is built per sample as [contextual tokens][history][candidates] in ja
 candidate sees the contextual tokens, the whole history and itself but not the other
 candidates. The contextual tokens are the user id and then `ModelConfig.contextual_features`
 (the reference's seven hashed crosses), one token each.
+
+`HSTURanker` looks its ids up in TorchRec tables (shardable) and takes KeyedJaggedTensors;
+`PlainTableRanker` computes the same function with plain `nn.Embedding` tables on plain tensors
+(`Jagged` per feature), for machines without TorchRec and fbgemm-gpu. Both are `RankerBase`,
+which holds everything but the tables' lookup, so there is one implementation of the function;
+only `HSTURanker` imports TorchRec, when it is built or run.
 """
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchrec.modules.embedding_configs import EmbeddingConfig
-from torchrec.modules.embedding_modules import EmbeddingCollection
-from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 import hstu_ops
 from hstu_model.config import ContextualFeature, EmbeddingTable, FeatureNames, ModelConfig
+
+if TYPE_CHECKING:
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 SECONDS_PER_HOUR = 3600
 SECONDS_PER_DAY = 86_400
@@ -221,9 +229,33 @@ class ModelOutput:
 torch.utils._pytree.register_dataclass(ModelOutput)
 
 
-class HSTURanker(nn.Module):
-    """HSTU ranking model over a user-history KJT and a candidate KJT: the DLRMv4 reference's
-    DlrmHSTU (its parameters map one to one, `hstu_model.reference`).
+class Jagged(NamedTuple):
+    """One feature of a batch as plain tensors: its values, sample after sample, and how many
+    of them each sample has (what the model reads of a TorchRec JaggedTensor)."""
+
+    values: torch.Tensor
+    lengths: torch.Tensor
+
+
+def jagged_features(kjt: KeyedJaggedTensor) -> dict[str, Jagged]:
+    """Each key of `kjt` as a `Jagged`, in the KJT's key order."""
+    return {key: Jagged(jt.values(), jt.lengths()) for key, jt in kjt.to_dict().items()}
+
+
+def keyed_jagged(features: Mapping[str, Jagged]) -> KeyedJaggedTensor:
+    """The KeyedJaggedTensor of `features`, keys in their order (needs TorchRec)."""
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    return KeyedJaggedTensor.from_lengths_sync(
+        keys=list(features),
+        values=torch.cat([f.values for f in features.values()]),
+        lengths=torch.cat([f.lengths for f in features.values()]),
+    )
+
+
+class RankerBase(nn.Module, abc.ABC):
+    """The HSTU ranking model's function, the DLRMv4 reference's DlrmHSTU (its parameters map
+    one to one, `hstu_model.reference`), on features given as `Jagged` per key.
 
     Per sample the sequence is [contextual tokens][history][candidates]:
 
@@ -241,6 +273,11 @@ class HSTURanker(nn.Module):
     The logits are `head(user * item)`, where `item` is `item_mlp` of the candidate's item,
     artist and album embeddings. With `autocast_bf16` (the trainer's bf16 autocast) only the
     sequence part runs in bf16; the item MLP and the head run in float32, as in the reference.
+
+    A subclass owns the id tables: `_embedding_collection` builds the module that holds them
+    (registered as `embedding_collection`, whose `embeddings` maps each table's name to its
+    `nn.Embedding`, so every subclass has the same state-dict keys), and `_lookup` embeds the
+    ids of a batch with it.
     """
 
     def __init__(
@@ -268,17 +305,10 @@ class HSTURanker(nn.Module):
         )
         """UIH keys of the contextual tokens, in token order (the config checks that there are
         contextual_seq_len of them)."""
-        self.embedding_collection = EmbeddingCollection(
-            tables=[
-                EmbeddingConfig(
-                    name=t.name,
-                    num_embeddings=t.num_embeddings,
-                    embedding_dim=d,
-                    feature_names=list(t.feature_names),
-                )
-                for t in self.tables
-            ],
-            device=device or torch.device("cpu"),
+        # Built before the other modules, whose construction-time initialisation then draws from
+        # the generator in the same order as ever: a seed keeps giving the same HSTURanker.
+        self.embedding_collection = self._embedding_collection(
+            self.tables, d, device or torch.device("cpu")
         )
         num_actions = len(config.action_weights)
         action_dim = num_actions * config.action_embedding_dim
@@ -313,6 +343,16 @@ class HSTURanker(nn.Module):
         self.reset_parameters()
         if device is not None:
             self.to(device)
+
+    @abc.abstractmethod
+    def _embedding_collection(
+        self, tables: list[EmbeddingTable], dim: int, device: torch.device
+    ) -> nn.Module:
+        """The module of the id tables, `dim` wide, on `device`."""
+
+    @abc.abstractmethod
+    def _lookup(self, ids: dict[str, Jagged]) -> dict[str, torch.Tensor]:
+        """The embeddings of every id of `ids` (key -> [values, D]), from the id tables."""
 
     def reset_parameters(self) -> None:
         """The reference's initialisation (the id tables too, where they are not sharded)."""
@@ -354,26 +394,25 @@ class HSTURanker(nn.Module):
         sparse = {id(p) for p in self.embedding_parameters()}
         return [p for p in self.parameters() if id(p) not in sparse]
 
-    def _lookup(self, uih_jts: dict, cand_jts: dict) -> dict:
+    def _id_features(
+        self, uih: Mapping[str, Jagged], candidates: Mapping[str, Jagged]
+    ) -> dict[str, Jagged]:
+        """The features the id tables embed: contextual ids, history ids, candidate ids."""
         f = self.features
         id_keys = [*self.contextual_keys, f.item_id, f.artist_id, f.album_id]
         cand_keys = [f.candidate_item_id, f.candidate_artist_id, f.candidate_album_id]
-        for kind, keys, jts in (("uih", id_keys, uih_jts), ("candidates", cand_keys, cand_jts)):
+        for kind, keys, jts in (("uih", id_keys, uih), ("candidates", cand_keys, candidates)):
             missing = [k for k in keys if k not in jts]
             if missing:
                 raise ValueError(f"{kind}: the batch lacks the key(s) {missing} the model reads")
-        ids = KeyedJaggedTensor.from_jt_dict(
-            {k: uih_jts[k] for k in id_keys} | {k: cand_jts[k] for k in cand_keys}
-        )
-        embedded = self.embedding_collection(ids)
-        return {key: jt.values() for key, jt in embedded.items()}
+        return {k: uih[k] for k in id_keys} | {k: candidates[k] for k in cand_keys}
 
-    def forward(self, uih: KeyedJaggedTensor, candidates: KeyedJaggedTensor) -> ModelOutput:
+    def rank(self, uih: Mapping[str, Jagged], candidates: Mapping[str, Jagged]) -> ModelOutput:
+        """The logits of every candidate, from the user history and candidate features."""
         f, cfg = self.features, self.config
-        uih_jts, cand_jts = uih.to_dict(), candidates.to_dict()
-        emb = self._lookup(uih_jts, cand_jts)
-        history_lengths = uih_jts[f.item_id].lengths()
-        candidate_lengths = cand_jts[f.candidate_item_id].lengths()
+        emb = self._lookup(self._id_features(uih, candidates))
+        history_lengths = uih[f.item_id].lengths
+        candidate_lengths = candidates[f.candidate_item_id].lengths
         batch_size = history_lengths.numel()
         num_history = int(history_lengths.sum())
         if not bool((candidate_lengths == cfg.num_candidates).all()):
@@ -392,8 +431,8 @@ class HSTURanker(nn.Module):
                     f"{key}: a contextual feature needs one value per sample ({batch_size}), "
                     f"got {emb[key].shape[0]}"
                 )
-        query_time = cand_jts[f.query_time].values().to(torch.int64)
-        user = self._user_embeddings(uih_jts, emb, history_lengths, num_history, query_time)
+        query_time = candidates[f.query_time].values.to(torch.int64)
+        user = self._user_embeddings(uih, emb, history_lengths, num_history, query_time)
         # The item side and the head stay in float32 under the trainer's bf16 autocast.
         with torch.autocast(user.device.type, enabled=False):
             item = self.item_mlp(
@@ -411,7 +450,7 @@ class HSTURanker(nn.Module):
 
     def _user_embeddings(
         self,
-        uih_jts: dict,
+        uih: Mapping[str, Jagged],
         emb: dict,
         history_lengths: torch.Tensor,
         num_history: int,
@@ -428,7 +467,7 @@ class HSTURanker(nn.Module):
                 torch.cat([emb[f.candidate_artist_id], emb[f.candidate_album_id]], dim=-1),
             ]
         )
-        action_weight = uih_jts[f.action_weight].values().to(torch.int64)
+        action_weight = uih[f.action_weight].values.to(torch.int64)
         history_actions = (action_weight.unsqueeze(-1) & self.action_bits).ne(0)
         history_actions = (
             history_actions.unsqueeze(-1).to(self.action_table.dtype) * self.action_table
@@ -445,7 +484,7 @@ class HSTURanker(nn.Module):
         # One table of tokens, gathered into per-sample [contextual][history][candidates] order
         # through the merged index of the three jagged streams.
         tokens = torch.cat([contextual_tokens.to(item_tokens.dtype), item_tokens], dim=0)
-        history_times = uih_jts[f.action_timestamp].values().to(torch.int64)
+        history_times = uih[f.action_timestamp].values.to(torch.int64)
         token_times = torch.cat(
             [
                 # Contextual tokens are at time 0: their time gap is the query time itself.
@@ -524,6 +563,74 @@ class HSTURanker(nn.Module):
         per_task = F.binary_cross_entropy_with_logits(logits, labels, reduction="none").mean(dim=0)
         weighted = (per_task * self.task_weights).sum() / self.task_weights.sum().clamp(min=1.0)
         return weighted * self.config.loss_scale
+
+
+class HSTURanker(RankerBase):
+    """The model over a user-history KJT and a candidate KJT, its id tables in a TorchRec
+    EmbeddingCollection (which `hstu_model.sharding.shard_model` shards); the function is
+    `RankerBase`'s."""
+
+    def _embedding_collection(
+        self, tables: list[EmbeddingTable], dim: int, device: torch.device
+    ) -> nn.Module:
+        from torchrec.modules.embedding_configs import EmbeddingConfig
+        from torchrec.modules.embedding_modules import EmbeddingCollection
+
+        return EmbeddingCollection(
+            tables=[
+                EmbeddingConfig(
+                    name=t.name,
+                    num_embeddings=t.num_embeddings,
+                    embedding_dim=dim,
+                    feature_names=list(t.feature_names),
+                )
+                for t in tables
+            ],
+            device=device,
+        )
+
+    def _lookup(self, ids: dict[str, Jagged]) -> dict[str, torch.Tensor]:
+        embedded = self.embedding_collection(keyed_jagged(ids))
+        return {key: jt.values() for key, jt in embedded.items()}
+
+    def forward(self, uih: KeyedJaggedTensor, candidates: KeyedJaggedTensor) -> ModelOutput:
+        return self.rank(jagged_features(uih), jagged_features(candidates))
+
+
+class PlainEmbeddingCollection(nn.Module):
+    """The id tables as plain `nn.Embedding`s under `embeddings`, named as TorchRec's
+    EmbeddingCollection names them (so the state-dict keys are the same), each looked up for
+    the features it serves."""
+
+    def __init__(self, tables: list[EmbeddingTable], dim: int, device: torch.device) -> None:
+        super().__init__()
+        self.embeddings = nn.ModuleDict(
+            {t.name: nn.Embedding(t.num_embeddings, dim, device=device) for t in tables}
+        )
+        self.table_of = {feature: t.name for t in tables for feature in t.feature_names}
+        """Feature name -> the name of its table."""
+
+    def forward(self, ids: Mapping[str, Jagged]) -> dict[str, torch.Tensor]:
+        return {key: self.embeddings[self.table_of[key]](j.values) for key, j in ids.items()}
+
+
+class PlainTableRanker(RankerBase):
+    """`HSTURanker`'s function with its id tables as plain `nn.Embedding`s and its inputs as
+    plain tensors: `forward(uih, candidates)` takes `{key: Jagged}` mappings with the keys an
+    `HSTURanker` batch has. It needs neither TorchRec nor fbgemm-gpu; its tables are never
+    sharded and the gradients of its tables are dense unless their `sparse` is set. Its state
+    dict has `HSTURanker`'s keys, so the weights of one load into the other."""
+
+    def _embedding_collection(
+        self, tables: list[EmbeddingTable], dim: int, device: torch.device
+    ) -> nn.Module:
+        return PlainEmbeddingCollection(tables, dim, device)
+
+    def _lookup(self, ids: dict[str, Jagged]) -> dict[str, torch.Tensor]:
+        return self.embedding_collection(ids)
+
+    def forward(self, uih: Mapping[str, Jagged], candidates: Mapping[str, Jagged]) -> ModelOutput:
+        return self.rank(uih, candidates)
 
 
 TIME_PERIODS: tuple[tuple[int, int], ...] = ((SECONDS_PER_HOUR, 24), (SECONDS_PER_DAY, 7))

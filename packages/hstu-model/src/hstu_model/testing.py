@@ -1,14 +1,20 @@
-"""Random batches in the model's input format, for tests and benchmarks."""
+"""Random batches in the models' input formats, for tests and benchmarks: `random_batch` as
+`HSTURanker` takes them (KeyedJaggedTensors, needs TorchRec), `random_plain_batch` as
+`PlainTableRanker` takes them (plain tensors), the same numbers for the same arguments."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
-from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor
 
 from hstu_model.config import TINY_CONTEXTUAL_FEATURES, FeatureNames
+from hstu_model.model import Jagged, keyed_jagged
+
+if TYPE_CHECKING:
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 DUMMY_WATCH_TIME = "dummy_watch_time"
 """UIH key the model does not read: zeros, one per history event (as yambda-data emits it)."""
@@ -32,6 +38,25 @@ class Batch:
     labels: torch.Tensor
 
 
+@dataclass
+class PlainBatch:
+    """A batch as `PlainTableRanker` takes it: each key's values and lengths."""
+
+    uih: dict[str, Jagged]
+    candidates: dict[str, Jagged]
+    labels: torch.Tensor
+
+    def to(self, device: torch.device) -> PlainBatch:
+        """The same batch on `device`."""
+
+        def moved(features: dict[str, Jagged]) -> dict[str, Jagged]:
+            return {
+                k: Jagged(j.values.to(device), j.lengths.to(device)) for k, j in features.items()
+            }
+
+        return PlainBatch(moved(self.uih), moved(self.candidates), self.labels.to(device))
+
+
 def random_batch(
     history_lengths: list[int],
     vocab_sizes: Mapping[str, int],
@@ -39,6 +64,18 @@ def random_batch(
     names: FeatureNames | None = None,
     contextual_tables: Mapping[str, int] | None = None,
 ) -> Batch:
+    """`random_plain_batch` of the same arguments as KeyedJaggedTensors."""
+    plain = random_plain_batch(history_lengths, vocab_sizes, seed, names, contextual_tables)
+    return Batch(keyed_jagged(plain.uih), keyed_jagged(plain.candidates), plain.labels)
+
+
+def random_plain_batch(
+    history_lengths: list[int],
+    vocab_sizes: Mapping[str, int],
+    seed: int = 0,
+    names: FeatureNames | None = None,
+    contextual_tables: Mapping[str, int] | None = None,
+) -> PlainBatch:
     """Uniform ids below the table sizes, one candidate per sample, times on a 5 s grid.
 
     The keys and their order are yambda-data's: UIH `uid`, the contextual features of
@@ -71,62 +108,45 @@ def random_batch(
         [int(t[-1] if t.numel() else anchor_time[b]) for b, t in enumerate(per_sample_times)],
         dtype=torch.int64,
     )
+    # Drawn in this order, which fixes the numbers of a seed.
     contextual = {name: ids(rows, batch_size) for name, rows in contextual_tables.items()}
-    uih = KeyedJaggedTensor.from_lengths_sync(
-        keys=[
-            names.uid,
-            *contextual,
-            names.item_id,
-            names.artist_id,
-            names.album_id,
-            names.action_weight,
-            names.action_timestamp,
-            DUMMY_WATCH_TIME,
-            DUMMY_QUERY_TIME,
+    uid = ids(vocab_sizes["uid"], batch_size)
+    history = {
+        names.item_id: ids(vocab_sizes["item_id"], total),
+        names.artist_id: ids(vocab_sizes["artist_id"], total),
+        names.album_id: ids(vocab_sizes["album_id"], total),
+        names.action_weight: torch.tensor([1, 2, 4, 3], dtype=torch.int64)[
+            torch.randint(0, 4, (total,), generator=g)
         ],
-        values=torch.cat(
-            [
-                ids(vocab_sizes["uid"], batch_size),
-                *contextual.values(),
-                ids(vocab_sizes["item_id"], total),
-                ids(vocab_sizes["artist_id"], total),
-                ids(vocab_sizes["album_id"], total),
-                torch.tensor([1, 2, 4, 3], dtype=torch.int64)[
-                    torch.randint(0, 4, (total,), generator=g)
-                ],
-                action_time,
-                torch.zeros(total, dtype=torch.int64),
-                last_time,
-            ]
-        ),
-        lengths=torch.cat([ones] * (1 + len(contextual)) + [lengths] * 6 + [ones]),
-    )
+        names.action_timestamp: action_time,
+        DUMMY_WATCH_TIME: torch.zeros(total, dtype=torch.int64),
+    }
     labels = torch.randint(0, 2, (batch_size,), generator=g).to(torch.float32)
-    candidates = KeyedJaggedTensor.from_lengths_sync(
-        keys=[
-            names.candidate_item_id,
-            names.candidate_artist_id,
-            names.candidate_album_id,
-            names.query_time,
-            CANDIDATE_ACTION_WEIGHT,
-            CANDIDATE_WATCH_TIME,
-        ],
-        values=torch.cat(
-            [
-                ids(vocab_sizes["item_id"], batch_size),
-                ids(vocab_sizes["artist_id"], batch_size),
-                ids(vocab_sizes["album_id"], batch_size),
-                last_time,
-                torch.where(labels > 0, LISTEN_PLUS, 0).to(torch.int64),
-                ones,
-            ]
+    candidate_ids = {
+        names.candidate_item_id: ids(vocab_sizes["item_id"], batch_size),
+        names.candidate_artist_id: ids(vocab_sizes["artist_id"], batch_size),
+        names.candidate_album_id: ids(vocab_sizes["album_id"], batch_size),
+    }
+    uih = {
+        names.uid: Jagged(uid, ones),
+        **{name: Jagged(values, ones) for name, values in contextual.items()},
+        **{name: Jagged(values, lengths) for name, values in history.items()},
+        DUMMY_QUERY_TIME: Jagged(last_time, ones),
+    }
+    candidates = {
+        **{name: Jagged(values, ones) for name, values in candidate_ids.items()},
+        names.query_time: Jagged(last_time, ones),
+        CANDIDATE_ACTION_WEIGHT: Jagged(
+            torch.where(labels > 0, LISTEN_PLUS, 0).to(torch.int64), ones
         ),
-        lengths=torch.cat([ones] * 6),
-    )
-    return Batch(uih, candidates, labels)
+        CANDIDATE_WATCH_TIME: Jagged(ones, ones),
+    }
+    return PlainBatch(uih, candidates, labels)
 
 
 def _slice_kjt(kjt: KeyedJaggedTensor, start: int, stop: int) -> KeyedJaggedTensor:
+    from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor
+
     jts = {}
     for key, jt in kjt.to_dict().items():
         offsets = jt.offsets()
