@@ -81,6 +81,8 @@ FAMILIES = (
 )
 """What is timed: the hstu-ops op families, then the model's whole training step, with TorchRec
 and with plain tables."""
+OPS = "ops"
+"""A --families value: every op family, in FAMILIES' order (not the training steps)."""
 
 FAMILY_OPS = {
     "jagged-1d": "concat_1d_jagged of the contextual and history rows",
@@ -162,7 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (CPU CI)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", help="default: 32 1024 (tiny: 2)")
-    parser.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
+    parser.add_argument(
+        "--families",
+        nargs="+",
+        choices=[*FAMILIES, OPS],
+        default=list(FAMILIES),
+        help=f"'{OPS}': every op family (default: all, the steps last)",
+    )
     parser.add_argument("--warmup", type=int, help="untimed runs (default 3, tiny 1)")
     parser.add_argument("--iters", type=int, help="timed runs, the median kept (default 10)")
     parser.add_argument("--max-rows", type=int, default=1_000_000, help="rows per table")
@@ -205,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--largest-batch-limit", type=int, default=16384, help="stop there")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
+    op_families = [f for f in FAMILIES if f not in STEP_FAMILIES]
+    expanded = (f for g in args.families for f in (op_families if g == OPS else [g]))
+    args.families = list(dict.fromkeys(expanded))  # in order, each once
     if args.tiny and "TRITON_INTERPRET" not in os.environ and not _gpu_visible():
         # Before triton is first imported: it reads the variable then.
         os.environ["TRITON_INTERPRET"] = "1"
