@@ -397,7 +397,9 @@ def _spill_uid_ranges(
     target = pl.PartitionBy(spill, key=key, include_key=False, file_path_provider=file_path)
     spill.mkdir()
     with writing(spill, output=out), reading(path):
-        scan.sink_ipc(target, compression=None)
+        # event_type as the Enum from here on: one byte a row to write and read back, where
+        # strings take a 16-byte view each and would be cast once per partition later.
+        normalize_multi_event(scan).sink_ipc(target, compression=None)
 
 
 def _read_spilled(spill: Path, k: int, scan: pl.LazyFrame) -> pl.DataFrame:
@@ -405,7 +407,7 @@ def _read_spilled(spill: Path, k: int, scan: pl.LazyFrame) -> pl.DataFrame:
     empty frame of the file's columns when it wrote none)."""
     files = sorted(spill.glob(f"range-{k:05d}-*.ipc"))
     if not files:
-        return scan.clear().collect()
+        return normalize_multi_event(scan).clear().collect()
     return pl.concat([pl.read_ipc(f) for f in files])
 
 
