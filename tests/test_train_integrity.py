@@ -341,3 +341,34 @@ def test_loader_workers_die_with_a_killed_trainer(tmp_path):
     while _living(workers) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _living(workers) == []
+
+
+RECORDLESS_HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(os.path.join(sys.argv[1], ".lock"), os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_new_holder_is_named_before_it_writes_its_record(tmp_path):
+    """Between taking the lock and writing its record, a resumed run leaves the record of the
+    killed run it replaces in the lock file: a refused process must name the live holder, as
+    the kernel knows it, and never the dead one."""
+    killed = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE)
+    assert killed.stdout.readline().strip() == b"locked"
+    killed.kill()
+    killed.wait()
+    assert f'"pid": {killed.pid}' in (tmp_path / folder_lock.LOCK_FILE).read_text()
+    live = subprocess.Popen(
+        [sys.executable, "-c", RECORDLESS_HOLDER, str(tmp_path)], stdout=subprocess.PIPE
+    )
+    try:
+        assert live.stdout.readline().strip() == b"locked"
+        assert folder_lock.holder(tmp_path) == f"process {live.pid}"
+        with pytest.raises(folder_lock.FolderInUse, match=rf"in use by process {live.pid};"):
+            folder_lock.lock_folder(tmp_path, "test")
+    finally:
+        live.kill()
+        live.wait()

@@ -6,7 +6,9 @@ a lock belongs to the process: the kernel drops it when the process ends, howeve
 (`kill -9` included), so nothing is left to clean up, and a child forked from it (a data
 loader worker) does not inherit it, so a worker that outlives its parent cannot keep the
 folder locked. The holder writes its pid and host into the file, which a refused process
-names. One rule comes with record locks: closing any descriptor of the file releases the
+names; the kernel says which process holds the lock (F_GETLK), so a record left by an earlier
+holder, killed before it could clear it, is never named in place of a new holder that has not
+written its own yet. One rule comes with record locks: closing any descriptor of the file releases the
 lock, so this module opens a lock file at most once per process and answers questions about
 the locks this process holds from memory (`_HELD`).
 """
@@ -18,6 +20,8 @@ import fcntl
 import json
 import os
 import socket
+import struct
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,13 +76,35 @@ def _try_lock(fd: int) -> bool:
     return True
 
 
-def _describe_holder(lock_file: Path) -> str:
+_FLOCK = "hhqqi"
+"""Linux's `struct flock` (l_type, l_whence, l_start, l_len, l_pid), as F_GETLK fills it."""
+
+
+def _blocking_pid(fd: int) -> int | None:
+    """The pid of the process whose lock on the file of `fd` blocks a whole-file write lock,
+    as the kernel knows it (None: no lock blocks it, or a platform whose `struct flock` this
+    module does not lay out)."""
+    if sys.platform != "linux":
+        return None
+    query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+    lock_type, _, _, _, pid = struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, query))
+    return None if lock_type == fcntl.F_UNLCK else pid
+
+
+def _describe_holder(lock_file: Path, fd: int) -> str:
+    pid = _blocking_pid(fd)
     try:
         record = json.loads(lock_file.read_text())
-        where = "" if record["host"] == socket.gethostname() else f" on {record['host']}"
-        return f"process {record['pid']}{where} (since {record['since']})"
+        local = record["host"] == socket.gethostname()
+        # A record of this host with another pid than the kernel's is an earlier holder's,
+        # left by a process killed while it held the lock: the new holder has not written its
+        # own yet. (Across hosts, on a network file system, the kernel's pid means nothing.)
+        if pid is None or not local or record["pid"] == pid:
+            where = "" if local else f" on {record['host']}"
+            return f"process {record['pid']}{where} (since {record['since']})"
     except (OSError, ValueError, KeyError, TypeError):
-        return "another process"  # it has not written its record yet
+        pass  # no record yet
+    return "another process" if pid is None else f"process {pid}"
 
 
 def lock_folder(folder: str | os.PathLike[str], what: str) -> FolderLock:
@@ -94,7 +120,7 @@ def lock_folder(folder: str | os.PathLike[str], what: str) -> FolderLock:
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         if not _try_lock(fd):
-            raise FolderInUse(_in_use(what, folder, _describe_holder(lock_file)))
+            raise FolderInUse(_in_use(what, folder, _describe_holder(lock_file, fd)))
         since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since})
         os.ftruncate(fd, 0)
@@ -133,6 +159,6 @@ def holder(folder: str | os.PathLike[str]) -> str | None:
     try:
         if _try_lock(fd):
             return None  # free: closing the descriptor below drops the probe's lock
-        return _describe_holder(lock_file)
+        return _describe_holder(lock_file, fd)
     finally:
         os.close(fd)
