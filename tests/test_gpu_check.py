@@ -118,3 +118,14 @@ def test_the_table_names_the_published_figure_beside_the_ratio():
     assert check_module.vs_published(row) == "0.50x of 2,787"
     assert check_module.vs_published({**row, "vs_published": None}) == "- (published 2,787)"
     assert check_module.vs_published({"published_samples_per_s": None}) == "-"
+
+
+def test_the_smoke_names_a_triton_interpreter_that_numpy_breaks():
+    check_module = load_check()
+    problem = check_module.interpreter_problem("3.6.0", "2.5.2")
+    assert problem and "numpy<2.4 or triton>=3.7" in problem and "3.6.0" in problem
+    assert check_module.interpreter_problem("3.6.0", "2.3.5") is None
+    assert check_module.interpreter_problem("3.7.0", "2.5.2") is None
+    assert check_module.interpreter_problem("3.8.0rc1", "2.4.0") is None
+    assert check_module.interpreter_problem(None, "2.5.2") is None
+    assert check_module.version_tuple("2.11.0+cu130") == (2, 11, 0)

@@ -230,6 +230,7 @@ class Check:
             " 'cuda': torch.version.cuda, 'gpu': None, 'capability': None, 'cpus': os.cpu_count()}\n"
             "try:\n    import triton; info['triton'] = triton.__version__\n"
             "except Exception as e:\n    info['triton'] = None\n"
+            "import numpy; info['numpy'] = numpy.__version__\n"
             "if torch.cuda.is_available():\n"
             "    info['gpu'] = torch.cuda.get_device_name(0)\n"
             "    info['capability'] = '%d%d' % torch.cuda.get_device_capability(0)\n"
@@ -251,6 +252,10 @@ class Check:
         env = self.result["environment"]
         if rc == 0 and not self.smoke and not env.get("gpu"):
             return "failed", "torch sees no GPU (use --cpu-smoke on a machine without one)"
+        if rc == 0 and self.smoke:
+            problem = interpreter_problem(env.get("triton"), env.get("numpy"))
+            if problem:
+                return "failed", problem
         return self.outcome(
             rc, tail, timeout, f"{env.get('gpu') or 'CPU'}, torch {env.get('torch')}"
         )
@@ -393,6 +398,32 @@ class Check:
         self.say(f"done: {'failed: ' + ', '.join(failed) if failed else 'no stage failed'}")
         self.say(f"results: {self.out / 'gpu-check.json'}, {self.out / 'gpu-check.md'}")
         return 1 if failed else 0
+
+
+def interpreter_problem(triton: str | None, numpy: str | None) -> str | None:
+    """Why Triton's interpreter (the CPU smoke runs every Triton kernel in it) cannot run
+    with these versions, or None. Triton before 3.7 takes int() of a one-element array for a
+    scalar argument, which numpy 2.4 refuses: every kernel with a loop over one then fails."""
+    if not triton or not numpy:
+        return None
+    if version_tuple(triton) < (3, 7) and version_tuple(numpy) >= (2, 4):
+        return (
+            f"Triton {triton}'s interpreter does not run with numpy {numpy} (Triton before 3.7 "
+            "converts one-element arrays with int(), which numpy 2.4 refuses): for --cpu-smoke "
+            "use numpy<2.4 or triton>=3.7; a GPU run does not use the interpreter"
+        )
+    return None
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """The leading numbers of a version string: '2.11.0+cu130' -> (2, 11, 0)."""
+    numbers = []
+    for part in version.split("+")[0].split("."):
+        digits = re.match(r"\d+", part)
+        if not digits:
+            break
+        numbers.append(int(digits.group()))
+    return tuple(numbers)
 
 
 def kill(proc: subprocess.Popen) -> None:
