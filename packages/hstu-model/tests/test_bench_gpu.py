@@ -326,3 +326,43 @@ def test_tiny_run_times_the_reference_attention_beside_ours(tmp_path):
 def test_a_checkout_without_the_reference_attention_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="recommendation_v4 directory"):
         bench.load_reference(tmp_path)
+
+
+RECORD_DENSE_STEP = """
+import json, sys
+import torch
+from hstu_ops.gpu_compile import GPU_TARGETS, compile_problems, record_launches
+sys.path.insert(0, sys.argv[1])
+import bench_gpu
+target = GPU_TARGETS[sys.argv[2]]
+setting = bench_gpu.yambda_5b_setting(1000)
+with record_launches(target) as recorder:
+    for tokens in setting.dense_step_lengths:
+        run = bench_gpu.dense_step_runners(2, setting.with_tokens(tokens), torch.device("cpu"))
+        run("triton")()
+print(json.dumps({"kernels": sorted(recorder.kernels()),
+                  "problems": compile_problems(recorder, target)}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm90", "gfx942"])
+def test_the_dense_steps_triton_launches_compile_for_the_gpus(arch):
+    """What the GPU check's dense-step times first (bf16 autocast, forward, backward, Adam) at
+    the yambda-5b shape and both lengths, its Triton launches recorded on CPU tensors as if on
+    an H100 or an MI300X and compiled for that chip: the first GPU run should not be the first
+    compilation (hstu_ops.gpu_compile)."""
+    pytest.importorskip("triton")
+    vendor = "nvidia" if arch.startswith("sm") else "amd"
+    pytest.importorskip(f"triton.backends.{vendor}.compiler")
+    result = subprocess.run(
+        [sys.executable, "-c", RECORD_DENSE_STEP, str(SCRIPT.parent), arch],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = json.loads(result.stdout.splitlines()[-1])
+    assert {"_hstu_attn_fwd_kernel", "_hstu_attn_bwd_dq_kernel"} <= set(found["kernels"])
+    assert not found["problems"], "\n".join(found["problems"])

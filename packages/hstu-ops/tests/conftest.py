@@ -8,7 +8,6 @@ the workspace root: "needs a CUDA or ROCm device") skips it when torch sees no s
 """
 
 import contextlib
-import dataclasses
 import importlib
 import importlib.util
 import os
@@ -20,6 +19,7 @@ import pytest
 import torch
 
 import hstu_ops
+from hstu_ops.gpu_compile import GPU_TARGETS, GpuTarget
 
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 
@@ -146,7 +146,7 @@ def tt(triton_backend):
 
 
 # --------------------------------------------------------------------------------------------
-# Compilation for GPU targets, without a GPU
+# Compilation for GPU targets, without a GPU (hstu_ops.gpu_compile)
 # --------------------------------------------------------------------------------------------
 def _backend_available(vendor: str) -> bool:
     if not HAVE_TRITON:
@@ -156,72 +156,6 @@ def _backend_available(vendor: str) -> bool:
     except Exception:
         return False
     return True
-
-
-@dataclasses.dataclass(frozen=True)
-class GpuTarget:
-    """A GPU to compile for: ``arch`` as ``hstu_ops.triton._common.device_arch`` names it."""
-
-    arch: str
-    target: tuple  # the arguments of triton's GPUTarget
-    binary_kind: str  # the key of the binary in the compiled kernel's ``asm``
-    max_shared: int  # shared memory (LDS) per block, bytes
-
-    @property
-    def vendor(self) -> str:
-        return "nvidia" if self.target[0] == "cuda" else "amd"
-
-    def compile(
-        self,
-        kernel,
-        constants: dict,
-        options: dict,
-        *,
-        types: dict[str, str] | None = None,
-        values: dict | None = None,
-    ):
-        """triton.compile of ``kernel`` for this target; asserts that a binary came out.
-
-        ``constants``: the constexpr arguments (names the kernel lacks are ignored). The other
-        arguments get either a plain signature, ``types`` (a type string per name, "i32" for a
-        name not listed), or, from ``values``, the specialisation a launch on those values
-        would get: pointer type strings ("*bf16", assumed 16-byte aligned) or sample integers
-        (1 becomes a constant, multiples of 16 get the divisibility hint that lets the
-        compiler vectorise and pipeline the loads).
-        """
-        import triton
-        from triton.backends.compiler import BaseBackend, GPUTarget
-        from triton.compiler import ASTSource
-        from triton.runtime.jit import native_specialize_impl
-
-        constants = {k: v for k, v in constants.items() if k in kernel.arg_names}
-        signature, attrs = {}, {}
-        for i, name in enumerate(kernel.arg_names):
-            if name in constants:
-                signature[name] = "constexpr"
-            elif values is None:
-                signature[name] = (types or {}).get(name, "i32")
-            elif isinstance(values[name], str):
-                signature[name], attrs[(i,)] = values[name], [["tt.divisibility", 16]]
-            else:
-                kind, spec = native_specialize_impl(BaseBackend, values[name], False, True, True)
-                if kind == "constexpr":
-                    signature[name], constants[name] = "constexpr", values[name]
-                else:
-                    signature[name] = kind
-                    if spec == "D":
-                        attrs[(i,)] = [["tt.divisibility", 16]]
-        source = ASTSource(kernel, signature, constexprs=constants, attrs=attrs)
-        binary = triton.compile(source, target=GPUTarget(*self.target), options=options)
-        assert binary.asm[self.binary_kind], kernel.__name__
-        return binary
-
-
-GPU_TARGETS = {
-    "sm80": GpuTarget("sm80", ("cuda", 80, 32), "cubin", 163 * 1024),
-    "sm90": GpuTarget("sm90", ("cuda", 90, 32), "cubin", 227 * 1024),  # H100
-    "gfx942": GpuTarget("gfx942", ("hip", "gfx942", 64), "hsaco", 64 * 1024),  # MI300
-}
 
 
 @pytest.fixture(params=["sm90", "gfx942"], ids=["cuda-sm90", "hip-gfx942"])

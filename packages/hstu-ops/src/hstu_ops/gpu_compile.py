@@ -1,0 +1,252 @@
+"""Compiling the Triton kernels for a GPU that is not there.
+
+Triton compiles for a named target without a device: :class:`GpuTarget` compiles one kernel
+for an H100 (``sm90``), an A100 (``sm80``) or an MI300X (``gfx942``) and knows the chip's
+shared memory (LDS) per block, which a launch over it fails on, so the compile checks catch what
+Triton's CPU interpreter never sees (types the compiler refuses, tiles too large for the chip).
+
+:func:`record_launches` goes one step further: inside it, the ops run on CPU tensors with
+``kernel="triton"`` as if on the target (the launchers are told its architecture name,
+multiprocessor count and vendor, so they choose that chip's tiles and launch options), and each
+kernel launch is recorded instead of run. Outputs are left unwritten; the launchers size
+nothing by them. :func:`compile_problems` then compiles each recorded launch with the
+specialisation a GPU launch would give it and lists what fails or does not fit::
+
+    with record_launches(GPU_TARGETS["gfx942"]) as recorder:
+        run_the_ops_or_a_model_step()  # CPU tensors, kernel="triton"
+    assert not compile_problems(recorder, GPU_TARGETS["gfx942"])
+
+The Triton modules of hstu_ops must be in compiled mode (``TRITON_INTERPRET`` unset when they
+are first imported); :func:`record_launches` raises RuntimeError otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import pkgutil
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+__all__ = ["GPU_TARGETS", "GpuTarget", "LaunchRecorder", "compile_problems", "record_launches"]
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuTarget:
+    """A GPU to compile for: ``arch`` as ``hstu_ops.triton._common.device_arch`` names it."""
+
+    arch: str
+    target: tuple
+    """The arguments of Triton's ``GPUTarget``."""
+    binary_kind: str
+    """The key of the binary in a compiled kernel's ``asm``."""
+    max_shared: int
+    """Shared memory (LDS) per block, bytes."""
+    multiprocessors: int
+    """Streaming multiprocessors (compute units): some launchers size their grids by them."""
+
+    @property
+    def vendor(self) -> str:
+        return "nvidia" if self.target[0] == "cuda" else "amd"
+
+    def compile(
+        self,
+        kernel,
+        constants: dict,
+        options: dict,
+        *,
+        types: dict[str, str] | None = None,
+        values: dict | None = None,
+    ):
+        """``triton.compile`` of ``kernel`` for this target; AssertionError when no binary
+        came out.
+
+        ``constants``: the constexpr arguments (names the kernel lacks are ignored). The other
+        arguments get either a plain signature, ``types`` (a type string per name, "i32" for a
+        name not listed), or, from ``values``, the specialisation a launch on those values
+        would get: pointer type strings ("*bf16", assumed 16-byte aligned) or sample integers
+        (1 becomes a constant, multiples of 16 get the divisibility hint that lets the
+        compiler vectorise and pipeline the loads).
+        """
+        import triton
+        from triton.backends.compiler import BaseBackend, GPUTarget
+        from triton.compiler import ASTSource
+        from triton.runtime.jit import native_specialize_impl
+
+        constants = {k: v for k, v in constants.items() if k in kernel.arg_names}
+        signature, attrs = {}, {}
+        for i, name in enumerate(kernel.arg_names):
+            if name in constants:
+                signature[name] = "constexpr"
+            elif values is None:
+                signature[name] = (types or {}).get(name, "i32")
+            elif isinstance(values[name], str):
+                signature[name], attrs[(i,)] = values[name], [["tt.divisibility", 16]]
+            else:
+                kind, spec = native_specialize_impl(BaseBackend, values[name], False, True, True)
+                if kind == "constexpr":
+                    signature[name], constants[name] = "constexpr", values[name]
+                else:
+                    signature[name] = kind
+                    if spec == "D":
+                        attrs[(i,)] = [["tt.divisibility", 16]]
+        source = ASTSource(kernel, signature, constexprs=constants, attrs=attrs)
+        binary = triton.compile(source, target=GPUTarget(*self.target), options=options)
+        assert binary.asm[self.binary_kind], kernel.__name__
+        return binary
+
+
+GPU_TARGETS = {
+    "sm80": GpuTarget("sm80", ("cuda", 80, 32), "cubin", 163 * 1024, 108),  # A100
+    "sm90": GpuTarget("sm90", ("cuda", 90, 32), "cubin", 227 * 1024, 132),  # H100 SXM
+    "gfx942": GpuTarget("gfx942", ("hip", "gfx942", 64), "hsaco", 64 * 1024, 304),  # MI300X
+}
+
+_LAUNCH_OPTIONS = {
+    "nvidia": ("num_warps", "num_stages", "num_ctas", "maxnreg"),
+    "amd": ("num_warps", "num_stages", "num_ctas", "waves_per_eu", "matrix_instr_nonkdim", "kpack"),
+}
+"""The launch options each vendor's Triton backend takes."""
+
+_POINTER_TYPES = {
+    torch.float32: "*fp32",
+    torch.bfloat16: "*bf16",
+    torch.float16: "*fp16",
+    torch.int64: "*i64",
+    torch.int32: "*i32",
+    torch.int8: "*i8",
+    torch.uint8: "*u8",
+    torch.bool: "*i1",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    kernel: Any
+    """The ``triton.runtime.JITFunction`` launched."""
+    constants: dict
+    values: dict
+    """The other arguments: a pointer type string per tensor, the value of every scalar."""
+    options: dict
+
+
+class LaunchRecorder:
+    """Stands in for ``JITFunction.run``: keeps one launch per distinct specialisation (kernel,
+    constexpr values, launch options, pointer dtypes, and per integer whether it is 1, a
+    multiple of 16 and within int32)."""
+
+    def __init__(self) -> None:
+        self.launches: dict[tuple, Launch] = {}
+
+    def run(self, kernel, *args, grid, warmup, **kwargs) -> None:
+        bound = dict(zip(kernel.arg_names, args, strict=False))
+        bound.update({k: v for k, v in kwargs.items() if k in kernel.arg_names})
+        options = {k: v for k, v in kwargs.items() if k not in kernel.arg_names}
+        constants, values, kinds = {}, {}, []
+        for param in kernel.params:
+            if param.name in bound:
+                value = bound[param.name]
+            elif param.has_default:
+                value = param.default
+            else:
+                raise TypeError(f"{kernel.__name__}: launched without {param.name}")
+            if param.is_constexpr:
+                constants[param.name] = value
+                continue
+            if isinstance(value, torch.Tensor):
+                values[param.name] = _POINTER_TYPES[value.dtype]
+                kinds.append(values[param.name])
+            else:
+                values[param.name] = value
+                kinds.append(_scalar_kind(value))
+        key = (
+            kernel.__name__,
+            repr(sorted(constants.items())),
+            repr(sorted(options.items())),
+            tuple(kinds),
+        )
+        self.launches.setdefault(key, Launch(kernel, constants, values, options))
+
+    def kernels(self) -> set[str]:
+        return {launch.kernel.__name__ for launch in self.launches.values()}
+
+
+def _scalar_kind(value) -> object:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return repr(value) if value is None else type(value).__name__
+    return (value == 1, value % 16 == 0, -(2**31) <= value < 2**31)
+
+
+@contextlib.contextmanager
+def record_launches(target: GpuTarget) -> Iterator[LaunchRecorder]:
+    """Inside, the Triton launches of hstu_ops' ops are recorded, not run, and the launchers
+    see ``target``'s architecture, multiprocessors and vendor; everything is put back on
+    leaving. The ops take CPU tensors and ``kernel="triton"`` there."""
+    from triton.runtime.jit import JITFunction
+
+    import hstu_ops._kernel as kernel_module
+    import hstu_ops.triton as package
+
+    modules = [
+        importlib.import_module(f"{package.__name__}.{info.name}")
+        for info in pkgutil.iter_modules(package.__path__)
+    ]
+    interpreted = [m.__name__ for m in modules if getattr(m, "INTERPRETED", False)]
+    if interpreted:
+        raise RuntimeError(
+            f"record_launches needs the compiled Triton kernels; {', '.join(interpreted)} "
+            "were imported for the interpreter (TRITON_INTERPRET was set)"
+        )
+    recorder = LaunchRecorder()
+    fakes = {
+        "device_arch": lambda device: target.arch,
+        "multiprocessors": lambda index: target.multiprocessors,
+        "check_device": lambda op, device, interpreted: None,
+    }
+    saved: list[tuple[object, str, object]] = []
+
+    def replace(owner, name: str, value) -> None:
+        saved.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, value)
+
+    try:
+        for module in modules:
+            for name, fake in fakes.items():
+                if hasattr(module, name):
+                    replace(module, name, fake)
+        replace(torch.version, "hip", "6.4" if target.vendor == "amd" else None)
+        replace(kernel_module, "triton_interpreting", lambda: True)
+        replace(JITFunction, "run", lambda self, *a, **kw: recorder.run(self, *a, **kw))
+        yield recorder
+    finally:
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)
+
+
+def compile_problems(recorder: LaunchRecorder, target: GpuTarget) -> list[str]:
+    """Compiles every recorded launch for ``target``; one line per launch that takes an option
+    the target's backend does not know, fails to compile, or needs more shared memory than the
+    chip has. Empty when all is well."""
+    problems = []
+    for launch in recorder.launches.values():
+        what = f"{launch.kernel.__name__} {launch.constants} {launch.options}"
+        unknown = set(launch.options) - set(_LAUNCH_OPTIONS[target.vendor])
+        if unknown:
+            problems.append(f"{what}: launch options {sorted(unknown)} unknown to {target.arch}")
+            continue
+        try:
+            binary = target.compile(
+                launch.kernel, launch.constants, launch.options, values=launch.values
+            )
+        except Exception as exc:  # every failure is listed, not only the first
+            problems.append(f"{what}: {type(exc).__name__}: {exc}")
+            continue
+        if binary.metadata.shared > target.max_shared:
+            problems.append(
+                f"{what}: {binary.metadata.shared} bytes of shared memory, "
+                f"{target.max_shared} on {target.arch}"
+            )
+    return problems
