@@ -38,6 +38,30 @@ def test_every_launch_of_the_ops_compiles_and_fits(gpu_target, load_triton, fres
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
+@pytest.mark.triton
+def test_every_autotune_candidate_of_addmm_compiles_and_one_fits(
+    gpu_target, load_triton, fresh_kernel_checks, monkeypatch
+):
+    """``HSTU_OPS_TRITON_AUTOTUNE=full``: each configuration the autotuner would time on that
+    chip compiles, and some fit (those that do not are skipped by the autotuner)."""
+    monkeypatch.setenv("HSTU_OPS_TRITON_AUTOTUNE", "full")
+    gen = torch.Generator().manual_seed(0)
+    x, w, bias = (
+        torch.randn(*s, generator=gen).bfloat16() for s in ((4096, 512), (512, 1024), (1024,))
+    )
+    with (
+        load_triton("hstu_ops.triton.triton_addmm", interpret=False) as addmm,
+        record_launches(gpu_target) as recorder,
+    ):
+        hstu_ops.addmm(bias, x, w, kernel="triton")
+        vendor = gpu_target.vendor
+        assert len(recorder.launches) == len(addmm.full_autotune_configs(vendor))
+    assert all(launch.candidate for launch in recorder.launches.values())
+    problems = compile_problems(recorder, gpu_target)
+    assert not problems, "\n".join(problems)
+
+
 def test_the_recorder_keeps_one_launch_per_specialisation():
     class Param:
         def __init__(self, name, constexpr=False, default=None):

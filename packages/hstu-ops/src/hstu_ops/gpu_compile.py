@@ -8,8 +8,8 @@ Triton's CPU interpreter never sees (types the compiler refuses, tiles too large
 :func:`record_launches` goes one step further: inside it, the ops run on CPU tensors with
 ``kernel="triton"`` as if on the target (the launchers are told its architecture name,
 multiprocessor count and vendor, so they choose that chip's tiles and launch options), and each
-kernel launch is recorded instead of run. Outputs are left unwritten; the launchers size
-nothing by them. :func:`compile_problems` then compiles each recorded launch with the
+kernel launch is recorded instead of run (under an autotuner, each of its configurations).
+Outputs are left unwritten; the launchers size nothing by them. :func:`compile_problems` then compiles each recorded launch with the
 specialisation a GPU launch would give it and lists what fails or does not fit::
 
     with record_launches(GPU_TARGETS["gfx942"]) as recorder:
@@ -131,6 +131,9 @@ class Launch:
     values: dict
     """The other arguments: a pointer type string per tensor, the value of every scalar."""
     options: dict
+    candidate: bool = False
+    """One of an autotuner's configurations: Triton's autotuner skips those that do not fit
+    the chip, so only a failure to compile, or none of them fitting, is a problem."""
 
 
 class LaunchRecorder:
@@ -140,6 +143,8 @@ class LaunchRecorder:
 
     def __init__(self) -> None:
         self.launches: dict[tuple, Launch] = {}
+        self.tuning = False
+        """Set while an autotuner's configurations are launched one after the other."""
 
     def run(self, kernel, *args, grid, warmup, **kwargs) -> None:
         bound = dict(zip(kernel.arg_names, args, strict=False))
@@ -168,7 +173,20 @@ class LaunchRecorder:
             repr(sorted(options.items())),
             tuple(kinds),
         )
-        self.launches.setdefault(key, Launch(kernel, constants, values, options))
+        self.launches.setdefault(key, Launch(kernel, constants, values, options, self.tuning))
+
+    def tune(self, autotuner, *args, **kwargs) -> None:
+        """Stands in for ``Autotuner.run``: launches every configuration it would time."""
+        autotuner.nargs = dict(zip(autotuner.arg_names, args, strict=False))
+        configs = (
+            autotuner.prune_configs(kwargs) if len(autotuner.configs) > 1 else autotuner.configs
+        )
+        self.tuning = True
+        try:
+            for config in configs:
+                autotuner.fn.run(*args, **kwargs, **config.all_kwargs())
+        finally:
+            self.tuning = False
 
     def kernels(self) -> set[str]:
         return {launch.kernel.__name__ for launch in self.launches.values()}
@@ -185,6 +203,7 @@ def record_launches(target: GpuTarget) -> Iterator[LaunchRecorder]:
     """Inside, the Triton launches of hstu_ops' ops are recorded, not run, and the launchers
     see ``target``'s architecture, multiprocessors and vendor; everything is put back on
     leaving. The ops take CPU tensors and ``kernel="triton"`` there."""
+    from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import JITFunction
 
     import hstu_ops._kernel as kernel_module
@@ -220,6 +239,7 @@ def record_launches(target: GpuTarget) -> Iterator[LaunchRecorder]:
         replace(torch.version, "hip", "6.4" if target.vendor == "amd" else None)
         replace(kernel_module, "triton_interpreting", lambda: True)
         replace(JITFunction, "run", lambda self, *a, **kw: recorder.run(self, *a, **kw))
+        replace(Autotuner, "run", lambda self, *a, **kw: recorder.tune(self, *a, **kw))
         yield recorder
     finally:
         for owner, name, value in reversed(saved):
@@ -229,8 +249,10 @@ def record_launches(target: GpuTarget) -> Iterator[LaunchRecorder]:
 def compile_problems(recorder: LaunchRecorder, target: GpuTarget) -> list[str]:
     """Compiles every recorded launch for ``target``; one line per launch that takes an option
     the target's backend does not know, fails to compile, or needs more shared memory than the
-    chip has. Empty when all is well."""
+    chip has (for an autotuner's configurations: when none of a kernel's fits). Empty when
+    all is well."""
     problems = []
+    candidates_fit: dict[str, bool] = {}
     for launch in recorder.launches.values():
         what = f"{launch.kernel.__name__} {launch.constants} {launch.options}"
         unknown = set(launch.options) - set(_LAUNCH_OPTIONS[target.vendor])
@@ -244,9 +266,16 @@ def compile_problems(recorder: LaunchRecorder, target: GpuTarget) -> list[str]:
         except Exception as exc:  # every failure is listed, not only the first
             problems.append(f"{what}: {type(exc).__name__}: {exc}")
             continue
-        if binary.metadata.shared > target.max_shared:
+        fits = binary.metadata.shared <= target.max_shared
+        if launch.candidate:
+            name = launch.kernel.__name__
+            candidates_fit[name] = candidates_fit.get(name, False) or fits
+        elif not fits:
             problems.append(
                 f"{what}: {binary.metadata.shared} bytes of shared memory, "
                 f"{target.max_shared} on {target.arch}"
             )
+    for name, fit in candidates_fit.items():
+        if not fit:
+            problems.append(f"{name}: none of its autotuner's configurations fits {target.arch}")
     return problems
