@@ -168,7 +168,7 @@ class LaunchRecorder:
                 values[param.name] = value
                 kinds.append(_scalar_kind(value))
         key = (
-            kernel.__name__,
+            id(kernel),  # two modules may name their kernels alike
             repr(sorted(constants.items())),
             repr(sorted(options.items())),
             tuple(kinds),
