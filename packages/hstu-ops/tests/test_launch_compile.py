@@ -73,16 +73,17 @@ def test_the_recorder_keeps_one_launch_per_specialisation():
         arg_names = ("x", "n", "BLOCK")
         params = (Param("x"), Param("n"), Param("BLOCK", constexpr=True, default=64))
 
-    recorder = LaunchRecorder()
+    recorder, kernel = LaunchRecorder(), Kernel()
     x16, x32 = torch.empty(4, dtype=torch.bfloat16), torch.empty(4)
-    recorder.run(Kernel(), x16, 32, grid=(1,), warmup=False, num_warps=4)
-    recorder.run(Kernel(), x16, 48, grid=(2,), warmup=False, num_warps=4)  # 16 | n again
-    recorder.run(Kernel(), x16, 33, grid=(1,), warmup=False, num_warps=4)  # not
-    recorder.run(Kernel(), x32, 32, grid=(1,), warmup=False, num_warps=4)  # pointer type
-    recorder.run(Kernel(), x16, 32, grid=(1,), warmup=False, num_warps=8)  # option
-    recorder.run(Kernel(), x16, 32, BLOCK=128, grid=(1,), warmup=False, num_warps=4)
+    recorder.run(kernel, x16, 32, grid=(1,), warmup=False, num_warps=4)
+    recorder.run(kernel, x16, 48, grid=(2,), warmup=False, num_warps=4)  # 16 | n again
+    recorder.run(kernel, x16, 33, grid=(1,), warmup=False, num_warps=4)  # not
+    recorder.run(kernel, x32, 32, grid=(1,), warmup=False, num_warps=4)  # pointer type
+    recorder.run(kernel, x16, 32, grid=(1,), warmup=False, num_warps=8)  # option
+    recorder.run(kernel, x16, 32, BLOCK=128, grid=(1,), warmup=False, num_warps=4)
+    recorder.run(Kernel(), x16, 32, grid=(1,), warmup=False, num_warps=4)  # another kernel
     launches = list(recorder.launches.values())
-    assert len(launches) == 5
+    assert len(launches) == 6
     assert launches[0].constants == {"BLOCK": 64}
     assert launches[0].values == {"x": "*bf16", "n": 32}
     assert launches[0].options == {"num_warps": 4}
