@@ -129,3 +129,15 @@ def test_the_smoke_names_a_triton_interpreter_that_numpy_breaks():
     assert check_module.interpreter_problem("3.8.0rc1", "2.4.0") is None
     assert check_module.interpreter_problem(None, "2.5.2") is None
     assert check_module.version_tuple("2.11.0+cu130") == (2, 11, 0)
+
+
+def test_the_commit_comes_from_the_environment_where_the_tree_has_no_git(tmp_path, monkeypatch):
+    check_module = load_check()
+    monkeypatch.setattr(check_module, "ROOT", tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    monkeypatch.setenv("CHECK_COMMIT", "abc1234")
+    assert check_module.git_commit() == "abc1234"
+    monkeypatch.delenv("CHECK_COMMIT")
+    assert check_module.git_commit() == "unknown"
+    monkeypatch.setattr(check_module, "ROOT", ROOT)
+    assert check_module.git_commit() not in ("unknown", "abc1234")

@@ -448,10 +448,17 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def git_commit() -> str:
-    out = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    )
-    return out.stdout.strip() if out.returncode == 0 else "unknown"
+    """The checked-out commit; where the tree came without its git folder (copied to a GPU
+    machine), CHECK_COMMIT names it, else "unknown"."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+    except OSError:  # no git at all
+        out = None
+    if out is not None and out.returncode == 0:
+        return out.stdout.strip()
+    return os.environ.get("CHECK_COMMIT", "").strip() or "unknown"
 
 
 def junit_counts(path: Path) -> dict:

@@ -4,6 +4,7 @@
 #
 #   bash tools/gpu/check.sh OUT_DIR [--cpu-smoke] [--budget SECONDS]
 #
-# PYTHON picks the interpreter (default: python3); see tools/gpu/check.py for the stages.
+# PYTHON picks the interpreter (default: python3); CHECK_COMMIT names the commit where the tree
+# has no git folder; see tools/gpu/check.py for the stages.
 set -euo pipefail
 exec "${PYTHON:-python3}" "$(dirname "$0")/check.py" "$@"
