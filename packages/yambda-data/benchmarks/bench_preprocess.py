@@ -23,7 +23,8 @@ repeated timestamps, or a download.
 With ``--layout`` each input is first rewritten (once, cached under ``--work``) in each layout
 given as ``EVENT_TYPE[:ROW_GROUP_ROWS[:ORDER]]``: ``event_type`` stored as ``enum``,
 ``dictionary``, ``string`` or ``large_string``, row groups of that many rows (default
-1,000,000), ``sorted`` or ``unsorted`` (the uids' blocks of rows in a random order; see
+1,000,000), ``sorted``, ``unsorted`` (the uids' blocks of rows in a random order) or ``time``
+(every row in timestamp order, as a log is written; see
 :mod:`yambda_data._layouts`); ``synth`` (the default) is the file as synthesized. Every case
 runs on every layout, and the outputs of the layouts are compared file by file (their
 ``checksums.json``): they must be byte-identical.

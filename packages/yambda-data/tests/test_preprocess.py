@@ -283,11 +283,15 @@ def unsorted_orders(events: pl.DataFrame) -> dict[str, pl.DataFrame]:
         .with_columns(pl.col("key").sort().over("uid", "timestamp"))
         .sort("key")
         .drop("key"),
+        # a log: every row in time order (rows of one timestamp in uid order)
+        "time_ordered": events.sort("timestamp", maintain_order=True),
     }
 
 
 @pytest.mark.parametrize("partitions", [None, 2, 3])
-@pytest.mark.parametrize("order", ["split_uid", "late_block", "reversed_times", "shuffled"])
+@pytest.mark.parametrize(
+    "order", ["split_uid", "late_block", "reversed_times", "shuffled", "time_ordered"]
+)
 def test_unsorted_file_gives_the_sorted_files_output(tmp_path, partitions, order):
     """The reference sorts the events itself and so accepts a file in any order; so does
     preprocess, each uid range sorted by (uid, timestamp) as it is read, rows of equal keys in
@@ -298,6 +302,27 @@ def test_unsorted_file_gives_the_sorted_files_output(tmp_path, partitions, order
     expected = preprocess(raw_sorted, "50m", tmp_path / "expected", partitions=partitions)
     assert preprocess(raw, "50m", tmp_path / "out", partitions=partitions) == expected
     assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "expected")
+
+
+@pytest.mark.parametrize("uid_span", [1_000, 70_000, 3_000_000_000])
+def test_a_partition_in_time_order_is_sorted_as_the_general_sort_does(uid_span):
+    """The time-ordered path (a stable radix sort by uid, one 16-bit digit or two) puts the rows
+    in the order of the stable (uid, timestamp) sort, ties in file order."""
+    rng = np.random.default_rng(uid_span)
+    n = 5_000
+    part = pl.DataFrame(
+        {
+            "uid": rng.integers(7, 7 + uid_span, n, dtype=np.uint32),
+            "timestamp": np.sort(rng.integers(0, 400, n)).astype(np.uint32) * 5,
+            "item_id": np.arange(n, dtype=np.uint32),  # tells the ties apart
+        }
+    )
+    expected = part.sort("uid", "timestamp", maintain_order=True)
+    assert prep._in_order(part).equals(expected)
+    reversed_times = part.reverse()  # not in time order: the general sort
+    assert prep._in_order(reversed_times).equals(
+        reversed_times.sort("uid", "timestamp", maintain_order=True)
+    )
 
 
 def test_unsorted_file_with_empty_uid_ranges(tmp_path):

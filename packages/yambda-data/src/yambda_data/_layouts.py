@@ -7,9 +7,11 @@ The public schema fixes the columns and their values, not how a writer stores th
   dictionary-encoded strings, read by polars as Categorical), ``string`` or ``large_string``
   (plain strings with 32- or 64-bit offsets);
 * row groups of any number of rows;
-* ``sorted`` (the schema's (uid, timestamp) order) or ``unsorted``: the uids' blocks of rows in
-  a random (seeded) order, each uid's rows in their order, so that preprocess must give the
-  sorted file's output byte for byte.
+* ``sorted`` (the schema's (uid, timestamp) order); ``unsorted``: the uids' blocks of rows in
+  a random (seeded) order, each uid's rows in their order; or ``time``: every row in
+  timestamp order, as a log is written (rows of one timestamp in uid order). Rows of one
+  (uid, timestamp) keep their order in each, so that preprocess must give the sorted file's
+  output byte for byte.
 
 Every layout but ``enum`` is written with pyarrow (a development dependency: polars writes
 neither 32-bit-offset strings nor a chosen dictionary index type), imported on use.
@@ -23,7 +25,7 @@ import numpy as np
 import polars as pl
 
 EVENT_TYPE_LAYOUTS = ("enum", "dictionary", "string", "large_string")
-ORDERS = ("sorted", "unsorted")
+ORDERS = ("sorted", "unsorted", "time")
 
 
 def uid_blocks_shuffled(events: pl.DataFrame, seed: int) -> pl.DataFrame:
@@ -57,6 +59,8 @@ def write_layout(
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     if order == "unsorted":
         events = uid_blocks_shuffled(events, seed)
+    elif order == "time":
+        events = events.sort("timestamp", maintain_order=True)
     if event_type == "enum":
         events.write_parquet(path, compression="zstd", row_group_size=row_group_rows)
         return

@@ -213,13 +213,26 @@ def _in_order(part: pl.DataFrame) -> pl.DataFrame:
     file and the same rows in any other order give the same output."""
     uid = part["uid"].to_numpy()
     ts = part["timestamp"].to_numpy()
-    later_uid = uid[1:] > uid[:-1]
-    if np.all(later_uid | ((uid[1:] == uid[:-1]) & (ts[1:] >= ts[:-1]))):
+    later_time = ts[1:] >= ts[:-1]
+    if np.all((uid[1:] > uid[:-1]) | ((uid[1:] == uid[:-1]) & later_time)):
         return part
+    if np.all(later_time):
+        # A log in time order: a stable sort by uid alone gives (uid, timestamp) order, and
+        # numpy sorts 16-bit digits by radix, in one pass over the rows per digit.
+        return part[_stable_order_by(uid - uid.min())]
     # One 64-bit key, and numpy's stable sort (a merge of the runs a file in uid blocks
     # already has): a third of polars' stable two-column sort of the whole frame.
     key = (uid.astype(np.uint64) << np.uint64(32)) | ts
     return part[np.argsort(key, kind="stable")]
+
+
+def _stable_order_by(values: np.ndarray) -> np.ndarray:
+    """The stable sorting permutation of non-negative 32-bit ``values``, by 16-bit digits from
+    the lowest (one digit when the values are below 65,536)."""
+    order = np.argsort((values & 0xFFFF).astype(np.uint16), kind="stable")
+    if values.max() < 1 << 16:
+        return order
+    return order[np.argsort((values[order] >> 16).astype(np.uint16), kind="stable")]
 
 
 def _run_starts(values: np.ndarray) -> np.ndarray:
