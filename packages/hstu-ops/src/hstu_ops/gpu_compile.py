@@ -9,8 +9,9 @@ Triton's CPU interpreter never sees (types the compiler refuses, tiles too large
 ``kernel="triton"`` as if on the target (the launchers are told its architecture name,
 multiprocessor count and vendor, so they choose that chip's tiles and launch options), and each
 kernel launch is recorded instead of run (under an autotuner, each of its configurations).
-Outputs are left unwritten; the launchers size nothing by them. :func:`compile_problems` then compiles each recorded launch with the
-specialisation a GPU launch would give it and lists what fails or does not fit::
+Outputs are left unwritten; the launchers size nothing by them. :func:`compile_problems` then
+compiles each recorded launch with the specialisation a GPU launch would give it and lists
+what fails or does not fit::
 
     with record_launches(GPU_TARGETS["gfx942"]) as recorder:
         run_the_ops_or_a_model_step()  # CPU tensors, kernel="triton"

@@ -8,9 +8,9 @@ loader worker) does not inherit it, so a worker that outlives its parent cannot 
 folder locked. The holder writes its pid and host into the file, which a refused process
 names; the kernel says which process holds the lock (F_GETLK), so a record left by an earlier
 holder, killed before it could clear it, is never named in place of a new holder that has not
-written its own yet. One rule comes with record locks: closing any descriptor of the file releases the
-lock, so this module opens a lock file at most once per process and answers questions about
-the locks this process holds from memory (`_HELD`).
+written its own yet. One rule comes with record locks: closing any descriptor of the file
+releases the lock, so this module opens a lock file at most once per process and answers
+questions about the locks this process holds from memory (`_HELD`).
 """
 
 from __future__ import annotations
