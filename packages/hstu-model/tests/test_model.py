@@ -173,6 +173,28 @@ def test_native_and_pytorch_kernels_agree(tiny_config, make_batch, build):
         torch.testing.assert_close(got_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize("kernel", ["pytorch", "native"])
+def test_the_layers_run_in_the_autocast_dtype_where_the_token_mlps_return_float32(
+    tiny_config, make_batch, build, kernel
+):
+    """CUDA's autocast runs layer_norm, the token MLPs' last op, in float32 (the CPU's does
+    not), and the fused kernels take their inputs' dtype: the STU layers must still get bf16
+    tokens. Seen on an H100: float32 layers, and the PYTORCH layers' dtype check failing."""
+    model = build(tiny_config.replace(model={"kernel": kernel})).train()
+    for name in ("content_mlp", "additional_mlp", "action_mlp"):
+        mlp = getattr(model, name)
+        mlp.register_forward_hook(lambda module, args, out: out.float())  # as on CUDA
+    seen = []
+    for layer in model.layers:
+        layer.register_forward_pre_hook(lambda module, args: seen.append(args[0].dtype))
+    batch = make_batch([3, 0, 9], seed=2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(batch.uih, batch.candidates).logits
+    model.loss(logits.float(), batch.labels).backward()
+    assert seen == [torch.bfloat16] * len(model.layers)
+    assert torch.isfinite(logits).all()
+
+
 def test_trainer_fits_a_fixed_batch(tiny_config, make_batch, build):
     cfg = tiny_config.replace(
         model={"input_dropout": 0.0, "linear_dropout": 0.0},

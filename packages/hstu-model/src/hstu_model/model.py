@@ -484,6 +484,13 @@ class RankerBase(nn.Module, abc.ABC):
         # One table of tokens, gathered into per-sample [contextual][history][candidates] order
         # through the merged index of the three jagged streams.
         tokens = torch.cat([contextual_tokens.to(item_tokens.dtype), item_tokens], dim=0)
+        device_type = tokens.device.type
+        if torch.is_autocast_enabled(device_type):
+            # The sequence part runs in the autocast dtype, as the reference casts its sequence
+            # embeddings to its training dtype. Autocast alone does not ensure it: on CUDA it
+            # runs layer_norm (the token MLPs' last op) in float32, and the fused kernels take
+            # their inputs' dtype, not autocast's.
+            tokens = tokens.to(torch.get_autocast_dtype(device_type))
         history_times = uih[f.action_timestamp].values.to(torch.int64)
         token_times = torch.cat(
             [
