@@ -13,7 +13,9 @@ GPU times.
 Defaults: 4 sequences of 4096 tokens, 4 heads, attn_dim = hidden_dim = 128, bfloat16, causal.
 Options: --seq-len, --batch, --heads, --attn-dim, --hidden-dim, --dtype {bf16,fp16,fp32},
 --no-causal, --targets N (candidates per sequence), --contextual N, --max-attn-len N,
---jagged (lengths drawn uniformly from [seq_len / 2, seq_len]), --repeats N, --skip-pytorch.
+--jagged (lengths drawn uniformly from [seq_len / 2, seq_len]), --repeats N, --skip-pytorch,
+--sweep (TRITON only: the default tiles, then variants that change one kernel's tiles, warps
+or the pipeline depth; prints one row per variant as it is measured, fastest marked at the end).
 
 FLOPs are useful work, the same figure for both kernels: forward 2 * pairs * (attn_dim +
 hidden_dim) per head, where pairs is the number of (query, key) pairs the mask allows (about
@@ -26,6 +28,7 @@ clock). Prints a table; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -36,6 +39,11 @@ import torch
 import hstu_ops
 from hstu_ops import Kernel
 from hstu_ops.pytorch import hstu_attention_mask
+from hstu_ops.triton.triton_hstu_attention import (
+    BlockConfig,
+    default_block_config,
+    triton_hstu_mha,
+)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -55,7 +63,28 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--jagged", action="store_true")
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--skip-pytorch", action="store_true")
+    p.add_argument("--sweep", action="store_true")
     return p.parse_args()
+
+
+def sweep_configs(default: BlockConfig) -> list[tuple[str, BlockConfig]]:
+    """The default tiles, then variants of one kernel each (the others as the default, so the
+    variant's own kernel is the only one recompiled): (what changed, config)."""
+    variants = [("default", default)]
+    for stages in (1, 3, 4):
+        variants.append((f"num_stages {stages}", dataclasses.replace(default, num_stages=stages)))
+    kernels = {
+        "fwd": [(128, 64, 4), (128, 128, 8), (64, 64, 4), (64, 128, 4), (128, 32, 4), (64, 32, 4)],
+        "dkdv": [(32, 64, 4), (64, 64, 4), (64, 64, 8), (32, 128, 8), (64, 128, 8), (16, 64, 4)],
+        "dq": [(128, 64, 8), (64, 32, 4), (128, 32, 8), (64, 128, 8), (32, 64, 4)],
+    }
+    for kernel, shapes in kernels.items():
+        for m, n, warps in shapes:
+            change = {f"{kernel}_block_m": m, f"{kernel}_block_n": n, f"{kernel}_warps": warps}
+            config = dataclasses.replace(default, **change)
+            if config != default:
+                variants.append((f"{kernel} {m}x{n} w{warps}", config))
+    return variants
 
 
 def _elapsed_ms(fn, device: torch.device) -> float:
@@ -145,6 +174,8 @@ def main() -> int:
         f"{pairs:,} attended pairs per head"
     )
     print()
+    if args.sweep:
+        return sweep(args, q, k, v, dout, offsets, options, alpha, fwd_flops, total_flops, device)
     print("| kernel | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | peak GiB |")
     print("|---|---:|---:|---:|---:|---:|")
     kernels = [Kernel.TRITON] if args.skip_pytorch else [Kernel.TRITON, Kernel.PYTORCH]
@@ -177,6 +208,47 @@ def main() -> int:
             f"| {kernel.name} | {fwd_ms:.3f} | {fwd_flops / fwd_ms / 1e9:.1f} | {both_ms:.3f} | "
             f"{total_flops / both_ms / 1e9:.1f} | {peak} |"
         )
+    return 0
+
+
+def sweep(args, q, k, v, dout, offsets, options, alpha, fwd_flops, total_flops, device) -> int:
+    max_seq_len = int((offsets[1:] - offsets[:-1]).max())
+    default = default_block_config(args.attn_dim, args.hidden_dim, q.dtype)
+    print("| variant | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |")
+    print("|---|---:|---:|---:|---:|")
+    results = []
+    for name, config in sweep_configs(default):
+
+        def attend(config=config):
+            return triton_hstu_mha(
+                max_seq_len, alpha, q, k, v, offsets, **options, block_config=config
+            )
+
+        def forward():
+            with torch.no_grad():
+                return attend()
+
+        def forward_backward():
+            torch.autograd.grad(attend(), (q, k, v), dout)
+
+        try:
+            fwd_ms = _median_ms(forward, args.repeats, device)
+            both_ms = _median_ms(forward_backward, args.repeats, device)
+        except Exception as e:  # a tile that does not compile or fit: report it, go on
+            print(f"| {name} | failed: {type(e).__name__}: {str(e).splitlines()[0][:80]} | | | |")
+            continue
+        results.append((name, fwd_ms, both_ms))
+        print(
+            f"| {name} | {fwd_ms:.3f} | {fwd_flops / fwd_ms / 1e9:.1f} | {both_ms:.3f} | "
+            f"{total_flops / both_ms / 1e9:.1f} |",
+            flush=True,
+        )
+    if results:
+        fastest_fwd = min(results, key=lambda r: r[1])
+        fastest_both = min(results, key=lambda r: r[2])
+        print(f"fastest forward: {fastest_fwd[0]} ({fastest_fwd[1]:.3f} ms)")
+        print(f"fastest forward + backward: {fastest_both[0]} ({fastest_both[2]:.3f} ms)")
+        print(f"default tiles: {default}")
     return 0
 
 

@@ -797,11 +797,17 @@ def default_block_config(
     """The tiles used when ``block_config`` is not given.
 
     Under the interpreter: 16 x 16 tiles (many blocks per sequence, which is what the tests
-    want). On a GPU: not autotuned and not yet timed. The tiles are ones for which ``ptxas``
-    reports no local memory (no register spills) on sm_90 with bfloat16: for head dims <= 64
-    the shapes of Triton's fused-attention tutorial (tall query tiles forward and for dq, tall
-    key tiles for dk/dv); above that, short key tiles for dk/dv, whose two float32 accumulators
-    spill otherwise. float32 (exact IEEE products, no tensor cores) gets small tiles.
+    want). On a GPU: not autotuned. For head dims in (64, 128], 16-bit and no dropout, the
+    tiles are the fastest of a sweep on an H100 at the yambda-5b shape (32 sequences of 4,095
+    tokens, 4 heads of 128, bf16; ``bench_triton_attention.py --sweep``, one kernel changed at
+    a time): forward 64 x 32 with 4 warps (3.28 ms against 3.80 for the 128 x 64 before), dk/dv
+    32 x 64 with 4 warps (7.3 ms against 10.1 for 64 x 32; no spills on sm_90 where the old
+    tile spilled 8 bytes with Triton 3.6); dq kept (no variant was faster; it spills 8 bytes).
+    The other tiles are not yet timed: ones for which ``ptxas`` reports no local memory (no
+    register spills) on sm_90 with bfloat16. For head dims <= 64 the shapes of Triton's
+    fused-attention tutorial (tall query tiles forward and for dq, tall key tiles for dk/dv);
+    above 128, short key tiles for dk/dv, whose two float32 accumulators spill otherwise.
+    float32 (exact IEEE products, no tensor cores) gets small tiles.
     ``dropout``: the Philox state (six 32-bit words per weight while it is drawn) needs more
     registers; for head dims <= 128 the forward (and for <= 64 the dk/dv kernel) gets more
     warps or smaller tiles, again without spills on sm_90. (Head dims > 128: the dq kernel
@@ -819,7 +825,7 @@ def default_block_config(
     if d <= 128:
         if dropout:
             return BlockConfig(128, 32, 64, 32, 64, 64, 8, 4, 4)
-        return BlockConfig(128, 64, 64, 32, 64, 64, 8, 4, 4)
+        return BlockConfig(64, 32, 32, 64, 64, 64, 4, 4, 4)
     return BlockConfig(64, 64, 64, 32, 32, 32, 8, 8, 4)
 
 
