@@ -120,15 +120,61 @@ def test_the_table_names_the_published_figure_beside_the_ratio():
     assert check_module.vs_published({"published_samples_per_s": None}) == "-"
 
 
-def test_the_smoke_names_a_triton_interpreter_that_numpy_breaks():
+def fake_check(check_module, tmp_path, replies: dict[str, tuple]):
+    """A --cpu-smoke Check whose commands answer from ``replies`` (stage -> replies in order)."""
+    check = check_module.Check(tmp_path, smoke=True, budget=60)
+    queue = {stage: list(answers) for stage, answers in replies.items()}
+    check.command = lambda stage, argv, timeout, env=None: queue[stage].pop(0)
+    return check
+
+
+def test_the_smoke_fails_on_an_interpreter_that_numpy_breaks(tmp_path):
     check_module = load_check()
-    problem = check_module.interpreter_problem("3.6.0", "2.5.2")
-    assert problem and "numpy<2.4 or triton>=3.7" in problem and "3.6.0" in problem
-    assert check_module.interpreter_problem("3.6.0", "2.3.5") is None
-    assert check_module.interpreter_problem("3.7.0", "2.5.2") is None
-    assert check_module.interpreter_problem("3.8.0rc1", "2.4.0") is None
-    assert check_module.interpreter_problem(None, "2.5.2") is None
-    assert check_module.version_tuple("2.11.0+cu130") == (2, 11, 0)
+    problem = "Triton 3.6.0's interpreter does not run with numpy 2.5.2 (...)"
+    info = {"torch": "2.11.0", "triton": "3.6.0", "numpy": "2.5.2", "interpreter_problem": problem}
+    check = fake_check(check_module, tmp_path, {"environment": [(0, "ENV " + json.dumps(info))]})
+    assert check.environment(30) == ("failed", problem)
+    info["interpreter_problem"] = None
+    check = fake_check(check_module, tmp_path, {"environment": [(0, "ENV " + json.dumps(info))]})
+    assert check.environment(30)[0] == "passed"
+
+
+def test_a_native_op_that_crashes_on_a_bad_argument_fails_the_build_stage(tmp_path):
+    check_module = load_check()
+    built = 'NATIVE {"cpu": true, "cuda": false, "hip": false, "error": null}'
+    for probe, expected in (
+        ((0, "NATIVE-ERROR raised"), "passed"),
+        ((-11, "Fatal Python error: Segmentation fault"), "killed by signal 11"),
+        ((1, "RuntimeError: something else"), "exit status 1"),
+    ):
+        check = fake_check(check_module, tmp_path, {"native-build": [(0, built), probe]})
+        check.result["environment"] = {"c++": "c++ (GCC) 13.3.0", "pybind11": "3.0.1"}
+        status, detail = check.native_build(30)
+        if expected == "passed":
+            assert status == "passed", detail
+        else:
+            assert status == "failed" and expected in detail and "GCC) 13.3.0" in detail
+
+
+def test_failed_tests_are_kept_with_their_first_message_line(tmp_path):
+    report = tmp_path / "r.xml"
+    report.write_text(
+        '<testsuites><testsuite tests="3" failures="1" errors="1" skipped="0">'
+        '<testcase classname="t.test_a" name="test_ok"/>'
+        '<testcase classname="t.test_a" name="test_bad[1]">'
+        '<failure message="AssertionError: 2 != 3&#10;more">trace</failure></testcase>'
+        '<testcase classname="t.test_b" name="test_setup"><error message="">boom&#10;x</error>'
+        "</testcase></testsuite></testsuites>"
+    )
+    check_module = load_check()
+    assert check_module.junit_failures(report) == [
+        "t.test_a::test_bad[1]: AssertionError: 2 != 3",
+        "t.test_b::test_setup: boom",
+    ]
+    assert check_module.junit_counts(report) == {
+        "passed": 1, "failed": 1, "errors": 1, "skipped": 0
+    }  # fmt: skip
+    assert check_module.junit_failures(tmp_path / "missing.xml") == []
 
 
 def test_the_commit_comes_from_the_environment_where_the_tree_has_no_git(tmp_path, monkeypatch):

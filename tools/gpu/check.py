@@ -5,16 +5,20 @@
     bash tools/gpu/check.sh OUT_DIR --reference CHECKOUT  # also the MLPerf reference's attention
 
 Runs in the Python that is there (PYTHON, else the one running this). Stages, in order:
-  environment   python, torch, triton, nvcc and the GPU
+  environment   python, torch, triton, numpy, the GPU and the build tools (c++, cmake, nvcc,
+                pybind11, scikit-build-core); --cpu-smoke fails here when Triton's interpreter
+                cannot run with this numpy (hstu_ops.triton_interpreter_problem)
   install       .ci/install-into-existing-env.sh cuda with INSTALL_OFFLINE=1: hstu-ops built
                 with that torch for this GPU's architecture (no build isolation, no dependency
                 resolution, no network); packages whose build backend is missing are skipped
                 and reached through PYTHONPATH (they are pure Python). Skipped by --cpu-smoke,
                 which runs in the workspace environment as it is.
-  native-build  what the compiled extension holds (hstu_ops.native_build_info)
+  native-build  what the compiled extension holds (hstu_ops.native_build_info), and that a
+                native op's argument error reaches Python as ValueError (not a crash)
   correctness   tools/gpu/correctness.py (hstu_ops.selfcheck): every op family, per kernel and
                 dtype, against the PyTorch reference on the same device; worst error per family
-  gpu-tests     the hstu-ops tests marked gpu
+  gpu-tests     the hstu-ops tests marked gpu (each test at most half the stage's time where
+                pytest-timeout is installed; the first line of each failure is kept)
   benchmarks    packages/hstu-model/benchmarks/bench_gpu.py at batch 32 (--tiny on the CPU):
                 first dense-step, the model's training step on plain torch tables (no
                 torchrec needed) at 2,048 and 4,096 tokens per sample with its peak memory per
@@ -61,7 +65,7 @@ STAGE_TIMEOUTS = {  # seconds on an H100 / on two CPU cores
     "install": (200, 0),
     "native-build": (30, 30),
     "correctness": (120, 60),
-    "gpu-tests": (60, 30),
+    "gpu-tests": (120, 30),
     "benchmarks": (180, 60),
     "tests": (150, 60),
 }
@@ -232,6 +236,14 @@ class Check:
             "except Exception as e:\n    info['triton'] = None\n"
             "try:\n    import numpy; info['numpy'] = numpy.__version__\n"
             "except Exception as e:\n    info['numpy'] = None\n"
+            "import importlib.metadata as md, importlib.util as iu\n"
+            "for name in ('pybind11', 'scikit-build-core'):\n"
+            "    try:\n        info[name] = md.version(name)\n"
+            "    except md.PackageNotFoundError:\n        info[name] = None\n"
+            "info['pytest_timeout'] = iu.find_spec('pytest_timeout') is not None\n"
+            "try:\n    import hstu_ops\n"
+            "    info['interpreter_problem'] = hstu_ops.triton_interpreter_problem()\n"
+            "except Exception:\n    info['interpreter_problem'] = None\n"
             "if torch.cuda.is_available():\n"
             "    info['gpu'] = torch.cuda.get_device_name(0)\n"
             "    info['capability'] = '%d%d' % torch.cuda.get_device_capability(0)\n"
@@ -241,22 +253,15 @@ class Check:
         for line in tail.splitlines():
             if line.startswith("ENV "):
                 self.result["environment"] = json.loads(line[4:])
-        nvcc = shutil.which("nvcc")
-        if nvcc:
-            done = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False)
-            lines = done.stdout.strip().splitlines()
-            self.result["environment"]["nvcc"] = (
-                lines[-1] if done.returncode == 0 and lines else None
-            )
-        else:
-            self.result["environment"]["nvcc"] = None
         env = self.result["environment"]
+        # The tools that build the extension: a native op that crashes where it should raise
+        # is a mismatch between them and the torch it runs in.
+        for tool in ("nvcc", "c++", "cmake"):
+            env[tool] = tool_version(tool)
         if rc == 0 and not self.smoke and not env.get("gpu"):
             return "failed", "torch sees no GPU (use --cpu-smoke on a machine without one)"
-        if rc == 0 and self.smoke:
-            problem = interpreter_problem(env.get("triton"), env.get("numpy"))
-            if problem:
-                return "failed", problem
+        if rc == 0 and self.smoke and env.get("interpreter_problem"):
+            return "failed", env["interpreter_problem"]
         return self.outcome(
             rc, tail, timeout, f"{env.get('gpu') or 'CPU'}, torch {env.get('torch')}"
         )
@@ -286,7 +291,34 @@ class Check:
             if not self.smoke and not info.get("cuda"):
                 status = "failed"
                 detail = f"the extension has no CUDA ops: {info.get('error') or detail}"
+            elif info.get("cpu"):
+                crash = self.native_error_crashes(timeout)
+                if crash:
+                    status, detail = "failed", crash
         return status, detail
+
+    def native_error_crashes(self, timeout) -> str | None:
+        """Why a native op's argument error does not reach Python as a ValueError (the process
+        dies, say), or None. Seen once: a build on the lent H100's image died with signal 11 on
+        every argument error while its results were right."""
+        probe = (
+            "import torch, hstu_ops\n"
+            "try:\n"
+            "    hstu_ops.complete_cumsum(torch.tensor([1, -1]), kernel='native')\n"
+            "except ValueError:\n    print('NATIVE-ERROR raised')\n"
+        )
+        rc, tail = self.command("native-build", [self.python, "-c", probe], timeout)
+        if rc == 0 and "NATIVE-ERROR raised" in tail:
+            return None
+        env = self.result["environment"]
+        how = "timed out" if rc is None else f"exit status {rc}"
+        if rc is not None and rc < 0:
+            how = f"killed by signal {-rc}"
+        return (
+            f"a native op's argument error did not raise ValueError ({how}): the extension and "
+            f"torch disagree on the C++ runtime (c++: {env.get('c++')}, pybind11 "
+            f"{env.get('pybind11')}, torch {env.get('torch')})"
+        )
 
     def collected(self, key: str, argv: list[str], path: Path, stage: str, timeout):
         """Runs a script that writes `path` as it goes; its content becomes result[key], also
@@ -316,10 +348,16 @@ class Check:
     def pytest(self, name: str, paths: list[str], marks: str, timeout):
         report = self.out / f"{name}.tmp.xml"
         argv = [self.python, "-m", "pytest", *paths, "-q", "-p", "no:cacheprovider", "-m", marks]
-        argv += [f"--junitxml={report}"]
+        argv += [f"--junitxml={report}", "--tb=short", "-rfE"]
+        if self.result["environment"].get("pytest_timeout"):
+            # One slow test fails alone instead of taking the stage, and its report survives.
+            argv += [f"--timeout={max(10, int(timeout / 2))}"]
         rc, tail = self.command(name, argv, timeout)
         counts = junit_counts(report)
+        failures = junit_failures(report)
         report.unlink(missing_ok=True)
+        if failures:
+            self.result.setdefault("test_failures", {})[name] = failures
         if not counts and self.progress:  # stopped before its report: what it printed
             names = {".": "passed", "F": "failed", "E": "errors", "s": "skipped"}
             counts = {names[c]: n for c, n in self.progress.items() if c in names}
@@ -401,30 +439,17 @@ class Check:
         return 1 if failed else 0
 
 
-def interpreter_problem(triton: str | None, numpy: str | None) -> str | None:
-    """Why Triton's interpreter (the CPU smoke runs every Triton kernel in it) cannot run
-    with these versions, or None. Triton before 3.7 takes int() of a one-element array for a
-    scalar argument, which numpy 2.4 refuses: every kernel with a loop over one then fails."""
-    if not triton or not numpy:
+def tool_version(tool: str) -> str | None:
+    """The line of ``tool --version`` that names the version ("cmake version 3.25.1", "Cuda
+    compilation tools, release 13.0, V13.0.48"; else the first line, as gcc's), or None."""
+    path = shutil.which(tool)
+    if not path:
         return None
-    if version_tuple(triton) < (3, 7) and version_tuple(numpy) >= (2, 4):
-        return (
-            f"Triton {triton}'s interpreter does not run with numpy {numpy} (Triton before 3.7 "
-            "converts one-element arrays with int(), which numpy 2.4 refuses): for --cpu-smoke "
-            "use numpy<2.4 or triton>=3.7; a GPU run does not use the interpreter"
-        )
-    return None
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """The leading numbers of a version string: '2.11.0+cu130' -> (2, 11, 0)."""
-    numbers = []
-    for part in version.split("+")[0].split("."):
-        digits = re.match(r"\d+", part)
-        if not digits:
-            break
-        numbers.append(int(digits.group()))
-    return tuple(numbers)
+    done = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return None
+    return next((x for x in lines if "version" in x or "release" in x), lines[0]).strip()
 
 
 def kill(proc: subprocess.Popen) -> None:
@@ -472,6 +497,20 @@ def junit_counts(path: Path) -> dict:
     return {"passed": passed, "failed": failed, "errors": errors, "skipped": skipped}
 
 
+def junit_failures(path: Path, limit: int = 30) -> list[str]:
+    """'test id: first line of the message' per failed or erroring test (the first ``limit``)."""
+    if not path.exists():
+        return []
+    found = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        for outcome in (case.find("failure"), case.find("error")):
+            if outcome is not None:
+                message = (outcome.get("message") or outcome.text or "").strip().splitlines()
+                test = f"{case.get('classname', '')}::{case.get('name', '')}"
+                found.append(f"{test}: {message[0][:300] if message else ''}")
+    return found[:limit]
+
+
 def fmt_err(entry: dict | None) -> str:
     if not entry:
         return "-"
@@ -500,6 +539,10 @@ def markdown(result: dict) -> str:
         f"Commit {result['commit']}, started {result['started']}, `{result['command']}`; "
         f"{env.get('gpu') or 'CPU'}, torch {env.get('torch')}, triton {env.get('triton')}, "
         f"CUDA {env.get('cuda')}." + ("" if result.get("finished") else " **Unfinished.**"),
+        "",
+        f"Build tools: {env.get('c++')}; {env.get('cmake')}; nvcc: {env.get('nvcc')}; "
+        f"pybind11 {env.get('pybind11')}; scikit-build-core {env.get('scikit-build-core')}; "
+        f"numpy {env.get('numpy')}.",
         "",
         "| stage | status | s | detail |",
         "|---|---|---:|---|",
@@ -549,6 +592,8 @@ def markdown(result: dict) -> str:
             )
         for family, largest in (bench.get("largest_batch") or {}).items():
             lines += ["", f"Largest batch that ran, {family}: {largest}"]
+    for name, failures in (result.get("test_failures") or {}).items():
+        lines += ["", f"Failed in {name}:", ""] + [f"- `{f}`" for f in failures]
     if result["skipped"]:
         lines += ["", "Skipped:", ""] + [f"- {s}" for s in result["skipped"]]
     return "\n".join(lines) + "\n"

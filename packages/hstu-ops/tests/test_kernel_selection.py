@@ -1,3 +1,5 @@
+import importlib.metadata
+
 import pytest
 import torch
 
@@ -53,3 +55,25 @@ def test_default_kernel_is_used_when_kernel_is_none(monkeypatch):
     # An explicit kernel wins over the default.
     with pytest.raises(AssertionError, match="PYTORCH kernel ran"):
         hstu_ops.complete_cumsum(torch.tensor([1]), kernel=Kernel.PYTORCH)
+
+
+def test_the_triton_interpreter_problem_names_the_versions_and_the_fix(monkeypatch):
+    problem = hstu_ops.triton_interpreter_problem("3.6.0", "2.5.2")
+    assert problem and "numpy<2.4 or triton>=3.7" in problem and "3.6.0" in problem
+    assert "2.5.2" in problem
+    assert hstu_ops.triton_interpreter_problem("3.6.0", "2.3.5") is None
+    assert hstu_ops.triton_interpreter_problem("3.7.0", "2.5.2") is None
+    assert hstu_ops.triton_interpreter_problem("3.8.0rc1", "2.4.0") is None
+    assert hstu_ops.triton_interpreter_problem("3.6.0+git1234", "2.4.0.dev0") is not None
+    # Defaults: the installed versions; no triton installed, no problem.
+    installed = {"numpy": "2.5.2", "triton": "3.6.0"}
+
+    def version(name):
+        if name not in installed:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    assert "3.6.0" in hstu_ops.triton_interpreter_problem()
+    del installed["triton"]
+    assert hstu_ops.triton_interpreter_problem() is None

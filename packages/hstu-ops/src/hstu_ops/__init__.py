@@ -34,7 +34,11 @@ from hstu_ops._kernel import (
 if TYPE_CHECKING:
     from hstu_ops import pytorch, selfcheck
     from hstu_ops._native import NativeExtensionError, native_available, native_build_info
-    from hstu_ops._triton import TritonUnavailableError, triton_available
+    from hstu_ops._triton import (
+        TritonUnavailableError,
+        triton_available,
+        triton_interpreter_problem,
+    )
     from hstu_ops.hstu_attention import hstu_mha
     from hstu_ops.hstu_compute import hstu_compute_output, hstu_compute_uqvk
     from hstu_ops.jagged import (
@@ -59,6 +63,7 @@ _LAZY = {
     "native_build_info": "hstu_ops._native",
     "TritonUnavailableError": "hstu_ops._triton",
     "triton_available": "hstu_ops._triton",
+    "triton_interpreter_problem": "hstu_ops._triton",
     "hstu_mha": "hstu_ops.hstu_attention",
     "hstu_compute_output": "hstu_ops.hstu_compute",
     "hstu_compute_uqvk": "hstu_ops.hstu_compute",
@@ -124,6 +129,7 @@ __all__ = [
     "split_2D_jagged",
     "swish_layer_norm",
     "triton_available",
+    "triton_interpreter_problem",
     "unavailable_reason",
     "verify_if_auto",
     "verify_kernel",

@@ -9,6 +9,8 @@ and the other kernels keep working.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import re
 from collections.abc import Callable
 from types import ModuleType
 
@@ -20,6 +22,7 @@ __all__ = [
     "select_kernel",
     "triton_available",
     "triton_function",
+    "triton_interpreter_problem",
 ]
 
 
@@ -78,3 +81,45 @@ def triton_available() -> bool:
     except TritonUnavailableError:
         return False
     return True
+
+
+def triton_interpreter_problem(
+    triton_version: str | None = None, numpy_version: str | None = None
+) -> str | None:
+    """Why Triton's CPU interpreter (``TRITON_INTERPRET=1``) cannot run the kernels with these
+    versions (by default the installed ones), or None; a GPU run does not use the interpreter.
+
+    Triton before 3.7 takes ``int()`` of a one-element array for a scalar argument, which numpy
+    2.4 refuses: every kernel that loops over one fails ("only 0-dimensional arrays can be
+    converted to Python scalars"). Seen with Triton 3.6.0 and numpy 2.4.6 and 2.5.2.
+    """
+    triton_version = triton_version or _installed_version("triton")
+    numpy_version = numpy_version or _installed_version("numpy")
+    if not triton_version or not numpy_version:
+        return None
+    if _version_tuple(triton_version) < (3, 7) and _version_tuple(numpy_version) >= (2, 4):
+        return (
+            f"Triton {triton_version}'s interpreter does not run with numpy {numpy_version} "
+            "(Triton before 3.7 converts one-element arrays with int(), which numpy 2.4 "
+            "refuses): for TRITON_INTERPRET=1 use numpy<2.4 or triton>=3.7; a GPU run does not "
+            "use the interpreter"
+        )
+    return None
+
+
+def _installed_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    """The leading numbers of a version string: '2.11.0+cu130' -> (2, 11, 0)."""
+    numbers = []
+    for part in version.split("+")[0].split("."):
+        digits = re.match(r"\d+", part)
+        if not digits:
+            break
+        numbers.append(int(digits.group()))
+    return tuple(numbers)
