@@ -144,7 +144,7 @@ def test_a_native_op_that_crashes_on_a_bad_argument_fails_the_build_stage(tmp_pa
     built = 'NATIVE {"cpu": true, "cuda": false, "hip": false, "error": null}'
     for probe, expected in (
         ((0, "NATIVE-ERROR raised"), "passed"),
-        ((-11, "Fatal Python error: Segmentation fault"), "killed by signal 11"),
+        ((-11, "NATIVE-SO /x/_C.so\nFatal Python error: Segmentation fault"), "signal 11"),
         ((1, "RuntimeError: something else"), "exit status 1"),
     ):
         check = fake_check(check_module, tmp_path, {"native-build": [(0, built), probe]})
@@ -154,6 +154,8 @@ def test_a_native_op_that_crashes_on_a_bad_argument_fails_the_build_stage(tmp_pa
             assert status == "passed", detail
         else:
             assert status == "failed" and expected in detail and "GCC) 13.3.0" in detail
+            where = "ldd _C.so" if "NATIVE-SO" in probe[1] else "the extension was not found"
+            assert where in detail, detail
 
 
 def test_failed_tests_are_kept_with_their_first_message_line(tmp_path):

@@ -258,6 +258,7 @@ class Check:
         # is a mismatch between them and the torch it runs in.
         for tool in ("nvcc", "c++", "cmake"):
             env[tool] = tool_version(tool)
+        env["build_variables"] = {k: os.environ[k] for k in BUILD_VARIABLES if os.environ.get(k)}
         if rc == 0 and not self.smoke and not env.get("gpu"):
             return "failed", "torch sees no GPU (use --cpu-smoke on a machine without one)"
         if rc == 0 and self.smoke and env.get("interpreter_problem"):
@@ -302,7 +303,8 @@ class Check:
         dies, say), or None. Seen once: a build on the lent H100's image died with signal 11 on
         every argument error while its results were right."""
         probe = (
-            "import torch, hstu_ops\n"
+            "import torch, hstu_ops, hstu_ops._native as n\n"
+            "print('NATIVE-SO', n._C.__file__, flush=True)\n"
             "try:\n"
             "    hstu_ops.complete_cumsum(torch.tensor([1, -1]), kernel='native')\n"
             "except ValueError:\n    print('NATIVE-ERROR raised')\n"
@@ -314,10 +316,13 @@ class Check:
         how = "timed out" if rc is None else f"exit status {rc}"
         if rc is not None and rc < 0:
             how = f"killed by signal {-rc}"
+        found = [x.split(" ", 1)[1] for x in tail.splitlines() if x.startswith("NATIVE-SO ")]
+        runtime = runtime_libraries(Path(found[0])) if found else "the extension was not found"
         return (
             f"a native op's argument error did not raise ValueError ({how}): the extension and "
             f"torch disagree on the C++ runtime (c++: {env.get('c++')}, pybind11 "
-            f"{env.get('pybind11')}, torch {env.get('torch')})"
+            f"{env.get('pybind11')}, torch {env.get('torch')}, build variables "
+            f"{env.get('build_variables') or 'none'}; {runtime})"
         )
 
     def collected(self, key: str, argv: list[str], path: Path, stage: str, timeout):
@@ -437,6 +442,22 @@ class Check:
         self.say(f"done: {'failed: ' + ', '.join(failed) if failed else 'no stage failed'}")
         self.say(f"results: {self.out / 'gpu-check.json'}, {self.out / 'gpu-check.md'}")
         return 1 if failed else 0
+
+
+BUILD_VARIABLES = ("CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS", "CMAKE_ARGS", "CUDAHOSTCXX")
+"""Environment variables that change how the extension is compiled and linked."""
+
+
+def runtime_libraries(extension: Path) -> str:
+    """The C++ runtime libraries ``ldd`` lists for the extension (a statically linked libstdc++
+    shows as its absence), or why there is no list."""
+    ldd = shutil.which("ldd")
+    if not ldd:
+        return "no ldd"
+    done = subprocess.run([ldd, str(extension)], capture_output=True, text=True, check=False)
+    names = ("libstdc++", "libgcc_s", "libc10.so", "libc++")
+    found = [x.strip() for x in done.stdout.splitlines() if any(n in x for n in names)]
+    return f"ldd {extension.name}: " + ("; ".join(found) or "no C++ runtime listed")
 
 
 def tool_version(tool: str) -> str | None:
