@@ -22,7 +22,8 @@ Runs in the Python that is there (PYTHON, else the one running this). Stages, in
   benchmarks    packages/hstu-model/benchmarks/bench_gpu.py at batch 32 (--tiny on the CPU):
                 first dense-step, the model's training step on plain torch tables (no
                 torchrec needed) at 2,048 and 4,096 tokens per sample with its peak memory per
-                sample and, at 2,048, its samples/s over the published one-GPU figure; then
+                sample and, at 2,048, its samples/s over the published one-GPU figure (on
+                the GPU each step also profiled: its ops by device time, in the log); then
                 the op families at the yambda-5b layer shape, on the GPU also the largest
                 batch the attention fits; the TorchRec model step only where torchrec imports
                 (it builds the model's embedding tables with it); with --reference CHECKOUT
@@ -409,7 +410,9 @@ class Check:
         argv = [self.python, str(ROOT / "packages/hstu-model/benchmarks/bench_gpu.py")]
         argv += ["--families", *families]
         argv += (
-            ["--tiny"] if self.smoke else ["--batch-sizes", "32", "--largest-batch", "attention"]
+            ["--tiny"]
+            if self.smoke
+            else ["--batch-sizes", "32", "--largest-batch", "attention", "--profile-steps"]
         )
         if self.reference:
             argv += ["--reference", str(self.reference)]

@@ -42,7 +42,8 @@ attention families also report TFLOP/s: the causal target-aware pairs of `hstu_m
 (q k^T and attn @ v per head, 2 FLOPs per multiply-add), times 3 for forward + backward.
 --largest-batch FAMILY... (GPU only) keeps doubling the batch after the last of
 --batch-sizes while a kernel of the family still fits, and names the largest batch each
-kernel ran.
+kernel ran. --profile-steps prints, after each training-step row, where one more step spends
+its time (torch.profiler's ops by self time, device time on a GPU).
 
 Published figures to compare with (the MLPerf DLRMv4 reference): 8x MI350X about 14,222
 samples/s at batch 1024 per rank; bf16 Triton about 2,787 samples/s at batch 32, L=2048.
@@ -211,6 +212,12 @@ def main(argv: list[str] | None = None) -> int:
         "these families runs out of memory",
     )
     parser.add_argument("--largest-batch-limit", type=int, default=16384, help="stop there")
+    parser.add_argument(
+        "--profile-steps",
+        action="store_true",
+        help="after timing each training-step row, print its ops by self time in one more "
+        "step (torch.profiler; on a GPU by device time)",
+    )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
     op_families = [f for f in FAMILIES if f not in STEP_FAMILIES]
@@ -254,8 +261,13 @@ def main(argv: list[str] | None = None) -> int:
             # Several settings of one family are told apart by their tokens per sample.
             name = family if len(settings) == 1 else f"{family} N={each.tokens}"
             first = len(rows)
+            profile = args.profile_steps and family in STEP_FAMILIES
             for batch in batch_sizes:
-                add(bench_family(family, batch, each, device, warmup, iters, reference))
+                add(
+                    bench_family(
+                        family, batch, each, device, warmup, iters, reference, None, profile
+                    )
+                )
             if family not in args.largest_batch:
                 continue
             if device.type != "cuda":
@@ -455,8 +467,10 @@ def bench_family(
     iters: int,
     reference=None,
     kernels: list[str] | None = None,
+    profile: bool = False,
 ) -> list[Row]:
-    """One row per kernel of `family` (or of `kernels`) at `batch`, pytorch first."""
+    """One row per kernel of `family` (or of `kernels`) at `batch`, pytorch first; with
+    `profile`, each timed kernel's ops by self time in one more run are printed after it."""
     kernels = kernels or FAMILY_KERNELS[family]
     m = setting.cfg.model
     shape = f"B={batch} N={setting.tokens}"
@@ -488,7 +502,12 @@ def bench_family(
         try:  # the run (a model, for the step) is freed before the next kernel's
             if kernel == "reference":  # the same function as ours, or its time means nothing
                 note, failed = runners.agreement()
-            ms, peak_bytes = time_ms(runners(kernel), device, warmup, iters)
+            run = runners(kernel)
+            ms, peak_bytes = time_ms(run, device, warmup, iters)
+            if profile:
+                print(f"profile of one more run, {family} {kernel} {shape}:", flush=True)
+                print(profile_table(run, device), flush=True)
+            del run
         except Exception as error:
             out_of_memory = is_out_of_memory(error)
             note = "skipped: out of memory" if out_of_memory else failure(error)
@@ -565,6 +584,20 @@ def time_ms(run: Callable[[], object], device, warmup: int, iters: int) -> tuple
         times.append(time.perf_counter() - start)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     return 1000 * statistics.median(times), peak
+
+
+def profile_table(run: Callable[[], object], device, row_limit: int = 20) -> str:
+    """The ops of one call of `run` by self time (device time on a GPU), torch.profiler's
+    table of its `row_limit` largest."""
+    from torch.profiler import ProfilerActivity, profile
+
+    on_gpu = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    with profile(activities=activities) as prof:
+        run()
+        synchronize(device)
+    key = "self_device_time_total" if on_gpu else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=row_limit)
 
 
 def synchronize(device) -> None:

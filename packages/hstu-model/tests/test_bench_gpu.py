@@ -213,7 +213,8 @@ def test_dense_step_settings_cut_the_tables_and_set_the_tokens():
 def test_dense_step_runs_where_torchrec_and_fbgemm_cannot_be_imported(tmp_path):
     result = subprocess.run(
         [sys.executable, str(WITHOUT_TORCHREC), str(SCRIPT), "--tiny", "--families",
-         "dense-step", "--dense-step-lengths", "16", "--json", str(tmp_path / "rows.json")],
+         "dense-step", "--dense-step-lengths", "16", "--json", str(tmp_path / "rows.json"),
+         "--profile-steps"],
         capture_output=True, text=True, timeout=300,
         env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
     )  # fmt: skip
@@ -223,6 +224,10 @@ def test_dense_step_runs_where_torchrec_and_fbgemm_cannot_be_imported(tmp_path):
         ("dense-step", "pytorch", "B=2 N=16"), ("dense-step", "triton", "B=2 N=16")
     ]  # fmt: skip
     assert all(r["ms"] > 0 and not r["failed"] for r in rows)
+    for kernel in ("pytorch", "triton"):  # where the step's time goes, after its row
+        heading = f"profile of one more run, dense-step {kernel} B=2 N=16:"
+        assert heading in result.stdout
+        assert "Self CPU" in result.stdout.split(heading)[1]
 
 
 def test_a_reference_that_differs_fails_its_row(monkeypatch):
