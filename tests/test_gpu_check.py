@@ -158,6 +158,24 @@ def test_a_native_op_that_crashes_on_a_bad_argument_fails_the_build_stage(tmp_pa
             assert where in detail, detail
 
 
+def test_tests_run_in_workers_and_with_a_time_limit_where_the_plugins_are(tmp_path):
+    """pytest-xdist turns a test that kills its process into one failure (the H100's build
+    crashed on argument errors and took the rest of the suite with it); pytest-timeout keeps
+    one slow test from taking the whole stage."""
+    check_module = load_check()
+    check = fake_check(check_module, tmp_path, {})
+    report = tmp_path / "r.xml"
+    check.result["environment"] = {"cpus": 16, "xdist": True, "pytest_timeout": True}
+    argv = check.pytest_argv("tests", ["p"], "not gpu", 100, report)
+    assert argv[argv.index("-n") + 1] == "4" and "--timeout=50" in argv
+    assert f"--junitxml={report}" in argv
+    argv = check.pytest_argv("gpu-tests", ["p"], "gpu", 120, report)
+    assert argv[argv.index("-n") + 1] == "1" and "--timeout=60" in argv
+    check.result["environment"] = {"cpus": 2}
+    argv = check.pytest_argv("tests", ["p"], "not gpu", 100, report)
+    assert "-n" not in argv and not any(a.startswith("--timeout") for a in argv)
+
+
 def test_failed_tests_are_kept_with_their_first_message_line(tmp_path):
     report = tmp_path / "r.xml"
     report.write_text(

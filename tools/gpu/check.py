@@ -31,7 +31,8 @@ Runs in the Python that is there (PYTHON, else the one running this). Stages, in
                 one) the attention also against the reference's own Triton kernel, checked to
                 agree
   tests         the rest of the hstu-ops tests but the slow ones (--cpu-smoke: the
-                kernel-selection tests)
+                kernel-selection tests); in pytest-xdist workers where it is installed, so that
+                a test that crashes its process fails alone
 
 Each stage has a timeout, all of them together a budget (--budget seconds); a stage left
 without time is skipped. After every stage OUT_DIR/gpu-check.json and OUT_DIR/gpu-check.md are
@@ -241,7 +242,8 @@ class Check:
             "for name in ('pybind11', 'scikit-build-core'):\n"
             "    try:\n        info[name] = md.version(name)\n"
             "    except md.PackageNotFoundError:\n        info[name] = None\n"
-            "info['pytest_timeout'] = iu.find_spec('pytest_timeout') is not None\n"
+            "for plugin in ('pytest_timeout', 'xdist'):\n"
+            "    info[plugin] = iu.find_spec(plugin) is not None\n"
             "try:\n    import hstu_ops\n"
             "    info['interpreter_problem'] = hstu_ops.triton_interpreter_problem()\n"
             "except Exception:\n    info['interpreter_problem'] = None\n"
@@ -351,13 +353,23 @@ class Check:
             )
         return status, detail
 
-    def pytest(self, name: str, paths: list[str], marks: str, timeout):
-        report = self.out / f"{name}.tmp.xml"
+    def pytest_argv(self, name: str, paths: list[str], marks: str, timeout, report: Path):
         argv = [self.python, "-m", "pytest", *paths, "-q", "-p", "no:cacheprovider", "-m", marks]
         argv += [f"--junitxml={report}", "--tb=short", "-rfE"]
-        if self.result["environment"].get("pytest_timeout"):
+        env = self.result["environment"]
+        if env.get("pytest_timeout"):
             # One slow test fails alone instead of taking the stage, and its report survives.
             argv += [f"--timeout={max(10, int(timeout / 2))}"]
+        if env.get("xdist"):
+            # In worker processes a test that crashes the interpreter fails alone (pytest-xdist
+            # restarts the worker) and the others still run; the GPU tests share one worker.
+            workers = 1 if name == "gpu-tests" else max(1, min(4, (env.get("cpus") or 1) // 2))
+            argv += ["-n", str(workers)]
+        return argv
+
+    def pytest(self, name: str, paths: list[str], marks: str, timeout):
+        report = self.out / f"{name}.tmp.xml"
+        argv = self.pytest_argv(name, paths, marks, timeout, report)
         rc, tail = self.command(name, argv, timeout)
         counts = junit_counts(report)
         failures = junit_failures(report)
