@@ -325,6 +325,36 @@ def test_a_partition_in_time_order_is_sorted_as_the_general_sort_does(uid_span):
     )
 
 
+def test_a_partition_in_uid_blocks_is_sorted_as_the_general_sort_does():
+    """The uid-block path (one block per uid, each in time order, blocks in any order: the
+    blocks are put in uid order) gives the stable (uid, timestamp) order, ties in file order;
+    a uid in two blocks or a block out of time order takes the general sort, to the same
+    result."""
+    rng = np.random.default_rng(5)
+    sizes = rng.integers(1, 40, 300)
+    uids = rng.permutation(np.arange(10, 10 + 3 * len(sizes), 3))  # unique, shuffled
+    part = pl.DataFrame(
+        {
+            "uid": np.repeat(uids, sizes).astype(np.uint32),
+            "timestamp": np.concatenate(
+                [np.sort(rng.integers(0, 30, k)) * 5 for k in sizes]
+            ).astype(np.uint32),
+            "item_id": np.arange(sizes.sum(), dtype=np.uint32),  # tells the ties apart
+        }
+    )
+    new_uid = part["uid"].to_numpy()[1:] != part["uid"].to_numpy()[:-1]
+    later = part["timestamp"].to_numpy()[1:] >= part["timestamp"].to_numpy()[:-1]
+    assert prep._block_order(part["uid"].to_numpy(), new_uid, later) is not None
+    second_block = pl.concat([part, part.head(3).with_columns(pl.col("item_id") + 10**6)])
+    backwards = part.with_columns(pl.col("timestamp").reverse().over("uid"))
+    for frame in (part, second_block, backwards):
+        expected = frame.sort("uid", "timestamp", maintain_order=True)
+        assert prep._in_order(frame).equals(expected)
+    for frame in (second_block, backwards):
+        uid, ts = frame["uid"].to_numpy(), frame["timestamp"].to_numpy()
+        assert prep._block_order(uid, uid[1:] != uid[:-1], ts[1:] >= ts[:-1]) is None
+
+
 def test_unsorted_file_with_empty_uid_ranges(tmp_path):
     """A file not in uid order whose uids leave uid ranges empty: those give empty parts, as
     they do for the sorted file."""

@@ -214,16 +214,43 @@ def _in_order(part: pl.DataFrame) -> pl.DataFrame:
     uid = part["uid"].to_numpy()
     ts = part["timestamp"].to_numpy()
     later_time = ts[1:] >= ts[:-1]
-    if np.all((uid[1:] > uid[:-1]) | ((uid[1:] == uid[:-1]) & later_time)):
+    new_uid = uid[1:] != uid[:-1]
+    if np.all((uid[1:] > uid[:-1]) | (~new_uid & later_time)):
         return part
     if np.all(later_time):
         # A log in time order: a stable sort by uid alone gives (uid, timestamp) order, and
         # numpy sorts 16-bit digits by radix, in one pass over the rows per digit.
         return part[_stable_order_by(uid - uid.min())]
-    # One 64-bit key, and numpy's stable sort (a merge of the runs a file in uid blocks
-    # already has): a third of polars' stable two-column sort of the whole frame.
-    key = (uid.astype(np.uint64) << np.uint64(32)) | ts
-    return part[np.argsort(key, kind="stable")]
+    order = _block_order(uid, new_uid, later_time)
+    if order is None:
+        # One 64-bit key, and numpy's stable sort (a merge of the runs the rows have): a
+        # third of polars' stable two-column sort of the whole frame.
+        key = (uid.astype(np.uint64) << np.uint64(32)) | ts
+        order = np.argsort(key, kind="stable")
+    return part[order]
+
+
+def _block_order(uid: np.ndarray, new_uid: np.ndarray, later_time: np.ndarray) -> np.ndarray | None:
+    """The (uid, timestamp) order of rows that come as one block per uid, each block in time
+    order and the blocks in any order (a file sorted by some other key of the user, or written
+    user by user): the blocks in uid order, a few flat passes where the general sort takes four
+    times as long. None when a uid has more than one block or a block is out of time order.
+
+    ``new_uid`` and ``later_time``: per pair of neighbouring rows, whether the uid changes and
+    whether the timestamp does not go back.
+    """
+    if not np.all(new_uid | later_time):
+        return None
+    starts = np.flatnonzero(np.concatenate(([True], new_uid)))
+    block_uids = uid[starts]
+    by_uid = np.argsort(block_uids)
+    if np.any(block_uids[by_uid][1:] == block_uids[by_uid][:-1]):
+        return None  # a uid in two blocks
+    lengths = np.diff(starts, append=len(uid))[by_uid]
+    # Row i of the result is row i - (where its block starts in the result) + (where it starts
+    # in the partition).
+    shift = starts[by_uid] - (np.cumsum(lengths) - lengths)
+    return np.arange(len(uid)) + np.repeat(shift, lengths)
 
 
 def _stable_order_by(values: np.ndarray) -> np.ndarray:
