@@ -485,7 +485,7 @@ class RankerBase(nn.Module, abc.ABC):
         # through the merged index of the three jagged streams.
         tokens = torch.cat([contextual_tokens.to(item_tokens.dtype), item_tokens], dim=0)
         device_type = tokens.device.type
-        if torch.is_autocast_enabled(device_type):
+        if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
             # The sequence part runs in the autocast dtype, as the reference casts its sequence
             # embeddings to its training dtype. Autocast alone does not ensure it: on CUDA it
             # runs layer_norm (the token MLPs' last op) in float32, and the fused kernels take
