@@ -39,11 +39,6 @@ import torch
 import hstu_ops
 from hstu_ops import Kernel
 from hstu_ops.pytorch import hstu_attention_mask
-from hstu_ops.triton.triton_hstu_attention import (
-    BlockConfig,
-    default_block_config,
-    triton_hstu_mha,
-)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -67,9 +62,10 @@ def _parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-def sweep_configs(default: BlockConfig) -> list[tuple[str, BlockConfig]]:
-    """The default tiles, then variants of one kernel each (the others as the default, so the
-    variant's own kernel is the only one recompiled): (what changed, config)."""
+def sweep_configs(default):
+    """The default tiles (a ``BlockConfig``), then variants of one kernel each (the others as
+    the default, so the variant's own kernel is the only one recompiled): (what changed,
+    config) pairs."""
     variants = [("default", default)]
     for stages in (1, 3, 4):
         variants.append((f"num_stages {stages}", dataclasses.replace(default, num_stages=stages)))
@@ -212,6 +208,9 @@ def main() -> int:
 
 
 def sweep(args, q, k, v, dout, offsets, options, alpha, fwd_flops, total_flops, device) -> int:
+    # Imported here, after the check that triton is installed (it imports triton).
+    from hstu_ops.triton.triton_hstu_attention import default_block_config, triton_hstu_mha
+
     max_seq_len = int((offsets[1:] - offsets[:-1]).max())
     default = default_block_config(args.attn_dim, args.hidden_dim, q.dtype)
     print("| variant | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |")
