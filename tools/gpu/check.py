@@ -303,7 +303,7 @@ class Check:
 
     def native_error_crashes(self, timeout) -> str | None:
         """Why a native op's argument error does not reach Python as a ValueError (the process
-        dies, say), or None. Seen once: a build on the lent H100's image died with signal 11 on
+        dies, say), or None. Seen once: a build on an H100 machine's image died with signal 11 on
         every argument error while its results were right."""
         probe = (
             "import torch, hstu_ops, hstu_ops._native as n\n"
