@@ -59,11 +59,13 @@ import itertools
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
 import time
 import types
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -838,6 +840,7 @@ def load_reference(checkout: Path):
             "recommendation_v4 directory of the MLPerf training repository"
         )
     sys.path.insert(0, str(root))
+    quiet_reference_deprecations(root)
     module = importlib.import_module(REFERENCE_MODULE)
     if Path(module.__file__).resolve() != source:
         raise SystemExit(f"error: {REFERENCE_MODULE} was imported from {module.__file__}")
@@ -852,6 +855,18 @@ def load_reference(checkout: Path):
     origin = f"{REFERENCE_MODULE}.triton_hstu_mha from {root.name}{at}"
     return types.SimpleNamespace(
         hstu_mha=module.triton_hstu_mha, origin=origin, interpreted=triton_interpreting()
+    )
+
+
+def quiet_reference_deprecations(root: Path) -> None:
+    """Silences the warning Triton's compiler gives for each of the reference's kernels that
+    combines tensors with ``and``/``or`` (hundreds of lines on a GPU, one per autotuned
+    configuration and use): its code, not ours, and only for files under ``root``."""
+    warnings.filterwarnings(
+        "ignore",
+        message="Logical operators 'and' and 'or' are deprecated",
+        category=UserWarning,
+        module=re.escape(str(root)),
     )
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -326,6 +327,20 @@ def test_tiny_run_times_the_reference_attention_beside_ours(tmp_path):
             ref["ms"] / rows[family, "triton"]["ms"]
         )
         assert ref["tflops"] > 0
+
+
+def test_the_references_deprecation_warnings_are_silenced_and_no_others(tmp_path):
+    message = "Logical operators 'and' and 'or' are deprecated for non-scalar tensors"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bench.quiet_reference_deprecations(tmp_path)
+        for filename in (tmp_path / "ops" / "kernel.py", Path("/elsewhere/kernel.py")):
+            # As Triton's code generator gives it: attributed to the kernel's source file.
+            warnings.warn_explicit(message, UserWarning, str(filename), 7)
+        warnings.warn_explicit("another warning", UserWarning, str(tmp_path / "k.py"), 7)
+    assert [(w.filename, str(w.message)) for w in caught] == [
+        ("/elsewhere/kernel.py", message), (str(tmp_path / "k.py"), "another warning")
+    ]  # fmt: skip
 
 
 def test_a_checkout_without_the_reference_attention_is_refused(tmp_path):

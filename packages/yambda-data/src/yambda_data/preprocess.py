@@ -242,9 +242,9 @@ def _block_order(uid: np.ndarray, new_uid: np.ndarray, later_time: np.ndarray) -
     if not np.all(new_uid | later_time):
         return None
     starts = np.flatnonzero(np.concatenate(([True], new_uid)))
-    block_uids = uid[starts]
-    by_uid = np.argsort(block_uids)
-    if np.any(block_uids[by_uid][1:] == block_uids[by_uid][:-1]):
+    by_uid = np.argsort(uid[starts])
+    block_uids = uid[starts[by_uid]]
+    if np.any(block_uids[1:] == block_uids[:-1]):
         return None  # a uid in two blocks
     lengths = np.diff(starts, append=len(uid))[by_uid]
     # Row i of the result is row i - (where its block starts in the result) + (where it starts
