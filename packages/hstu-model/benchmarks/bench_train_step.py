@@ -3,7 +3,7 @@
 Run from the workspace root:
     uv run --package hstu-model python packages/hstu-model/benchmarks/bench_train_step.py
 Options: --presets NAME ..., --kernels NAME ..., --batch-size N, --steps N, --repeat N,
---threads N, --device cpu|cuda.
+--threads N, --device cpu|cuda, --malloc default|retain.
 
 For each preset (default: tiny and small) and kernel backend (pytorch and native; triton too
 when CUDA is available), a freshly seeded model trains on random batches of full histories
@@ -47,16 +47,26 @@ step after the rounds) and split into the linear layers' matrix products (`aten:
 `zero_grad`), and the rest (attention, norms, copies, lookups). The `ceiling` column is what
 the ratio would be if all of our rest took no time: the reference's step over our matrix
 products and optimizer, an upper bound on what a faster model can show at that shape on that
-machine.
+machine. A `faults/step` column gives each side's minor page faults per training step.
+
+On Linux the C library's allocator returns each freed block of 32 MiB or more to the system at
+once (glibc: such blocks are mapped and unmapped one by one), so a step whose tensors are that
+large faults every page of them in again, step after step, and spends a large share of its time
+in the kernel zeroing pages. `--malloc retain` keeps freed memory in the process's heap instead
+(glibc's `mallopt`: no mapped blocks, no trimming below 2 GiB), for all the models of the run
+alike; the figures of the two settings are not comparable with each other. The header names the
+setting and any GLIBC_TUNABLES or LD_PRELOAD of the environment, which change it too.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
+import resource
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +130,34 @@ class OtherLoad:
             return None
         idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
         return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+M_TRIM_THRESHOLD = -1
+M_MMAP_MAX = -4
+"""glibc's mallopt parameters (malloc.h)."""
+
+
+def retain_freed_memory() -> None:
+    """Keep the memory this process frees in its heap for later allocations: no block is
+    mapped on its own (whose freeing would return it to the system) and the heap's top is not
+    trimmed below 2 GiB. Raises SystemExit where the C library is not glibc."""
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is None:
+        raise SystemExit("error: --malloc retain needs glibc's mallopt, which this C library lacks")
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    if not (mallopt(M_MMAP_MAX, 0) and mallopt(M_TRIM_THRESHOLD, 2**31 - 1)):
+        raise SystemExit("error: --malloc retain: the C library's mallopt refused the settings")
+
+
+def malloc_setting(choice: str) -> str:
+    """The allocator setting of this run, for the header."""
+    named = [f"{k}={os.environ[k]}" for k in ("GLIBC_TUNABLES", "LD_PRELOAD") if os.environ.get(k)]
+    text = "heap retained (--malloc retain)" if choice == "retain" else "the C library's default"
+    return f"malloc: {text}" + (f"; environment {' '.join(named)}" if named else "")
+
+
+def minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:
@@ -197,16 +235,19 @@ class Side:
     profile it on."""
 
     step: Callable[[Batch], torch.Tensor]
-    seconds: list[float]
-    other: list[float]
+    seconds: list[float] = field(default_factory=list)
+    other: list[float] = field(default_factory=list)
+    faults_per_step: list[float] = field(default_factory=list)
     batch: Batch | None = None
 
     def run(self, batches: list[Batch]) -> None:
+        faults = minor_faults()
         with OtherLoad() as other:
             start = time.perf_counter()
             for batch in batches:
                 self.step(batch)
             self.seconds.append(time.perf_counter() - start)
+        self.faults_per_step.append((minor_faults() - faults) / len(batches))
         if other.value is not None:
             self.other.append(other.value)
 
@@ -300,8 +341,8 @@ def side_by_side(
     def our_loss(batch: Batch) -> torch.Tensor:
         return ours.loss(ours(batch.uih, batch.candidates).logits, batch.labels)
 
-    our_side = Side(adam_step(ours, our_loss), [], [])
-    their_side = Side(adam_step(theirs, their_loss), [], [])
+    our_side = Side(adam_step(ours, our_loss))
+    their_side = Side(adam_step(theirs, their_loss))
     batches = random_batches(cfg.model, vocab, batch_size, steps + 1)
     # The untimed first step: the same weights and batch must give the same loss.
     a, b = our_side.step(batches[0]), their_side.step(batches[0])
@@ -329,11 +370,12 @@ def reference_main(args: argparse.Namespace) -> None:
     print(
         f"torch {torch.__version__}, cpu, {args.threads} threads, fp32, Adam over all "
         f"parameters on both sides, {args.rounds} interleaved rounds; reference {root}; "
-        f"load average before: {load()}"
+        f"{malloc_setting(args.malloc)}; load average before: {load()}"
     )
     print(
         f"{'preset':<8}{'kernel':<9}{'batch':>6}{'history':>8}{'steps':>7}{'ours/s':>9}"
         f"{'ref/s':>9}{'ours/ref':>10}{'best ratio':>12}{'other ours/ref':>16}"
+        f"{'faults/step ours/ref':>22}"
     )
     profiles = []
     for name in presets:
@@ -350,10 +392,14 @@ def reference_main(args: argparse.Namespace) -> None:
             others = "/".join(
                 f"{sum(s.other) / len(s.other):.2f}" if s.other else "-" for s in (ours, theirs)
             )
+            faults = "/".join(
+                f"{sum(s.faults_per_step) / len(s.faults_per_step):,.0f}" for s in (ours, theirs)
+            )
             print(
                 f"{name:<8}{kernel:<9}{batch_size:>6}{base.model.history_length:>8}"
                 f"{steps * args.rounds:>7}{rate[0]:>9.2f}{rate[1]:>9.2f}"
-                f"{rate[0] / rate[1]:>9.2f}x{best[0] / best[1]:>11.2f}x{others:>16}",
+                f"{rate[0] / rate[1]:>9.2f}x{best[0] / best[1]:>11.2f}x{others:>16}"
+                f"{faults:>22}",
                 flush=True,
             )
     print(f"load average after: {load()}")
@@ -409,7 +455,17 @@ def main() -> None:
         help="--reference: split one profiled step of each side into matrix products, "
         "optimizer and the rest",
     )
+    parser.add_argument(
+        "--malloc",
+        choices=["default", "retain"],
+        default="default",
+        help="retain: keep freed memory in the heap (glibc), so that large tensors are not "
+        "faulted in again each step; applies to every model of the run (default: the C "
+        "library's own behaviour)",
+    )
     args = parser.parse_args()
+    if args.malloc == "retain":
+        retain_freed_memory()
     torch.set_num_threads(args.threads)
     quiet_fx_tracing_notice()
     if args.reference is not None:
@@ -420,7 +476,8 @@ def main() -> None:
     device = torch.device(args.device)
     print(
         f"torch {torch.__version__}, device {device}, {args.threads} threads, "
-        f"best of {args.repeat}, full histories; load average before: {load()}"
+        f"best of {args.repeat}, full histories; {malloc_setting(args.malloc)}; "
+        f"load average before: {load()}"
     )
     header = (
         f"{'preset':<8}{'kernel':<9}{'batch':>6}{'history':>8}{'step ms':>10}{'train/s':>9}"

@@ -25,11 +25,15 @@ def test_a_tiny_step_beside_the_reference_prints_both_rates_and_their_ratio():
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     row = re.search(
-        r"^tiny\s+native\s+4\s+\d+\s+1\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x", result.stdout, re.M
+        r"^tiny\s+native\s+4\s+\d+\s+1\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x.*\s([\d,]+)/([\d,]+)$",
+        result.stdout,
+        re.M,
     )
     assert row, result.stdout
-    ours, reference, ratio = map(float, row.groups())
+    ours, reference, ratio = map(float, row.groups()[:3])
     assert ours > 0 and reference > 0
+    # Each side's minor page faults per step: a count, at least the first touch of nothing.
+    assert all(int(x.replace(",", "")) >= 0 for x in row.groups()[3:])
     assert ratio == pytest.approx(ours / reference, abs=0.01)
     # The profile: each side's step split into linear products / optimizer / rest (ms), and
     # the ceiling: the reference's step over our products and optimizer.
@@ -41,3 +45,43 @@ def test_a_tiny_step_beside_the_reference_prints_both_rates_and_their_ratio():
     assert ours_optimizer > 0 and sum(theirs) > 0
     assert ceiling == pytest.approx(sum(theirs) / (ours_products + ours_optimizer), rel=0.05)
     assert "is_fx_tracing" not in result.stderr
+
+
+REFAULTS = """
+import sys
+sys.path.insert(0, {benchmarks!r})
+import torch
+import bench_train_step as bench
+if {retain!r}:
+    bench.retain_freed_memory()
+for _ in range(3):  # the heap settles after the first few blocks (alignment padding)
+    before = bench.minor_faults()
+    block = torch.ones(64 * 2**20 // 4)  # 64 MiB: above glibc's largest mmap threshold
+    del block
+print(bench.minor_faults() - before)
+"""
+
+
+@pytest.mark.parametrize("retain", [False, True])
+def test_retained_heap_serves_a_large_tensor_again_without_faulting_its_pages(retain):
+    code = REFAULTS.format(benchmarks=str(SCRIPT.parent), retain=retain)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    faults = int(result.stdout.split()[-1])
+    pages = 64 * 2**20 // 4096
+    if retain:
+        assert faults < pages // 10
+    else:  # the C library's default: the block is mapped anew and every page faults again
+        assert faults > pages // 2
+
+
+def test_the_header_names_the_malloc_setting_and_a_row_follows():
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--presets", "tiny", "--kernels", "pytorch", "--steps", "1",
+         "--repeat", "1", "--batch-size", "4", "--threads", "1", "--device", "cpu",
+         "--malloc", "retain"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "malloc: heap retained (--malloc retain)" in result.stdout
+    assert re.search(r"^tiny\s+pytorch\s+4\s+\d+\s+[\d.]+", result.stdout, re.M), result.stdout
