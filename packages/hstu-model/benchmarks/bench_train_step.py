@@ -141,7 +141,10 @@ def retain_freed_memory() -> None:
     """Keep the memory this process frees in its heap for later allocations: no block is
     mapped on its own (whose freeing would return it to the system) and the heap's top is not
     trimmed below 2 GiB. Raises SystemExit where the C library is not glibc."""
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    try:
+        mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    except (OSError, TypeError):  # no C library to open by the process's own symbols
+        mallopt = None
     if mallopt is None:
         raise SystemExit("error: --malloc retain needs glibc's mallopt, which this C library lacks")
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
