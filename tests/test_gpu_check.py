@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -143,13 +145,16 @@ def test_a_native_op_that_crashes_on_a_bad_argument_fails_the_build_stage(tmp_pa
     check_module = load_check()
     built = 'NATIVE {"cpu": true, "cuda": false, "hip": false, "error": null}'
     for probe, expected in (
-        ((0, "NATIVE-ERROR raised"), "passed"),
+        ((0, "NATIVE-SO /x/_C.so\nNATIVE-ERROR raised"), "passed"),
         ((-11, "NATIVE-SO /x/_C.so\nFatal Python error: Segmentation fault"), "signal 11"),
         ((1, "RuntimeError: something else"), "exit status 1"),
     ):
         check = fake_check(check_module, tmp_path, {"native-build": [(0, built), probe]})
         check.result["environment"] = {"c++": "c++ (GCC) 13.3.0", "pybind11": "3.0.1"}
         status, detail = check.native_build(30)
+        # The libraries are recorded whatever the outcome, for the next machine to compare.
+        record = check.result["native_build"]["runtime_libraries"]
+        assert ("ldd _C.so" if "NATIVE-SO" in probe[1] else "not found") in record
         if expected == "passed":
             assert status == "passed", detail
         else:
@@ -207,3 +212,14 @@ def test_the_commit_comes_from_the_environment_where_the_tree_has_no_git(tmp_pat
     assert check_module.git_commit() == "unknown"
     monkeypatch.setattr(check_module, "ROOT", ROOT)
     assert check_module.git_commit() not in ("unknown", "abc1234")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ldd and readelf read Linux builds")
+def test_the_runtime_record_names_the_unwinder_and_the_extension_s_first_library():
+    check_module = load_check()
+    native = pytest.importorskip("hstu_ops._native")
+    if native._C is None or not (shutil.which("ldd") and shutil.which("readelf")):
+        pytest.skip("needs the built extension, ldd and readelf")
+    record = check_module.runtime_libraries(Path(native._C.__file__))
+    assert "libstdc++" in record and "libgcc_s" in record, record
+    assert re.search(r"NEEDED in order: libgcc_s\.so\.\d", record), record

@@ -304,7 +304,8 @@ class Check:
     def native_error_crashes(self, timeout) -> str | None:
         """Why a native op's argument error does not reach Python as a ValueError (the process
         dies, say), or None. Seen once: a build on an H100 machine's image died with signal 11 on
-        every argument error while its results were right."""
+        every argument error while its results were right; a build whose libraries put
+        libunwind ahead of libgcc_s does the same (CMakeLists.txt prevents it)."""
         probe = (
             "import torch, hstu_ops, hstu_ops._native as n\n"
             "print('NATIVE-SO', n._C.__file__, flush=True)\n"
@@ -313,17 +314,18 @@ class Check:
             "except ValueError:\n    print('NATIVE-ERROR raised')\n"
         )
         rc, tail = self.command("native-build", [self.python, "-c", probe], timeout)
+        found = [x.split(" ", 1)[1] for x in tail.splitlines() if x.startswith("NATIVE-SO ")]
+        runtime = runtime_libraries(Path(found[0])) if found else "the extension was not found"
+        self.result["native_build"]["runtime_libraries"] = runtime
         if rc == 0 and "NATIVE-ERROR raised" in tail:
             return None
         env = self.result["environment"]
         how = "timed out" if rc is None else f"exit status {rc}"
         if rc is not None and rc < 0:
             how = f"killed by signal {-rc}"
-        found = [x.split(" ", 1)[1] for x in tail.splitlines() if x.startswith("NATIVE-SO ")]
-        runtime = runtime_libraries(Path(found[0])) if found else "the extension was not found"
         return (
             f"a native op's argument error did not raise ValueError ({how}): the extension and "
-            f"torch disagree on the C++ runtime (c++: {env.get('c++')}, pybind11 "
+            f"torch disagree on the C++ runtime or its unwinder (c++: {env.get('c++')}, pybind11 "
             f"{env.get('pybind11')}, torch {env.get('torch')}, build variables "
             f"{env.get('build_variables') or 'none'}; {runtime})"
         )
@@ -464,15 +466,29 @@ BUILD_VARIABLES = ("CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS", "CMAKE_ARGS", "
 
 
 def runtime_libraries(extension: Path) -> str:
-    """The C++ runtime libraries ``ldd`` lists for the extension (a statically linked libstdc++
-    shows as its absence), or why there is no list."""
+    """The C++ runtime and unwinder libraries ``ldd`` resolves for the extension (a statically
+    linked libstdc++ shows as its absence), then the extension's own NEEDED libraries in order
+    (``readelf``): the build names libgcc_s first, so that no other unwinder ahead of it takes
+    torch's exceptions (CMakeLists.txt). A tool that is missing is named instead."""
+    parts = []
     ldd = shutil.which("ldd")
-    if not ldd:
-        return "no ldd"
-    done = subprocess.run([ldd, str(extension)], capture_output=True, text=True, check=False)
-    names = ("libstdc++", "libgcc_s", "libc10.so", "libc++")
-    found = [x.strip() for x in done.stdout.splitlines() if any(n in x for n in names)]
-    return f"ldd {extension.name}: " + ("; ".join(found) or "no C++ runtime listed")
+    if ldd:
+        done = subprocess.run([ldd, str(extension)], capture_output=True, text=True, check=False)
+        names = ("libstdc++", "libgcc_s", "libunwind", "libc10.so", "libc++")
+        found = [x.strip() for x in done.stdout.splitlines() if any(n in x for n in names)]
+        parts.append(f"ldd {extension.name}: " + ("; ".join(found) or "no C++ runtime listed"))
+    else:
+        parts.append("no ldd")
+    readelf = shutil.which("readelf")
+    if readelf:
+        done = subprocess.run(
+            [readelf, "-d", str(extension)], capture_output=True, text=True, check=False
+        )
+        needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", done.stdout)
+        parts.append("NEEDED in order: " + (", ".join(needed) or "none read"))
+    else:
+        parts.append("no readelf")
+    return "; ".join(parts)
 
 
 def tool_version(tool: str) -> str | None:

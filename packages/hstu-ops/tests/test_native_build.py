@@ -1,5 +1,11 @@
 """The native extension is part of the product: in this workspace it must be built and load."""
 
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -44,3 +50,18 @@ def test_missing_extension_gives_clear_error(monkeypatch):
         hstu_ops.complete_cumsum(torch.tensor([1, 2]), kernel=Kernel.NATIVE)
     # The reference keeps working.
     assert hstu_ops.complete_cumsum(torch.tensor([1, 2])).tolist() == [0, 1, 3]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads the ELF libraries of a Linux build")
+def test_the_extension_names_libgcc_s_first_so_that_torch_errors_unwind_with_it():
+    # Torch's errors unwind through libgcc_s; were another unwinder (libunwind) ahead of it in
+    # the module's libraries, an operator's argument error would crash the process (see
+    # CMakeLists.txt).
+    readelf = shutil.which("readelf")
+    if readelf is None or _native._C is None:
+        pytest.skip("needs readelf and the built extension")
+    dynamic = subprocess.run(
+        [readelf, "-d", str(Path(_native._C.__file__))], capture_output=True, text=True, check=True
+    ).stdout
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic)
+    assert needed and needed[0].startswith("libgcc_s."), needed
