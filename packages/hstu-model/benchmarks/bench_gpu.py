@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import itertools
 import json
 import math
@@ -841,7 +840,9 @@ def load_reference(checkout: Path):
         )
     sys.path.insert(0, str(root))
     quiet_reference_deprecations(root)
-    module = importlib.import_module(REFERENCE_MODULE)
+    from hstu_model.reference_checkout import import_quietly
+
+    module = import_quietly(REFERENCE_MODULE)
     if Path(module.__file__).resolve() != source:
         raise SystemExit(f"error: {REFERENCE_MODULE} was imported from {module.__file__}")
     if triton_interpreting():

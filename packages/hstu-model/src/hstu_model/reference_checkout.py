@@ -12,9 +12,11 @@ benchmarks/bench_train_step.py (the side-by-side training step) use it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
+import io
 import sys
 import types
 from collections.abc import Mapping
@@ -142,12 +144,29 @@ class Reference(types.SimpleNamespace):
     """The reference's classes and helpers used here, imported from the checkout."""
 
 
+IMPORT_NOTICES = ("WARNING: temporarily disabled some autotune configs for CUDA 12.8+",)
+"""Lines the reference prints (print, not warnings) when its Triton attention module is
+imported: notes on its own kernel configurations, nothing a user of ours can act on."""
+
+
+def import_quietly(name: str) -> types.ModuleType:
+    """`importlib.import_module(name)` without the reference's IMPORT_NOTICES on stdout; any
+    other line it prints still reaches stdout, also when the import fails."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            return importlib.import_module(name)
+    finally:
+        lines = printed.getvalue().splitlines(keepends=True)
+        sys.stdout.write("".join(x for x in lines if x.rstrip("\n") not in IMPORT_NOTICES))
+
+
 def import_reference(root: Path) -> Reference:
     """Import the reference package from `root` (first on sys.path), fbgemm ops loaded first."""
     import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm.*)
 
     sys.path.insert(0, str(root))
-    dlrm_hstu = importlib.import_module("generative_recommenders.modules.dlrm_hstu")
+    dlrm_hstu = import_quietly("generative_recommenders.modules.dlrm_hstu")
     loaded_from = Path(dlrm_hstu.__file__).resolve()
     if loaded_from != (root / MARKER).resolve():
         raise SystemExit(f"error: generative_recommenders was imported from {loaded_from}")
