@@ -309,6 +309,30 @@ def test_run_directory_au_below_threshold(tmp_path: Path) -> None:
     assert (issue.rule, issue.actual, issue.expected) == ("au", 12.5, ">= 70%")
 
 
+@pytest.mark.parametrize("hydra_only", [False, True])
+def test_a_truncated_summary_is_one_finding(
+    tmp_path: Path, hydra_only: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A damaged summary.json is one INVALID line; the rest of the run is still judged, and no
+    second line says that it is missing."""
+    run = make_run(tmp_path, "run", files=400_000_000, epochs=1)
+    if hydra_only:  # as DLIO alone leaves a run: its Hydra record, no run.json
+        config = yaml.safe_load((run / "configs" / "workload" / "dlrm_h100.yaml").read_text())
+        (run / "dlio" / ".hydra").mkdir()
+        (run / "dlio" / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"workload": config}))
+        (run / "run.json").unlink()
+    summary = run / "dlio" / "summary.json"
+    summary.write_bytes(summary.read_bytes()[:40])
+    report = check_path(run)
+    assert (report.model, report.accelerator) == ("dlrm", "h100")
+    problems = [i for i in report.issues if "summary.json" in i.parameter + i.message]
+    assert [i.rule for i in problems] == ["parse"]
+    assert not any("summary.json" in s for s in report.skipped), report.skipped
+    main(["check", str(run)])
+    out = capsys.readouterr().out
+    assert sum("summary.json" in line for line in out.splitlines()) == 1, out
+
+
 def test_hydra_output_directory_without_run_json(tmp_path: Path) -> None:
     out = tmp_path / "dlio-output"
     shutil.copytree(FIXTURE, out)

@@ -468,11 +468,13 @@ def read_metadata(folder: Path) -> dict[str, Any]:
 # Finding runs
 
 
-def _is_ours(path: Path, schema_prefix: str) -> bool:
+def _is_ours(path: Path, schema_prefix: str) -> bool | None:
+    """Whether a JSON file carries this package's schema; ``None`` when it cannot be read as
+    JSON at all (truncated, not UTF-8, unreadable), so whose it is cannot be told."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
+        return None
     return isinstance(data, dict) and str(data.get("schema", "")).startswith(schema_prefix)
 
 
@@ -480,16 +482,25 @@ def run_kind(folder: Path) -> str | None:
     """What a folder holds for a report: ``"training"`` (this package's ``results.json``),
     ``"checkpoint"`` (``checkpoint-results.json``), ``"dlio"`` (a DLIO training run with
     ``summary.json`` and a ``*_metadata.json``, as mlpstorage leaves it), ``"other"`` (a run
-    folder without results: a datagen, a failed or unfinished run) or ``None`` (no run)."""
-    if (folder / "results.json").is_file() and _is_ours(
-        folder / "results.json", "storage-workloads/dlio-results/"
-    ):
-        return "training"
+    folder without results: a datagen, a failed or unfinished run) or ``None`` (no run).
+
+    A run folder's ``results.json`` that cannot be read is taken as this package's, damaged,
+    so that the report names it rather than reading DLIO's ``summary.json`` in its place;
+    a readable one of another schema (what mlpstorage's reportgen writes where it is
+    pointed) is not."""
+    has_metadata = any(folder.glob(f"*{METADATA_SUFFIX}"))
+    results = folder / "results.json"
+    if results.is_file():
+        ours = _is_ours(results, "storage-workloads/dlio-results/")
+        run_folder = has_metadata or any(
+            (folder / name).is_file() for name in ("run.json", "summary.json")
+        )
+        if ours or (ours is None and run_folder):
+            return "training"
     if (folder / "checkpoint-results.json").is_file():
         return "checkpoint"
     if (folder / "datagen.json").is_file():
         return "other"
-    has_metadata = any(folder.glob(f"*{METADATA_SUFFIX}"))
     if (folder / "summary.json").is_file() and has_metadata:
         return "dlio"
     if has_metadata or (folder / "run.json").is_file():

@@ -11,6 +11,7 @@ from typing import Any, Final
 
 import yaml
 
+from storage_workloads._reading import malformed_json, not_utf8
 from storage_workloads.checker.report import _invalid, _same, flatten
 from storage_workloads.rules import CLOSED_PARAMETERS, DIVISIONS, OPEN_PARAMETERS, Issue
 
@@ -50,15 +51,16 @@ def _load_mapping(path: Path, issues: list[Issue]) -> dict[str, Any] | None:
     """The mapping in a YAML or JSON file, or ``None`` with an INVALID issue saying why."""
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         issues.append(_invalid(str(path), f"cannot read it: {exc.strerror or exc}", "readable"))
+        return None
+    except UnicodeDecodeError as exc:
+        issues.append(_invalid(str(path), f"cannot read it: {not_utf8(exc)}", "readable"))
         return None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except json.JSONDecodeError as exc:
-        issues.append(
-            _invalid(str(path), f"malformed JSON: {exc.msg} at line {exc.lineno}", "parse")
-        )
+        issues.append(_invalid(str(path), malformed_json(exc), "parse"))
         return None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

@@ -128,8 +128,9 @@ def _run_config(
 ) -> dict[str, Any] | None:
     """A run's DLIO config: what DLIO ran (its Hydra record), else the workload file the run
     wrote with the Hydra overrides ``run.json`` records applied (a run that has not started)."""
+    found = len(issues)
     ran = _hydra_workload(path, issues)
-    if ran is not None or issues:
+    if ran is not None or len(issues) > found:
         return ran
     config_file = record.get("config_file")
     if not isinstance(config_file, str):
@@ -189,6 +190,7 @@ def _check_run_dir(path: Path, given: Assumed = _NOTHING) -> CheckReport:
     summary: dict[str, Any] | None = None
     if summary_path is not None:
         summary = _load_mapping(summary_path, issues)
+    read_problems = len(issues)  # a damaged summary.json is its own finding; the rest is judged
     if record_path.is_file():
         record = _load_mapping(record_path, issues)
         if record is None:
@@ -199,7 +201,7 @@ def _check_run_dir(path: Path, given: Assumed = _NOTHING) -> CheckReport:
             return CheckReport(str(path), "run", "INVALID", tuple(issues))
         params = dict(params)
         config = _run_config(path, record, issues)
-        if config is None and issues:
+        if config is None and len(issues) > read_problems:
             return CheckReport(str(path), "run", "INVALID", tuple(issues))
         if config is not None:
             params["config"] = config
@@ -209,7 +211,7 @@ def _check_run_dir(path: Path, given: Assumed = _NOTHING) -> CheckReport:
     else:
         config = _hydra_workload(path, issues)
         if config is None:
-            if not issues:
+            if len(issues) == read_problems:
                 issues.append(
                     _invalid(
                         str(path),
@@ -273,7 +275,7 @@ def _check_run_dir(path: Path, given: Assumed = _NOTHING) -> CheckReport:
                 )
         elif not any(s.startswith("au:") for s in skipped):
             skipped.append("au: summary.json has no train_au_mean_percentage")
-    elif summary is None and not any(s.startswith("au:") for s in skipped):
+    elif summary_path is None and not any(s.startswith("au:") for s in skipped):
         skipped.append("au: no summary.json (DLIO did not finish, or this is not a DLIO run)")
     return CheckReport(
         path=str(path),

@@ -44,7 +44,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         write_report(args.out, report)
     if args.format == "json":
         print(json.dumps(report, indent=2))
-        return 0
+        return 1 if report["damaged"] else 0
     if report["runs"]:
         rows = [["run", "workload", "procs", "AU %", "samples/s", "MB/s", "passed", "rules"]]
         for r in report["runs"]:
@@ -95,4 +95,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
         )
     for item in report["skipped"]:
         print(f"skipped {item['run']}: {item['reason']}")
-    return 0
+    for item in report["damaged"]:
+        print(f"damaged {item['run']}: {item['reason']} (left out of the report)")
+    return 1 if report["damaged"] else 0

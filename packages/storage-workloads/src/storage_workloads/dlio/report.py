@@ -15,7 +15,7 @@ from storage_workloads._atomic import write_text_atomic
 from storage_workloads.checker import check_path
 from storage_workloads.dlio.checkpointing import _CHECKPOINT_SCHEMA
 from storage_workloads.dlio.launch import DlioError
-from storage_workloads.dlio.results import _fmt, _load_json
+from storage_workloads.dlio.results import UnreadableResult, _fmt, _load_json
 from storage_workloads.layout import METADATA_SUFFIX, find_runs, is_datagen, read_metadata
 from storage_workloads.workloads import WORKLOADS
 
@@ -116,7 +116,10 @@ def _dlio_row(path: Path) -> dict[str, Any] | str:
 def _checkpoint_row(path: Path) -> dict[str, Any]:
     data = _load_json(path / "checkpoint-results.json")
     if data.get("schema") != _CHECKPOINT_SCHEMA:
-        raise DlioError(f"{path / 'checkpoint-results.json'} is not a storage-workloads result")
+        raise UnreadableResult(
+            path / "checkpoint-results.json",
+            f"not a storage-workloads result (schema {data.get('schema')!r})",
+        )
     write = data.get("write") if isinstance(data.get("write"), Mapping) else {}
     read = data.get("read") if isinstance(data.get("read"), Mapping) else {}
     return {
@@ -157,13 +160,16 @@ def aggregate_results(run_dirs: Sequence[str | os.PathLike[str]]) -> dict[str, A
     contributes its ``results.json`` or, where it has none but a ``summary.json`` and a
     ``*_metadata.json`` (a run mlpstorage made), DLIO's own figures and the rules checker's
     verdict; a checkpointing run its ``checkpoint-results.json``. Data generation runs and
-    runs without results are listed under ``skipped``.
+    runs without results are listed under ``skipped``; a run whose results file (or, for an
+    mlpstorage run, ``summary.json``) cannot be read (truncated, not UTF-8, not a JSON
+    object) under ``damaged`` (``run``, ``file``, ``reason``), and no other file is read in
+    its place.
 
     The report lists each run and, over the training runs, the count, whether all passed
     (``None`` without training runs), the mean, minimum and maximum of the mean AU, samples/s
     and MB/s, and the workloads seen; over the checkpointing runs, their count and the mean,
     minimum and maximum of the write and read GB/s. Raises :class:`DlioError` for a path that
-    does not exist, holds no run, or a result file that cannot be read.
+    does not exist or holds no run whose results can be read.
     """
     found: list[tuple[Path, str]] = []
     for given in run_dirs:
@@ -180,18 +186,28 @@ def aggregate_results(run_dirs: Sequence[str | os.PathLike[str]]) -> dict[str, A
     rows: list[dict[str, Any]] = []
     checkpoints: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
+    damaged: list[dict[str, str]] = []
     for path, kind in found:
-        if kind == "training":
-            rows.append(_training_row(path))
-        elif kind == "checkpoint":
-            checkpoints.append(_checkpoint_row(path))
-        elif kind == "dlio":
-            row = _dlio_row(path)
-            if isinstance(row, str):
-                skipped.append({"run": str(path), "reason": row})
-            else:
-                rows.append(row)
-        else:
+        try:
+            if kind == "training":
+                rows.append(_training_row(path))
+            elif kind == "checkpoint":
+                checkpoints.append(_checkpoint_row(path))
+            elif kind == "dlio":
+                row = _dlio_row(path)
+                if isinstance(row, str):
+                    skipped.append({"run": str(path), "reason": row})
+                else:
+                    rows.append(row)
+        except UnreadableResult as exc:
+            damaged.append(
+                {
+                    "run": str(path),
+                    "file": exc.path.name,
+                    "reason": f"{exc.path.name}: cannot read it: {exc.problem}",
+                }
+            )
+        if kind not in ("training", "checkpoint", "dlio"):
             reason = (
                 "data generation"
                 if is_datagen(path)
@@ -200,10 +216,16 @@ def aggregate_results(run_dirs: Sequence[str | os.PathLike[str]]) -> dict[str, A
             skipped.append({"run": str(path), "reason": reason})
     if not rows and not checkpoints:
         names = ", ".join(str(Path(g)) for g in run_dirs)
+        first = (
+            f"; damaged: {damaged[0]['run']} ({damaged[0]['reason']})"
+            if damaged
+            else f"; skipped: {skipped[0]['run']} ({skipped[0]['reason']})"
+            if skipped
+            else ""
+        )
         raise DlioError(
             f"{names} has no results.json, checkpoint-results.json or DLIO summary.json with a "
-            f"*{METADATA_SUFFIX} (in it or below)"
-            + (f"; skipped: {skipped[0]['run']} ({skipped[0]['reason']})" if skipped else "")
+            f"*{METADATA_SUFFIX} (in it or below) that can be read{first}"
         )
     return {
         "runs": rows,
@@ -218,6 +240,7 @@ def aggregate_results(run_dirs: Sequence[str | os.PathLike[str]]) -> dict[str, A
         "checkpoint_write_gb_per_s": _stats(checkpoints, "write_gb_per_s_mean"),
         "checkpoint_read_gb_per_s": _stats(checkpoints, "read_gb_per_s_mean"),
         "skipped": skipped,
+        "damaged": damaged,
     }
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from storage_workloads._atomic import write_text_atomic
+from storage_workloads._reading import malformed_json, not_utf8
 from storage_workloads.dlio.launch import DlioError
 
 #: Columns of ``results.csv``: one row per epoch, then a ``mean`` row.
@@ -35,15 +36,29 @@ def _number(value: object, what: str) -> float:
     return float(value)
 
 
+class UnreadableResult(DlioError):
+    """A results file (this package's or DLIO's) that exists but cannot be used: ``path`` and
+    the ``problem`` in words (not UTF-8, malformed or truncated JSON, not a JSON object)."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"cannot read {path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
 def _load_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DlioError(f"{path} is missing: DLIO did not finish the run") from None
-    except (OSError, ValueError) as exc:
-        raise DlioError(f"cannot read {path}: {exc}") from None
+    except OSError as exc:
+        raise UnreadableResult(path, str(exc.strerror or exc)) from None
+    except UnicodeDecodeError as exc:
+        raise UnreadableResult(path, not_utf8(exc)) from None
+    except json.JSONDecodeError as exc:
+        raise UnreadableResult(path, malformed_json(exc)) from None
     if not isinstance(data, dict):
-        raise DlioError(f"{path}: expected a JSON object, got {type(data).__name__}")
+        raise UnreadableResult(path, f"expected a JSON object, got {type(data).__name__}")
     return data
 
 
