@@ -304,6 +304,23 @@ def test_unsorted_file_gives_the_sorted_files_output(tmp_path, partitions, order
     assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "expected")
 
 
+@pytest.mark.parametrize("order", ["late_block", "time_ordered"])
+def test_unsorted_file_with_a_relative_out_dir(tmp_path, monkeypatch, order):
+    """A file not in uid order is first spilled by uid range under the output's temporary
+    directory; with a relative ``out_dir`` (and raw root) the ranges must be found there, not
+    read as empty and the input taken for a file that changed while it was read."""
+    events = six_users_with_ties()
+    write_raw(tmp_path / "sorted", events)
+    write_raw(tmp_path / "raw", unsorted_orders(events)[order])
+    monkeypatch.chdir(tmp_path)
+    expected = preprocess("sorted", "50m", "expected", partitions=2)
+    assert preprocess("raw", "50m", "out", partitions=2) == expected
+    assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "expected")
+    argv = ["preprocess", "--raw", "raw", "--size", "50m", "--out", "cli-out", "--partitions", "2"]
+    assert main(argv) == 0
+    assert file_bytes(tmp_path / "cli-out") == file_bytes(tmp_path / "expected")
+
+
 @pytest.mark.parametrize("uid_span", [1_000, 70_000, 3_000_000_000])
 def test_a_partition_in_time_order_is_sorted_as_the_general_sort_does(uid_span):
     """The time-ordered path (a stable radix sort by uid, one 16-bit digit or two) puts the rows

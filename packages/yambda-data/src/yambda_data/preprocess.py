@@ -430,9 +430,12 @@ def _spill_uid_ranges(
     offset = pl.col("uid").cast(pl.UInt64) - bounds.uid_min + 1
     key = ((offset * n_parts - 1) // span).alias("__range")
 
-    def file_path(args: FileProviderArgs) -> Path:
+    def file_path(args: FileProviderArgs) -> str:
+        # Relative to ``spill``: polars joins the name to the base path, so a relative
+        # ``spill`` given again here would nest (``spill/spill/...``) and the ranges would
+        # then be found empty, which reads as the file having changed.
         k = args.partition_keys.item()
-        return spill / f"range-{k:05d}-{args.index_in_partition:05d}.ipc"
+        return f"range-{k:05d}-{args.index_in_partition:05d}.ipc"
 
     target = pl.PartitionBy(spill, key=key, include_key=False, file_path_provider=file_path)
     spill.mkdir()
