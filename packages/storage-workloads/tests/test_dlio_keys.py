@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from storage_workloads import check_params
 from storage_workloads.cli import main
 from storage_workloads.dlio.keys import DLIO_KEYS, SECTIONS, check_param, parse_param
 from storage_workloads.dliorun import hydra_overrides, installed_engine
@@ -56,6 +57,37 @@ def test_bad_params_are_one_line_and_create_nothing(
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["venv"]
+
+
+@pytest.mark.parametrize(
+    ("model", "runs"),
+    [("resnet50", True), ("cosmoflow", True), ("dlrm", False), ("unet3d", False)],
+)
+def test_read_threads_minus_one_runs_where_dlio_can_run_it(
+    model: str, runs: bool, tmp_path: Path, venv: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """-1 is CLOSED to the checker (as to mlpstorage). DLIO runs it as tf.data's AUTOTUNE
+    where the tensorflow loader reads tfrecord files (resnet50, cosmoflow); elsewhere it is
+    refused before anything is created, saying why and where it would run."""
+    args = ["run", model, "--data-dir", str(tmp_path / "d"), "--run-dir", str(tmp_path / "r")]
+    status = main(
+        [*args, "--dlio-venv", str(venv), "--param", "reader.read_threads=-1", "--what-if"]
+    )
+    captured = capsys.readouterr()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["venv"]
+    if runs:
+        assert status == 0, captured.err
+        assert "++workload.reader.read_threads=-1" in captured.out.splitlines()[0]
+    else:
+        assert status == 2
+        assert captured.err.count("\n") == 1
+        assert "DLIO runs -1 (tf.data's AUTOTUNE) only with the tensorflow data loader" in (
+            captured.err
+        )
+        assert "the rules checker calls -1 CLOSED, as mlpstorage does" in captured.err
+    params = {"model": model, "accelerator": "h100", "num_accelerators": 1, "host_memory_gb": 1}
+    verdict = check_params({**params, "overrides": {"reader.read_threads": -1}})
+    assert [i.rule for i in verdict.issues if "read_threads" in i.parameter] == []
 
 
 def test_the_fork_reads_its_own_keys() -> None:

@@ -161,3 +161,20 @@ def test_suggested_subfolders(files: int, subfolders: int) -> None:
 def test_suggested_subfolders_rejects_nonpositive() -> None:
     with pytest.raises(ValueError, match="num_files"):
         suggested_subfolders(0)
+
+
+def test_the_readme_says_what_the_code_computes(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's `size` example is the command's output, and its Sizing section gives the
+    rounding and the figures the code gives."""
+    from storage_workloads.cli import main
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    assert main(["size", "unet3d", "--accelerators", "8", "--host-memory-gb", "128"]) == 0
+    assert capsys.readouterr().out in readme
+    sizing = readme.split("### Sizing", 1)[1].split("\n### ", 1)[0]
+    assert "Both round down" in sizing and "ceil(5" not in sizing
+    w = workload("unet3d", "h100")
+    for memory in (128 * GiB, 1024 * GiB):
+        files = required_num_files(w, total_host_memory_bytes=memory, num_accelerators=8)
+        assert f"{files:,}" in sizing
+    assert f"{memory_term(w, 128 * GiB):,}" in sizing

@@ -11,7 +11,8 @@ The keys are those ``LoadConfig`` reads in dlio-benchmark 2.0.0 (engine ``dlio``
 MLPerf Storage fork (branch ``mlperf_storage_v2.0``, engine ``mlperf-dlio``), plus the keys of
 the published workload files and of this package's DLIO extensions (``dataset.parquet.*``).
 The ranges are what DLIO's code accepts (a negative thread count fails in PyTorch's
-DataLoader); whether the rules allow a change is :mod:`storage_workloads.rules`' question.
+DataLoader; -1 runs only as tf.data's AUTOTUNE, :func:`check_read_threads`); whether the
+rules allow a change is :mod:`storage_workloads.rules`' question.
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ import yaml
 
 from storage_workloads.dlio.config import ENGINE_NAMES, UPSTREAM_SPELLINGS, with_spellings
 
-__all__ = ["DLIO_KEYS", "SECTIONS", "DlioKey", "check_param", "checked_params", "parse_param"]
+__all__ = [
+    "DLIO_KEYS",
+    "SECTIONS",
+    "DlioKey",
+    "check_param",
+    "check_read_threads",
+    "checked_params",
+    "parse_param",
+]
 
 _BOTH: Final = frozenset({"dlio", "mlperf-dlio"})
 _UPSTREAM: Final = frozenset({"dlio"})
@@ -44,8 +53,12 @@ class DlioKey:
     engines: frozenset[str] = _BOTH
     #: Why a run does not take this key from ``--param`` (``None``: it does).
     not_a_param: str | None = None
+    #: The range in words, where the least value alone would mislead.
+    described: str | None = None
 
     def describe(self) -> str:
+        if self.described:
+            return self.described
         if self.kind == "choice":
             return "one of " + ", ".join(str(c) for c in self.choices)
         if self.kind == "int":
@@ -103,6 +116,8 @@ _FORMATS: Final = (
     "parquet",
 )
 _SET_BY_COMMAND: Final = "is set by the command (datagen generates the data, run trains)"
+#: ``reader.read_threads`` that DLIO hands to tf.data as ``AUTOTUNE``; see check_read_threads.
+AUTOTUNE_READ_THREADS: Final = -1
 
 #: Every key, dotted. DLIO's enums give the choices (FormatType plus the extensions' parquet).
 DLIO_KEYS: Final[Mapping[str, DlioKey]] = {
@@ -154,7 +169,12 @@ DLIO_KEYS: Final[Mapping[str, DlioKey]] = {
     "reader.data_loader": _choice("pytorch", "tensorflow", "dali", "native_dali", "synthetic"),
     "reader.batch_size": _int(1),
     "reader.batch_size_eval": _int(1),
-    "reader.read_threads": _int(0),  # PyTorch's DataLoader refuses negative workers
+    "reader.read_threads": DlioKey(
+        "int",
+        AUTOTUNE_READ_THREADS,
+        described="an integer >= 0, or -1 (tf.data's AUTOTUNE) with the tensorflow data loader "
+        "on tfrecord files",
+    ),
     "reader.computation_threads": _int(1),
     "reader.prefetch_size": _int(0),
     "reader.transfer_size": _int(1),
@@ -292,3 +312,29 @@ def checked_params(params: Mapping[str, Any] | None, engine: str) -> dict[str, A
     for key, value in (params or {}).items():
         check_param(key, value, engine=engine)
     return with_spellings(params or {}, engine)
+
+
+def check_read_threads(config: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` for a training config whose ``reader.read_threads`` is -1 where
+    DLIO cannot run it.
+
+    The rules give the thread count no range, so the checker calls -1 CLOSED, as mlpstorage
+    does. DLIO (2.0.0 and the MLPerf fork alike) runs it in one place: the tensorflow data
+    loader on tfrecord files passes it to ``TFRecordDataset`` as ``num_parallel_reads``, where
+    -1 is tf.data's ``AUTOTUNE``. Every other loader hands it to PyTorch's ``DataLoader`` as
+    the worker count, or to tf.data as the size of a thread pool and of the reader list, none
+    of which can be negative.
+    """
+    reader = config.get("reader") if isinstance(config.get("reader"), Mapping) else {}
+    workflow = config.get("workflow") if isinstance(config.get("workflow"), Mapping) else {}
+    if reader.get("read_threads") != AUTOTUNE_READ_THREADS or not workflow.get("train", True):
+        return
+    dataset = config.get("dataset") if isinstance(config.get("dataset"), Mapping) else {}
+    loader, fmt = reader.get("data_loader"), dataset.get("format")
+    if (loader, fmt) != ("tensorflow", "tfrecord"):
+        raise ValueError(
+            f"--param reader.read_threads=-1: DLIO runs -1 (tf.data's AUTOTUNE) only with the "
+            f"tensorflow data loader on tfrecord files (resnet50, cosmoflow); this run's "
+            f"{loader} loader on {fmt} files needs a count >= 0 (the rules checker calls -1 "
+            "CLOSED, as mlpstorage does, since the rules give the count no range)"
+        )

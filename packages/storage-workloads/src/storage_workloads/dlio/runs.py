@@ -34,7 +34,7 @@ from typing import Any, Final
 from storage_workloads._atomic import write_text_atomic
 from storage_workloads.checker import RUN_RECORD
 from storage_workloads.dlio.config import published_data_folder
-from storage_workloads.dlio.keys import checked_params
+from storage_workloads.dlio.keys import check_read_threads, checked_params
 from storage_workloads.dlio.launch import (
     CONSOLE_LOG,
     DlioError,
@@ -450,6 +450,7 @@ def _configs(
         data_folder=data_folder, num_files=num_files, num_subfolders=num_subfolders, engine=engine
     )
     apply_params(config, changes)
+    check_read_threads(config)
     written = build(data_folder=published_data_folder(model), num_subfolders=0, engine=engine)
     return _Configs(config, written, hydra_overrides(written, config))
 
