@@ -221,6 +221,10 @@ def run_checkpointing(
     return _run_fork(workload, options, params=params or {}, **kwargs)
 
 
+def _writes(folder: Path) -> list[tuple[str, Path, str]]:
+    return [("--checkpoint-folder", folder, "the checkpoints are written there")]
+
+
 def _refuse_used_folder(folder: Path) -> None:
     if folder.is_dir() and any(folder.iterdir()):
         raise DlioError(
@@ -261,7 +265,9 @@ def _run_fork(
     overrides = hydra_overrides(written, config)
     _refuse_earlier_run(where.run)
     _refuse_used_folder(folder)
-    ctx = _validated_run(where, options, engine="mlperf-dlio", fallback=_EMULATION_HINT)
+    ctx = _validated_run(
+        where, options, engine="mlperf-dlio", fallback=_EMULATION_HINT, writes=_writes(folder)
+    )
     record_params = {
         "model": workload.name,
         "num_processes": ctx.mpi.processes,
@@ -400,7 +406,7 @@ def _run_emulation(
     _refuse_used_folder(folder)
     if (run / "steps-data").exists():
         raise DlioError(f"{run / 'steps-data'} exists: give a new run directory")
-    ctx = _validated_run(where, options, engine="dlio")
+    ctx = _validated_run(where, options, engine="dlio", writes=_writes(folder))
     name = config_name(workload.name, "checkpoint")
     record_params = {
         "model": workload.name,

@@ -217,7 +217,8 @@ def run_datagen(
     options = _Options(
         processes, hosts, host_memory, dlio_venv, mpi, mpi_args, timeout_s, what_if, log
     )
-    ctx = _validated_run(where, options, engine=engine)
+    writes = [("--data-dir", folder, "datagen writes the dataset there")]
+    ctx = _validated_run(where, options, engine=engine, writes=writes)
     name = config_name(d.model, "datagen")
     extensions = _extensions(fmt, generate=True, train=False)
     record_params: dict[str, Any] = {"model": d.model}

@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,15 +126,53 @@ class _Options:
         )
 
 
-def _validated_run(where: _Where, options: _Options, *, engine: str, fallback: str = "") -> _Run:
+def _refuse_unwritable(folder: Path, flag: str, purpose: str, given: Path | None = None) -> None:
+    """Raise ``ValueError`` naming ``flag`` and ``given`` (default ``folder``) unless a file can
+    be made in ``folder`` or, where it does not exist yet, in the nearest folder above it that
+    does (where DLIO's ``makedirs`` would start). The probe is a file made and removed at
+    once, the way the run will write: permission bits say nothing about a read-only mount,
+    nor about what root may do."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{flag} {given or folder}: {existing} is a file, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".storage-workloads-probe-", dir=existing)
+    except OSError as exc:
+        raise ValueError(
+            f"{flag} {given or folder}: cannot write in {existing} ({exc.strerror or exc}); "
+            f"{purpose}"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _validated_run(
+    where: _Where,
+    options: _Options,
+    *,
+    engine: str,
+    fallback: str = "",
+    writes: Sequence[tuple[str, Path, str]] = (),
+) -> _Run:
     """The run, once its launch options are validated, DLIO has been found and is of the
     flavour ``engine`` writes for (a missing or mismatched DLIO is the cheaper error to
-    report) and the hosts read (:func:`read_hosts`), unless ``options.host_memory`` holds a
-    reading made before, or the run is only planned (``what_if``): a plan contacts no host,
-    so a host list is not read and a note says so."""
+    report), the run folder and each of ``writes`` (flag, folder, what the run writes there)
+    found writable (:func:`_refuse_unwritable`), and the hosts read (:func:`read_hosts`),
+    unless ``options.host_memory`` holds a reading made before, or the run is only planned
+    (``what_if``): a plan contacts no host, so a host list is not read and a note says so."""
     launch, host_count = options.launch()
     dlio = find_dlio(launch.dlio_venv)
     check_engine(dlio, engine, fallback=fallback)
+    if where.root is None:
+        _refuse_unwritable(where.run, "--run-dir", "the run folder goes there")
+    else:
+        _refuse_unwritable(
+            where.run, "--results-dir", f"the run folder goes there ({where.run})", where.root
+        )
+    for flag, folder, purpose in writes:
+        _refuse_unwritable(folder, flag, purpose)
     host_memory = options.host_memory
     notes: list[str] = []
     if host_memory is None and options.what_if and not isinstance(options.hosts, int):
