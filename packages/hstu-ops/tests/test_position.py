@@ -268,23 +268,27 @@ TARGETS = [0, 1, 3, 5, 20]  # the length-1 sequence is a single target
 
 # Widths that are not multiples of the column tile, which is smaller than the width (the
 # forward loops over column chunks, the backward has a program per chunk).
+# rows_per_piece: 0 is one backward program per table row; 1 and 5 cut segments into pieces
+# (1: every row its own piece).
 FP32_CASES = [
-    pytest.param(None, False, 0, "sqrt", 20, 16, id="plain-sqrt-d20"),
-    pytest.param(TARGETS, False, 3, "sqrt", 40, 32, id="targets-ctx3-sqrt-d40"),
-    pytest.param([0, 0, 3, 20, 60], True, 1, "log", 100, 64, id="interleaved-ctx1-log-d100"),
-    pytest.param(TARGETS, False, 0, "log", 20, 16, id="targets-log-d20"),
+    pytest.param(None, False, 0, "sqrt", 20, 16, 0, id="plain-sqrt-d20-whole-segments"),
+    pytest.param(TARGETS, False, 3, "sqrt", 40, 32, 5, id="targets-ctx3-sqrt-d40"),
+    pytest.param([0, 0, 3, 20, 60], True, 1, "log", 100, 64, 1, id="interleaved-ctx1-log-d100"),
+    pytest.param(TARGETS, False, 0, "log", 20, 16, 5, id="targets-log-d20"),
 ]
 
 
 @pytest.mark.triton
 @pytest.mark.parametrize(
-    ("targets", "interleave", "contextual", "fn_name", "dim", "block_d"), FP32_CASES
+    ("targets", "interleave", "contextual", "fn_name", "dim", "block_d", "pieces"), FP32_CASES
 )
-def test_fp32_matches_reference(tt, targets, interleave, contextual, fn_name, dim, block_d):
+def test_fp32_matches_reference(tt, targets, interleave, contextual, fn_name, dim, block_d, pieces):
     # 50 position rows: the two longest sequences reach the clamp. 25 time-bucket rows: gaps of
     # up to a day between tokens reach the clamp too (sqrt of a week in minutes is 100).
     problem = make_problem(LENGTHS, dim, 50, 25, seed=dim, targets=targets)
-    cfg = tt.PositionBlockConfig(block_n=32, block_d=block_d, rows_per_step=3)
+    cfg = tt.PositionBlockConfig(
+        block_n=32, block_d=block_d, rows_per_step=3, rows_per_piece=pieces
+    )
     assert_matches_reference(
         tt, problem, cfg, contextual=contextual, interleave=interleave, fn_name=fn_name
     )
@@ -503,15 +507,18 @@ def test_kernels_compile_for_gpus(gpu_target, load_triton):
         )
         sqrt_constants = {**fwd_constants, "LOG_BUCKETS": False, "INTERLEAVE": True}
         bwd_constants = dict(
-            ROWS_PER_STEP=cfg.rows_per_step, BLOCK_D=cfg.block_d, INTERPRET_BF16=False
-        )
+            ROWS_PER_STEP=cfg.rows_per_step, BLOCK_D=cfg.block_d, GATHER=True,
+            INTERPRET_BF16=False,
+        )  # fmt: skip
+        pieces_constants = {**bwd_constants, "GATHER": False}  # the sum of the partial rows
         for kernel, constants, warps in (
             (compiled._add_timestamp_pos_emb_fwd_kernel, fwd_constants, cfg.fwd_warps),
             (compiled._add_timestamp_pos_emb_fwd_kernel, sqrt_constants, cfg.fwd_warps),
             (compiled._segment_sum_rows_kernel, bwd_constants, cfg.bwd_warps),
+            (compiled._segment_sum_rows_kernel, pieces_constants, cfg.bwd_warps),
         ):
             binary = gpu_target.compile(kernel, constants, {"num_warps": warps}, types=types)
-            if gpu_target.vendor == "nvidia" and constants is not bwd_constants:
+            if gpu_target.vendor == "nvidia" and "GATHER" not in constants:
                 # The bucket's division and square root must be the IEEE ones, not .approx.
                 ptx = binary.asm["ptx"]
                 assert "div.rn.f32" in ptx and "div.full" not in ptx

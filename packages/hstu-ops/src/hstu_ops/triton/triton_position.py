@@ -17,12 +17,18 @@ Layout of the work:
 * backward: ``d seq_embeddings = alpha * dout`` (a torch expression). The table gradients are
   scatter-sums of ``dout`` rows, computed deterministically, without atomics: the rows are
   sorted by table index (a stable ``torch.sort``), the segment of each table row is found with
-  ``torch.searchsorted``, and one program per (table row, BLOCK_D chunk) adds its segment's rows
-  one after the other, in increasing row order, in float32 (loads unrolled by
-  ``rows_per_step``). Table rows that no token reads get zeros. Each gradient row is thus the
-  sequential float32 sum in row order, whatever the tiles: repeated runs are bit-identical. A
-  table row read by many tokens (all targets share one position, every last token is in
-  bucket 0) is summed by a single program: its time grows with the segment, not the batch.
+  ``torch.searchsorted``. The sorted rows are cut into pieces of at most ``rows_per_piece``
+  rows, each inside one segment; one program per (piece, BLOCK_D chunk) adds its rows in
+  float32 into a partial row, then one program per (table row, BLOCK_D chunk) adds its
+  segment's partial rows. Both sums go in sorted-row order (loads unrolled by
+  ``rows_per_step``); table rows that no token reads get zeros; the result depends on
+  ``rows_per_piece`` only, and repeated runs are bit-identical. A table row read by a large
+  part of the batch (all targets share one position; with the time buckets, every token whose
+  gap falls in the first buckets) is thus summed by many programs, not one: with a single
+  program per table row (``rows_per_piece=0``, the former layout, kept selectable) its time
+  grew with the batch, which made this backward slower than PyTorch's on a GPU.
+  The number of pieces is bounded without reading the indices on the host (rows / rows_per_piece
+  + table rows), so the backward never synchronises with the GPU.
 
 Importing this module imports ``triton``. As in :mod:`hstu_ops.triton.triton_hstu_attention`,
 the mode (compiled for CUDA/ROCm tensors, or Triton's interpreter for CPU tensors) is fixed by
@@ -178,9 +184,11 @@ def _segment_sum_rows_kernel(
     D,
     ROWS_PER_STEP: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    GATHER: tl.constexpr,
     INTERPRET_BF16: tl.constexpr,
 ):
-    """DTable[k] = sum of DOut[order[i]] for i in [segment_starts[k], segment_starts[k + 1]).
+    """DTable[k] = sum of DOut[order[i]] for i in [segment_starts[k], segment_starts[k + 1])
+    (DOut[i] without GATHER; ``order`` is not read then).
 
     The rows are added one after the other in segment order, in float32: the result is the
     plain sequential sum, whatever the tiles. ROWS_PER_STEP row loads are issued per step
@@ -195,7 +203,11 @@ def _segment_sum_rows_kernel(
     for r0 in range(start, end, ROWS_PER_STEP):
         for u in tl.static_range(ROWS_PER_STEP):
             in_segment = r0 + u < end
-            row = tl.load(order + r0 + u, mask=in_segment, other=0).to(tl.int64)
+            if GATHER:
+                row = tl.load(order + r0 + u, mask=in_segment, other=0).to(tl.int64)
+            else:
+                # Through the loaded start, a tensor (the interpreter's loop index is an int).
+                row = start.to(tl.int64) + (r0 - start + u)
             acc += tl.load(DOut + row * stride_don + offs_d, mask=d_ok & in_segment, other=0.0).to(
                 tl.float32
             )
@@ -215,7 +227,9 @@ class PositionBlockConfig:
 
     ``block_n``: rows per forward program; ``block_d``: embedding columns per step (forward)
     or per program (backward), both powers of 2 >= 16; ``rows_per_step``: row loads issued per
-    step of the backward's sequential sum (unrolled; >= 1).
+    step of the backward's sequential sums (unrolled; >= 1); ``rows_per_piece``: the most
+    sorted rows one backward program adds before the per-table-row sum of the pieces (>= 1),
+    or 0 for one program per table row adding its whole segment (no partial sums).
     """
 
     block_n: int = 32
@@ -223,26 +237,31 @@ class PositionBlockConfig:
     rows_per_step: int = 16
     fwd_warps: int = 4
     bwd_warps: int = 4
+    rows_per_piece: int = 64
 
     def __post_init__(self) -> None:
         _common.check_power_of_2(self, ("block_n", "block_d"))
-        if self.rows_per_step < 1:
-            raise ValueError(
-                f"PositionBlockConfig.rows_per_step must be >= 1, got {self.rows_per_step}"
-            )
+        for name in ("rows_per_step", "rows_per_piece"):
+            least = 1 if name == "rows_per_step" else 0
+            if getattr(self, name) < least:
+                raise ValueError(
+                    f"PositionBlockConfig.{name} must be >= {least}, got {getattr(self, name)}"
+                )
 
 
 def default_position_block_config(dim: int) -> PositionBlockConfig:
     """Tiles used when ``block_config`` is not given (not autotuned, not yet timed on a GPU).
 
-    Under the interpreter: 16-wide tiles (several blocks per sequence and per row, which the
-    tests want). On a GPU: 32 rows by up to 128 columns forward; 16 row loads in flight per
-    backward step.
+    Under the interpreter: 16-wide tiles and pieces of 8 rows (several blocks per sequence, per
+    row and per segment, which the tests want). On a GPU: 32 rows by up to 128 columns
+    forward; 16 row loads in flight per backward step, pieces of 64 rows (a batch of 32
+    sequences of 4,096 tokens: about 2,000 pieces, each of the hottest table row's at most
+    2,048 partial rows read 16 at a time).
     """
     if INTERPRETED:
-        return PositionBlockConfig(16, 16, 4, 1, 1)
+        return PositionBlockConfig(16, 16, 4, 1, 1, rows_per_piece=8)
     block_d = min(max(16, triton.next_power_of_2(dim)), 128)
-    return PositionBlockConfig(32, block_d, 16, 4, 4)
+    return PositionBlockConfig(32, block_d, 16, 4, 4, rows_per_piece=64)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -341,21 +360,63 @@ def table_gradient(
     sorted_idx, order = torch.sort(indices, stable=True)
     boundaries = torch.arange(table_rows + 1, dtype=sorted_idx.dtype, device=dout.device)
     segment_starts = torch.searchsorted(sorted_idx, boundaries)
-    grid = (table_rows, triton.cdiv(dim, config.block_d))
+    if config.rows_per_piece == 0:
+        _segment_sums(dout, order, segment_starts, grad, config)
+        return grad
+    piece_starts, table_piece_starts = _pieces(sorted_idx, segment_starts, config.rows_per_piece)
+    partial = torch.empty((piece_starts.numel() - 1, dim), dtype=torch.float32, device=dout.device)
+    _segment_sums(dout, order, piece_starts, partial, config)
+    _segment_sums(partial, None, table_piece_starts, grad, config)
+    return grad
+
+
+def _pieces(
+    sorted_idx: torch.Tensor, segment_starts: torch.Tensor, rows_per_piece: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(piece_starts, table_piece_starts): the sorted rows cut where a segment starts and every
+    ``rows_per_piece`` rows; piece p is rows [piece_starts[p], piece_starts[p + 1]), and the
+    pieces of table row k are [table_piece_starts[k], table_piece_starts[k + 1]).
+
+    Only device tensors, sized by a bound (every piece boundary is a segment start or a
+    multiple of rows_per_piece), never by a count read back from the GPU; pieces past the last
+    one are empty.
+    """
+    total, table_rows = sorted_idx.numel(), segment_starts.numel() - 1
+    device = sorted_idx.device
+    row = torch.arange(total, device=device)
+    starts = row % rows_per_piece == 0
+    starts[1:] |= sorted_idx[1:] != sorted_idx[:-1]
+    pieces_through = torch.cumsum(starts, 0)  # pieces starting at or before each row
+    bound = triton.cdiv(total, rows_per_piece) + table_rows
+    piece_starts = torch.full((bound + 1,), total, dtype=torch.int64, device=device)
+    piece_starts.scatter_reduce_(0, pieces_through - 1, row, reduce="amin")
+    pieces_before = torch.cat([pieces_through.new_zeros(1), pieces_through])
+    return piece_starts, pieces_before[segment_starts]
+
+
+def _segment_sums(
+    rows: torch.Tensor,
+    order: torch.Tensor | None,
+    segment_starts: torch.Tensor,
+    out: torch.Tensor,
+    config: PositionBlockConfig,
+) -> None:
+    """out[k] = the sum of rows[order[i]] (rows[i] when order is None) over segment k."""
+    grid = (segment_starts.numel() - 1, triton.cdiv(rows.shape[1], config.block_d))
     _segment_sum_rows_kernel[grid](
-        dout,
-        order,
+        rows,
+        rows if order is None else order,  # not read without GATHER
         segment_starts,
-        grad,
-        dout.stride(0),
-        grad.stride(0),
-        dim,
+        out,
+        rows.stride(0),
+        out.stride(0),
+        rows.shape[1],
         ROWS_PER_STEP=config.rows_per_step,
         BLOCK_D=config.block_d,
-        INTERPRET_BF16=INTERPRETED and dtype == torch.bfloat16,
+        GATHER=order is not None,
+        INTERPRET_BF16=INTERPRETED and out.dtype == torch.bfloat16,
         num_warps=config.bwd_warps,
     )
-    return grad
 
 
 class AddTimestampPositionalEmbeddingsFunction(torch.autograd.Function):
