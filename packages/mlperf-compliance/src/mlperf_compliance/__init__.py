@@ -41,6 +41,7 @@ from mlperf_compliance.records import (
     read_log,
     scan_log,
 )
+from mlperf_compliance.reference import ReferenceReport, score_reference
 from mlperf_compliance.score import (
     RESULT_PATTERNS,
     OlympicRule,
@@ -83,6 +84,7 @@ __all__ = [
     "MLPerfLogger",
     "OlympicRule",
     "RcpVerdict",
+    "ReferenceReport",
     "RuleVerdict",
     "RunInterrupted",
     "RunScore",
@@ -102,5 +104,6 @@ __all__ = [
     "olympic_rule",
     "read_log",
     "scan_log",
+    "score_reference",
     "score_results",
 ]

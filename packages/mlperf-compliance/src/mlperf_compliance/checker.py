@@ -28,6 +28,7 @@ __all__ = [
     "check_log",
     "check_ruleset",
     "dev_rules_dir",
+    "known_benchmarks",
     "known_rulesets",
 ]
 
@@ -257,6 +258,35 @@ def check_ruleset(ruleset: str, usage: str = "training") -> None:
             f"ruleset {ruleset!r}: the compliance checker has no {usage} ruleset of that "
             f"name (known: {', '.join(known[usage])})"
         )
+
+
+def known_benchmarks(ruleset: str, usage: str = "training") -> list[str]:
+    """The benchmarks the installed checker has rules for in ``usage``/``ruleset`` (its
+    ``closed_<benchmark>.yaml`` and ``open_<benchmark>.yaml``); the dev ruleset's are those of
+    the official ruleset it builds on."""
+    version = DEV_RULESET_BASE if ruleset == DEV_RULESET else ruleset
+    folder = _checker_dir() / f"{usage}_{version}"
+    names = {
+        p.stem.partition("_")[2]
+        for pattern in ("closed_*.yaml", "open_*.yaml")
+        for p in folder.glob(pattern)
+    }
+    return sorted(names - {"common"})
+
+
+def _refuse_unknown_benchmark(scan: LogScan, name: str, ruleset: str, usage: str) -> None:
+    """Raise ``ValueError`` for a log whose ``submission_benchmark`` the ruleset has no rules
+    for: the official checker would crash looking for ``<division>_<benchmark>.yaml``, and no
+    verdict on the log can be given. The reference's own convergence logs name ``hstu``."""
+    entry = scan.first("submission_benchmark")
+    logged = entry.record.get("value") if entry is not None else None
+    known = known_benchmarks(ruleset, usage)
+    if entry is None or not isinstance(logged, str) or not known or logged in known:
+        return
+    raise ValueError(
+        f"{name}:{entry.line}: the log names the benchmark {logged!r} (submission_benchmark); "
+        f"the {usage} {ruleset} ruleset knows {', '.join(known)}"
+    )
 
 
 def _rules_of(configs: list[str]) -> tuple[dict[str, _Rule], list[str]]:
@@ -506,7 +536,8 @@ def check_log(
     """Check ``path`` with the official checker for ``usage``/``ruleset``.
 
     Raises ``FileNotFoundError`` if the log does not exist, ``ValueError`` for a ``usage``,
-    ``ruleset`` or ``division`` the checker does not know (:func:`check_ruleset`), and
+    ``ruleset`` or ``division`` the checker does not know (:func:`check_ruleset`) or a log
+    whose ``submission_benchmark`` the ruleset has no rules for (:func:`known_benchmarks`), and
     ``subprocess.TimeoutExpired`` if the checker runs longer than ``timeout`` seconds. ``messages`` can hold warnings even
     when ``passed`` (a key repeated with the same value, say). The checker's own log file is
     written to a temporary directory, so nothing is left in the working directory.
@@ -544,6 +575,7 @@ def check_log(
         env = dict(os.environ, MLPERF_COMPLIANCE_DEV_RULES=str(rules))
     scan = scan_log(log)
     name = os.fspath(path)
+    _refuse_unknown_benchmark(scan, name, ruleset, usage)
     if scan.fatal:
         # mlperf_logging's parser would raise on these lines (KeyError, TypeError): report
         # them by line instead of running the checker into a traceback.

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from mlperf_compliance.checker import CheckResult, check_log, check_ruleset
+from mlperf_compliance.reference import score_reference
 from mlperf_compliance.score import score_results
 
 __all__ = ["DEBUG_ENV", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "main"]
@@ -119,6 +120,14 @@ def _parser() -> argparse.ArgumentParser:
         help="do not run the compliance checker on each log (faster; the summarizer does)",
     )
     score.add_argument(
+        "--reference",
+        action="store_true",
+        help="read DIR as the reference's convergence runs (no run_stop needed, whatever "
+        "benchmark they name; *.log in DIR or one folder down): per global batch, the samples "
+        "to the target as an RCP record, next to the installed one; exit 0 when each batch "
+        "size is its installed RCP record",
+    )
+    score.add_argument(
         "--format", choices=FORMATS, default="text", help="text table or json (default: text)"
     )
     return parser
@@ -182,6 +191,8 @@ def _check(args: argparse.Namespace, debug: bool) -> int:
 def _score(args: argparse.Namespace, debug: bool) -> int:
     try:
         check_ruleset(args.ruleset, args.usage)
+        if args.reference:
+            return _score_reference(args)
         report = score_results(
             args.directory,
             benchmark=args.benchmark,
@@ -196,6 +207,19 @@ def _score(args: argparse.Namespace, debug: bool) -> int:
     else:
         print(report.format_table())
     return EXIT_PASS if report.valid else EXIT_FAIL
+
+
+def _score_reference(args: argparse.Namespace) -> int:
+    if not args.check:
+        raise ValueError("--no-check applies to result logs; --reference runs no checker")
+    reference = score_reference(
+        args.directory, benchmark=args.benchmark, ruleset=args.ruleset, usage=args.usage
+    )
+    if args.format == "json":
+        print(json.dumps(reference.to_dict(), indent=2))
+    else:
+        print(reference.format_table())
+    return EXIT_PASS if reference.valid else EXIT_FAIL
 
 
 _COMMANDS: dict[str, Any] = {"check": _check, "score": _score}

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from mlperf_compliance.checker import DEV_RULESET, check_log, check_ruleset
+from mlperf_compliance.checker import DEV_RULESET, CheckResult, check_log, check_ruleset
 from mlperf_compliance.olympic import OlympicRule, olympic_mean, olympic_rule
 from mlperf_compliance.rcp import RcpVerdict, rcp_check
 from mlperf_compliance.records import LogScan, scan_log
@@ -128,6 +128,14 @@ def _read_run(path: Path, benchmark: str) -> RunScore:
     return run
 
 
+def _checked(path: Path, ruleset: str, usage: str) -> CheckResult | str:
+    """:func:`check_log`'s result, or why the ruleset cannot check the log at all."""
+    try:
+        return check_log(path, ruleset=ruleset, usage=usage)
+    except ValueError as exc:
+        return str(exc)
+
+
 def score_results(
     directory: str | os.PathLike[str],
     *,
@@ -160,8 +168,13 @@ def score_results(
     if check:
         workers = max(1, min(jobs or os.cpu_count() or 1, 8, len(paths)))
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(lambda p: check_log(p, ruleset=ruleset, usage=usage), paths))
+            results = list(pool.map(lambda p: _checked(p, ruleset, usage), paths))
         for run, result in zip(runs, results, strict=True):
+            if isinstance(result, str):  # the ruleset cannot judge it (another benchmark)
+                run.compliant = False
+                if run.benchmark == benchmark:
+                    run.problems.append(result)
+                continue
             run.compliant = result.passed
             if not result.passed:
                 failed = result.failed_rules
@@ -208,6 +221,13 @@ def score_results(
         )
     elif score is None:
         problems.append(f"{folder}: no runs left to average after dropping")
+    if runs and all(r.run_stop_ms is None and r.benchmark != benchmark for r in runs):
+        named = ", ".join(sorted({repr(r.benchmark) for r in runs}))
+        problems.append(
+            f"{folder}: no log records run_stop and they name the benchmark {named}: the "
+            "reference's convergence runs look so (mlperf-compliance score --reference reads "
+            "them as an RCP)"
+        )
     sizes = {r.global_batch_size for r in runs if r.global_batch_size is not None}
     if len(sizes) > 1:
         problems.append(
