@@ -18,7 +18,7 @@ from storage_workloads import (
     to_checkpoint_config,
 )
 from storage_workloads.cli import main
-from storage_workloads.dliorun import run_checkpointing
+from storage_workloads.dliorun import plan_checkpointing, run_checkpointing
 
 # name: model GB, optimizer GB, closed processes (MLPerf Storage checkpointing rules)
 SIZES = {
@@ -126,15 +126,18 @@ def test_a_fork_run_as_mlpstorage_configures_it(
     w = checkpoint_workload("llama3_70b")
     folder = tmp_path / "ckpt"
     common: dict[str, Any] = {"checkpoint_folder": folder, "dlio_venv": venv, "mpi": True}
-    plan = run_checkpointing(w, run_dir=tmp_path / "plan", processes=8, what_if=True, **common)
+    plan = plan_checkpointing(w, run_dir=tmp_path / "plan", processes=8, **common)
     # The published workload file, and mlpstorage's changes on the command line.
-    assert plan["config"] == to_checkpoint_config(w, checkpoint_folder="checkpoints/llama_70b")
-    assert plan["overrides"] == {
+    assert plan.config == to_checkpoint_config(w, checkpoint_folder="checkpoints/llama_70b")
+    assert plan.overrides == {
         "checkpoint.checkpoint_folder": str(folder.resolve()),
         "checkpoint.mode": "subset",
         "model.parallelism.data": 8,
     }
-    assert plan["run_record"]["engine"] == "mlperf-dlio" and not (tmp_path / "plan").exists()
+    assert plan.run_record["engine"] == "mlperf-dlio" and not (tmp_path / "plan").exists()
+    with pytest.raises(TypeError, match="what_if"):  # a plan is plan_checkpointing's
+        run_checkpointing(w, run_dir=tmp_path / "plan", what_if=True, **common)
+    assert not (tmp_path / "plan").exists()
 
     result = run_checkpointing(w, run_dir=tmp_path / "run", processes=8, **common)
     assert (result["engine"], result["emulation"], result["mode"]) == (

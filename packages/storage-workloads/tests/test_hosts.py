@@ -342,24 +342,23 @@ def test_cli_what_if_with_a_host_list_contacts_no_host(
     assert "warning" not in captured.err
     assert not run.exists()
     # A plan given a reading made before holds the hosts read and the checker's figures.
-    from storage_workloads.dliorun import read_hosts, run_training
+    from storage_workloads.dliorun import plan_training, read_hosts
 
     hosts = parse_hosts("h1:2,h2:2")
-    plan = run_training(
+    plan = plan_training(
         workload("dlrm", "h100"),
         run_dir=run,
         data_folder=data,
         num_files=2,
-        hosts=hosts,  # type: ignore[arg-type]
-        host_memory=read_hosts(hosts),  # type: ignore[arg-type]
-        what_if=True,
+        hosts=hosts,
+        host_memory=read_hosts(hosts),
     )
-    record = plan["run_record"]
+    record = plan.run_record
     assert record["hosts"] == "h1:2,h2:2" and record["processes"] == 4
     assert record["params"]["hosts"] == 2 and record["params"]["num_accelerators"] == 4
     assert record["params"]["measured_host_memory_gb"] == [16.0, 32.0]
     assert [h["hostname"] for h in record["host_memory"]["hosts"]] == ["h1-machine", "h2-machine"]
-    assert plan["notes"] == []
+    assert plan.notes == [] and plan.missing_data is None
     assert not run.exists()
 
 

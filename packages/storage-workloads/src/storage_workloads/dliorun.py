@@ -9,8 +9,17 @@ runs), :mod:`~storage_workloads.dlio.results` (a training run's result) and
 :mod:`~storage_workloads.dlio.report` (a report over many runs).
 """
 
-from storage_workloads.dlio.checkpointing import checkpoint_config, run_checkpointing
-from storage_workloads.dlio.datagen import SIZE_CHECKED_FORMATS, run_datagen, verify_dataset
+from storage_workloads.dlio.checkpointing import (
+    checkpoint_config,
+    plan_checkpointing,
+    run_checkpointing,
+)
+from storage_workloads.dlio.datagen import (
+    SIZE_CHECKED_FORMATS,
+    plan_datagen,
+    run_datagen,
+    verify_dataset,
+)
 from storage_workloads.dlio.keys import check_param, parse_param
 from storage_workloads.dlio.launch import (
     CONFIG_PREFIX,
@@ -31,8 +40,8 @@ from storage_workloads.dlio.report import (
     write_report,
 )
 from storage_workloads.dlio.results import RESULTS_CSV_COLUMNS, parse_dlio_output, write_results
-from storage_workloads.dlio.runs import read_hosts
-from storage_workloads.dlio.training import run_training
+from storage_workloads.dlio.runs import RunPlan, read_hosts
+from storage_workloads.dlio.training import plan_training, run_training
 
 __all__ = [
     "CHECKPOINT_REPORT_CSV_COLUMNS",
@@ -42,6 +51,7 @@ __all__ = [
     "RESULTS_CSV_COLUMNS",
     "SIZE_CHECKED_FORMATS",
     "DlioError",
+    "RunPlan",
     "aggregate_results",
     "apply_params",
     "check_param",
@@ -53,6 +63,9 @@ __all__ = [
     "installed_engine",
     "parse_dlio_output",
     "parse_param",
+    "plan_checkpointing",
+    "plan_datagen",
+    "plan_training",
     "read_hosts",
     "run_checkpointing",
     "run_datagen",

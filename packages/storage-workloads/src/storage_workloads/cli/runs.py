@@ -25,7 +25,11 @@ from storage_workloads.dlio import ENGINES, dump_yaml
 from storage_workloads.dliorun import (
     DLIO_VENV_ENV,
     DlioError,
+    RunPlan,
     parse_param,
+    plan_checkpointing,
+    plan_datagen,
+    plan_training,
     read_hosts,
     run_checkpointing,
     run_datagen,
@@ -268,7 +272,6 @@ def _launch_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "mpi_args": args.mpi_arg,
         "timeout_s": args.timeout,
         "log": _logger(args),
-        "what_if": args.what_if,
     }
 
 
@@ -283,18 +286,19 @@ def _dlio_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _print_plan(plan: Mapping[str, Any], heading: str = "") -> None:
-    """Print a ``what_if`` plan: the command line (shell-quoted, one line), then the workload
-    YAML it would write, under ``#`` comment lines (so all after the command reads as YAML)."""
+def _print_plan(plan: RunPlan, heading: str = "") -> None:
+    """Print a plan (``--what-if``): the command line (shell-quoted, one line), then the
+    workload YAML it would write, under ``#`` comment lines (so all after the command reads as
+    YAML)."""
     if heading:
         print(f"# {heading}")
-    print(shlex.join(plan["command"]))
-    for note in plan.get("notes", ()):
+    print(shlex.join(plan.command))
+    for note in plan.notes:
         print(f"# note: {note}")
-    for key, value in plan.get("env", {}).items():
+    for key, value in plan.env.items():
         print(f"# environment: {key}={value}")
-    print(f"# config it would write, {plan['config_file']}:")
-    print(dump_yaml(plan["config"]), end="")
+    print(f"# config it would write, {plan.config_file}:")
+    print(dump_yaml(plan.config), end="")
 
 
 def _what_if_done() -> None:
@@ -303,11 +307,11 @@ def _what_if_done() -> None:
 
 def _cmd_datagen(args: argparse.Namespace) -> int:
     w = workload(args.model, _default_accelerator(args.model, args.accelerator))
-    result = run_datagen(w, **_dlio_kwargs(args))
     if args.what_if:
-        _print_plan(result)
+        _print_plan(plan_datagen(w, **_dlio_kwargs(args)))
         _what_if_done()
         return 0
+    result = run_datagen(w, **_dlio_kwargs(args))
     v = result["verification"]
     print(
         f"{v['files_found']:,} of {v['files_expected']:,} .{v['format']} files, mean "
@@ -328,31 +332,30 @@ def _cmd_run(args: argparse.Namespace) -> int:
     loops = None if args.loops is None else _flag_int("--loops", args.loops, 1)
     w = workload(args.model, _default_accelerator(args.model, args.accelerator))
     kwargs = _dlio_kwargs(args)
-    what_if = kwargs.pop("what_if")
     count = 1 if loops is None else loops
     if args.results_dir is not None or loops is None:
         places = [{}] * count  # the tree gives each run a new folder; else RUN_DIR itself
     else:
         places = [{"run_dir": os.path.join(args.run_dir, f"loop-{i}")} for i in range(1, count + 1)]
 
-    def training(place: Mapping[str, Any], *, plan: bool, memory: Any = None) -> dict[str, Any]:
-        return run_training(
-            w,
-            division=args.division,
-            host_memory_gb=args.host_memory_gb,
-            host_memory=memory,
-            **{**kwargs, **place, "what_if": plan},
-        )
+    def options(place: Mapping[str, Any], memory: Any = None) -> dict[str, Any]:
+        return {
+            "division": args.division,
+            "host_memory_gb": args.host_memory_gb,
+            "host_memory": memory,
+            **kwargs,
+            **place,
+        }
 
-    first = training(places[0], plan=True)
+    first = plan_training(w, **options(places[0]))
     memory = None
-    if not what_if:
-        if first["missing_data"]:  # a plan notes it; a run cannot start without its data
-            raise DlioError(first["missing_data"])
+    if not args.what_if:
+        if first.missing_data:  # a plan notes it; a run cannot start without its data
+            raise DlioError(first.missing_data)
         # A plan reads no host: the runs read them once, here.
         memory = read_hosts(_hosts(args), mpi_args=args.mpi_arg, log=_logger(args))
-    plans = [first, *(training(place, plan=True, memory=memory) for place in places[1:])]
-    if what_if:
+    plans = [first, *(plan_training(w, **options(place, memory)) for place in places[1:])]
+    if args.what_if:
         for i, plan in enumerate(plans, 1):
             _print_plan(plan, f"loop {i} of {loops}" if loops is not None else "")
         _what_if_done()
@@ -361,7 +364,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for i, place in enumerate(places, 1):
         if loops is not None:
             print(f"loop {i} of {loops}", flush=True)
-        result = training(place, plan=False, memory=memory)
+        result = run_training(w, **options(place, memory))
         print(_run_table(result), flush=True)
         passed = passed and bool(result["passed"])
     return 0 if passed else 1
@@ -369,7 +372,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_checkpoint(args: argparse.Namespace) -> int:
     """Validate the numeric options (one line naming the flag, exit 2), then
-    :func:`run_checkpointing` (or its ``what_if`` plan)."""
+    :func:`run_checkpointing` (or, with ``--what-if``, :func:`plan_checkpointing`)."""
     try:
         scale = float(args.scale)
     except ValueError:
@@ -388,21 +391,21 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
             "checkpoints can be read"
         )
     c = checkpoint_workload(args.model)
-    result = run_checkpointing(
-        c,
-        checkpoint_folder=args.checkpoint_folder,
-        engine=args.engine,
-        emulation=args.emulation,
-        params=_params(args.param, args.engine),
-        scale=scale,
-        num_checkpoints_write=writes,
-        num_checkpoints_read=reads,
+    options = {
+        "checkpoint_folder": args.checkpoint_folder,
+        "engine": args.engine,
+        "emulation": args.emulation,
+        "params": _params(args.param, args.engine),
+        "scale": scale,
+        "num_checkpoints_write": writes,
+        "num_checkpoints_read": reads,
         **_launch_kwargs(args),
-    )
+    }
     if args.what_if:
-        _print_plan(result)
+        _print_plan(plan_checkpointing(c, **options))
         _what_if_done()
         return 0
+    result = run_checkpointing(c, **options)
     rows = [["phase", "checkpoints", "mean s", "mean GB/s"]]
     for phase in ("write", "read"):
         p = result[phase]

@@ -29,6 +29,7 @@ from storage_workloads.dlio.launch import (
 )
 from storage_workloads.dlio.results import _load_json, _number
 from storage_workloads.dlio.runs import (
+    RunPlan,
     _Options,
     _refuse_earlier_run,
     _start,
@@ -167,7 +168,7 @@ def _checkpoint_mode(
         raise ValueError("--param is not taken by the emulation (it writes its own config)")
 
 
-def run_checkpointing(
+def _checkpointing(
     workload: CheckpointWorkload,
     *,
     run_dir: str | os.PathLike[str] | None = None,
@@ -188,8 +189,9 @@ def run_checkpointing(
     timeout_s: float | None = None,
     what_if: bool = False,
     log: Log = _quiet,
-) -> dict[str, Any]:
-    """Run a checkpointing workload and write its results.
+) -> dict[str, Any] | RunPlan:
+    """Run a checkpointing workload and write its results (see :func:`run_checkpointing`), or
+    with ``what_if`` return the plan (:func:`plan_checkpointing`).
 
     With ``engine="mlperf-dlio"`` (the default) the MLPerf DLIO fork runs the workload as
     mlpstorage configures it (:func:`_run_fork`): the published workload file, and on DLIO's
@@ -202,8 +204,7 @@ def run_checkpointing(
     ``results_dir/checkpointing/<model>/<datetime>`` (give one of the two) and
     ``checkpoint-results.json`` comes last; ``checkpoint_folder`` must be empty or missing.
     ``hosts`` is a host count or a host list (``HostSpec``), whose slots give the process
-    count when ``processes`` is ``None``. With ``what_if``, returns after validation what the
-    run would do without creating any file or folder.
+    count when ``processes`` is ``None``.
     """
     _checkpoint_mode(engine, emulation, scale, params)
     kwargs: dict[str, Any] = {
@@ -219,6 +220,29 @@ def run_checkpointing(
     if emulation:
         return _run_emulation(workload, options, scale=scale, **kwargs)
     return _run_fork(workload, options, params=params or {}, **kwargs)
+
+
+def run_checkpointing(workload: CheckpointWorkload, **options: Any) -> dict[str, Any]:
+    """Run a checkpointing workload and write its results.
+
+    ``options`` are the keywords of the run (``run_dir`` or ``results_dir``,
+    ``checkpoint_folder``, ``processes``, ``hosts``, ``host_memory``, ``engine``,
+    ``emulation``, ``params``, ``scale``, ``num_checkpoints_write``, ``num_checkpoints_read``,
+    ``dlio_venv``, ``mpi``, ``mpi_args``, ``timeout_s``, ``log``; see
+    :func:`_checkpointing`). Returns what ``checkpoint-results.json`` holds.
+    """
+    result = _checkpointing(workload, what_if=False, **options)
+    assert isinstance(result, dict)
+    return result
+
+
+def plan_checkpointing(workload: CheckpointWorkload, **options: Any) -> RunPlan:
+    """What :func:`run_checkpointing` with the same ``options`` would do, validated as the run
+    validates it (a plan contacts no host of a host list), without creating any file or
+    folder."""
+    plan = _checkpointing(workload, what_if=True, **options)
+    assert isinstance(plan, RunPlan)
+    return plan
 
 
 def _writes(folder: Path) -> list[tuple[str, Path, str]]:
@@ -242,7 +266,7 @@ def _run_fork(
     num_checkpoints_write: int,
     num_checkpoints_read: int,
     params: Mapping[str, Any],
-) -> dict[str, Any]:
+) -> dict[str, Any] | RunPlan:
     """A checkpointing run on the MLPerf DLIO fork, as mlpstorage runs it (see
     :func:`run_checkpointing`): the result has, per phase (``write``, ``read``), the seconds
     and GB/s (10^9 bytes) of each checkpoint from DLIO's per-epoch record, their means from
@@ -284,7 +308,7 @@ def _run_fork(
         params=record_params,
         overrides=overrides,
     )
-    if isinstance(started, dict):
+    if isinstance(started, RunPlan):
         return started
     run = where.run
     summary = _load_json(run / "summary.json")
@@ -381,7 +405,7 @@ def _run_emulation(
     num_checkpoints_write: int,
     num_checkpoints_read: int,
     scale: float,
-) -> dict[str, Any]:
+) -> dict[str, Any] | RunPlan:
     """This package's emulation of a checkpointing workload on dlio-benchmark 2.0.0
     (:func:`checkpoint_config`), named so in its result (``emulation: true``).
 
@@ -423,7 +447,7 @@ def _run_emulation(
         params=record_params,
         extensions=["checkpoint-mechanism"],
     )
-    if isinstance(started, dict):
+    if isinstance(started, RunPlan):
         return started
     processes = ctx.mpi.processes
     wall = started.wall

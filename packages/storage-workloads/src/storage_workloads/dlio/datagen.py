@@ -16,6 +16,7 @@ from storage_workloads._atomic import write_text_atomic
 from storage_workloads.dlio.config import RECORD_LENGTH_KEYS, Engine, to_datagen_config
 from storage_workloads.dlio.launch import DlioError, Log, _quiet, config_name
 from storage_workloads.dlio.runs import (
+    RunPlan,
     _configs,
     _dataset_files,
     _extensions,
@@ -168,7 +169,7 @@ def _check_parquet_files(
     return len(chosen), problems
 
 
-def run_datagen(
+def _datagen(
     dataset: Workload | Datagen,
     *,
     run_dir: str | os.PathLike[str] | None = None,
@@ -187,8 +188,9 @@ def run_datagen(
     timeout_s: float | None = None,
     what_if: bool = False,
     log: Log = _quiet,
-) -> dict[str, Any]:
-    """Generate ``dataset`` with DLIO into ``data_folder`` and verify the files on disk.
+) -> dict[str, Any] | RunPlan:
+    """Generate ``dataset`` with DLIO into ``data_folder`` and verify the files on disk (see
+    :func:`run_datagen`), or with ``what_if`` return the plan (:func:`plan_datagen`).
 
     Writes ``run.json``, the datagen YAML, the metadata file, the system description and,
     last, ``datagen.json`` (this function's return value: the command, wall time and
@@ -200,9 +202,7 @@ def run_datagen(
     ``run_dir`` with an earlier run's results, or a ``data_folder`` that already holds files,
     is refused before any file is written. Then the hosts are read (:func:`read_hosts`;
     ``host_memory`` gives a reading made before). Raises :class:`DlioError` if DLIO fails or
-    runs another config; a failed verification is reported, not raised. With ``what_if``,
-    returns after that validation what the run would do (the command, the config and
-    ``run.json``, see ``_what_if``) without creating any file or folder.
+    runs another config; a failed verification is reported, not raised.
     """
     d = dataset.datagen if isinstance(dataset, Workload) else dataset
     where = _where(run_dir, results_dir, command="datagen", model=d.model)
@@ -235,7 +235,7 @@ def run_datagen(
         extensions=extensions,
         schema=schema,
     )
-    if isinstance(started, dict):
+    if isinstance(started, RunPlan):
         return started
     files = config["dataset"]["num_files_train"]
     shape = Datagen(
@@ -289,3 +289,25 @@ def run_datagen(
     )
     write_text_atomic(where.run / "datagen.json", json.dumps(result, indent=2) + "\n")
     return result
+
+
+def run_datagen(dataset: Workload | Datagen, **options: Any) -> dict[str, Any]:
+    """Generate ``dataset`` with DLIO and verify the files on disk.
+
+    ``options`` are the keywords of the run (``run_dir`` or ``results_dir``, ``data_folder``,
+    ``num_files``, ``num_subfolders``, ``engine``, ``processes``, ``hosts``, ``host_memory``,
+    ``params``, ``dlio_venv``, ``mpi``, ``mpi_args``, ``timeout_s``, ``log``; see
+    :func:`_datagen`). Returns what ``datagen.json`` holds.
+    """
+    result = _datagen(dataset, what_if=False, **options)
+    assert isinstance(result, dict)
+    return result
+
+
+def plan_datagen(dataset: Workload | Datagen, **options: Any) -> RunPlan:
+    """What :func:`run_datagen` with the same ``options`` would do, validated as the run
+    validates it (a plan contacts no host of a host list), without creating any file or
+    folder."""
+    plan = _datagen(dataset, what_if=True, **options)
+    assert isinstance(plan, RunPlan)
+    return plan

@@ -227,25 +227,66 @@ def read_hosts(
     return memory
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run would do (``plan_datagen``, ``plan_training``, ``plan_checkpointing``),
+    validated as the run validates it, with nothing written.
+
+    Attributes:
+        command: DLIO's command line, with its Hydra overrides.
+        config_file: where the run would write the workload YAML; config: its content.
+        overrides: the run's changes to the published workload, passed as Hydra overrides.
+        run_record: the ``run.json`` the run would write.
+        dlio_extensions: the DLIO extensions the run needs; env: the environment they add
+            (``PYTHONPATH``), empty without extensions.
+        notes: what the plan could not do or found missing (hosts not read, data missing).
+        missing_data: for a training run, why its dataset cannot be read yet (``None``: it
+            can); a run refuses to start then.
+    """
+
+    command: list[str]
+    config_file: str
+    config: dict[str, Any]
+    overrides: dict[str, Any]
+    run_record: dict[str, Any]
+    dlio_extensions: list[str]
+    notes: list[str]
+    env: dict[str, str]
+    missing_data: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The plan as JSON data (``env`` only with extensions)."""
+        plan: dict[str, Any] = {
+            "command": list(self.command),
+            "config_file": self.config_file,
+            "config": copy.deepcopy(self.config),
+            "overrides": dict(self.overrides),
+            "run_record": dict(self.run_record),
+            "dlio_extensions": list(self.dlio_extensions),
+            "notes": list(self.notes),
+        }
+        if self.env:
+            plan["env"] = dict(self.env)
+        plan["missing_data"] = self.missing_data
+        return plan
+
+
 def _what_if(
     launch: _Launch, run_dir: Path, record: Mapping[str, Any], notes: Sequence[str]
-) -> dict[str, Any]:
-    """What a run would do, for ``what_if=True``: the command (with its Hydra overrides), the
-    workload YAML's path and content, ``run.json`` and the notes. Nothing is written; the
-    caller has validated everything."""
-    plan: dict[str, Any] = {
-        "what_if": True,
-        "command": list(launch.cmd),
-        "config_file": str(run_dir / "configs" / "workload" / f"{launch.name}.yaml"),
-        "config": copy.deepcopy(launch.config),
-        "overrides": dict(launch.overrides),
-        "run_record": dict(record),
-        "dlio_extensions": list(launch.extensions),
-        "notes": list(notes),
-    }
-    if launch.extensions:
-        plan["env"] = {"PYTHONPATH": launch.env["PYTHONPATH"]}
-    return plan
+) -> RunPlan:
+    """What a run would do, for a plan: the command (with its Hydra overrides), the workload
+    YAML's path and content, ``run.json`` and the notes. Nothing is written; the caller has
+    validated everything."""
+    return RunPlan(
+        command=list(launch.cmd),
+        config_file=str(run_dir / "configs" / "workload" / f"{launch.name}.yaml"),
+        config=copy.deepcopy(launch.config),
+        overrides=dict(launch.overrides),
+        run_record=dict(record),
+        dlio_extensions=list(launch.extensions),
+        notes=list(notes),
+        env={"PYTHONPATH": launch.env["PYTHONPATH"]} if launch.extensions else {},
+    )
 
 
 def _write_record(run_dir: Path, record: Mapping[str, Any]) -> None:
@@ -347,11 +388,11 @@ def _start(
     extensions: Sequence[str] = (),
     overrides: Mapping[str, Any] | None = None,
     schema: ParquetSchema | None = None,
-) -> _Started | dict[str, Any]:
+) -> _Started | RunPlan:
     """What :func:`run_datagen`, :func:`run_training` and :func:`run_checkpointing` share once
     their inputs are validated: prepare the launch (finding DLIO and mpirun), build
-    ``run.json``, then either return the ``what_if`` plan, or create the run directory, write
-    ``run.json`` and run DLIO (:func:`_execute`)."""
+    ``run.json``, then either return the plan (``run.what_if``), or create the run directory,
+    write ``run.json`` and run DLIO (:func:`_execute`)."""
     where = run.where
     launch = _prepare(
         config,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -14,6 +15,7 @@ from storage_workloads.dlio.config import RECORD_LENGTH_KEYS, Engine, to_dlio_co
 from storage_workloads.dlio.launch import DlioError, Log, _quiet, config_name
 from storage_workloads.dlio.results import parse_dlio_output, write_results
 from storage_workloads.dlio.runs import (
+    RunPlan,
     _configs,
     _dataset_files,
     _extensions,
@@ -48,7 +50,7 @@ def _missing_data(config: Mapping[str, Any], folder: Path, fmt: str, workload: W
     )
 
 
-def run_training(
+def _training(
     workload: Workload,
     *,
     run_dir: str | os.PathLike[str] | None = None,
@@ -69,8 +71,9 @@ def run_training(
     timeout_s: float | None = None,
     what_if: bool = False,
     log: Log = _quiet,
-) -> dict[str, Any]:
-    """Run ``workload`` with DLIO on an existing dataset and write its results.
+) -> dict[str, Any] | RunPlan:
+    """Run ``workload`` with DLIO on an existing dataset and write its results (see
+    :func:`run_training`), or with ``what_if`` return its plan (:func:`plan_training`).
 
     ``params`` are dotted DLIO parameters set on top of the workload (``train.epochs``; the
     rules checker judges them). The result (:func:`parse_dlio_output` plus the workload, the
@@ -85,10 +88,10 @@ def run_training(
     check sizes the dataset on its sum. A ``host_memory_gb`` (per host, GiB) whose total is
     below it by more than 5% is refused with ``ValueError``; one above it is reported through
     ``log``. A parquet workload is read by the reader of :mod:`storage_workloads.dlio_ext`,
-    named to DLIO in the workload YAML's ``reader.reader_classname``. Everything is validated before any file is written: the dataset
-    must hold the files the run reads, and ``run_dir`` must not hold an earlier run's results.
-    With ``what_if``, returns after that validation what the run would do (the command, the
-    config and ``run.json``) without creating any file or folder.
+    named to DLIO in the workload YAML's ``reader.reader_classname``. Everything is
+    validated before any file is written: the dataset must hold the files the run reads, and
+    ``run_dir`` must not hold an earlier run's results. A plan notes a missing dataset instead
+    (``RunPlan.missing_data``): it may come before the data generation it needs.
     """
     where = _where(run_dir, results_dir, command="run", model=workload.model)
     folder = Path(data_folder).resolve()
@@ -146,8 +149,8 @@ def run_training(
         overrides=overrides,
         schema=schema,
     )
-    if isinstance(started, dict):
-        return {**started, "missing_data": missing or None}
+    if isinstance(started, RunPlan):
+        return dataclasses.replace(started, missing_data=missing or None)
     record_key = RECORD_LENGTH_KEYS[engine][0]
     length = dataset.get(record_key, workload.record_length_bytes)
     result = parse_dlio_output(
@@ -188,3 +191,26 @@ def run_training(
     )
     write_results(where.run, result)
     return result
+
+
+def run_training(workload: Workload, **options: Any) -> dict[str, Any]:
+    """Run ``workload`` with DLIO on an existing dataset and write its results.
+
+    ``options`` are the keywords of the run (``run_dir`` or ``results_dir``, ``data_folder``,
+    ``num_files``, ``num_subfolders``, ``engine``, ``processes``, ``division``, ``hosts``,
+    ``host_memory_gb``, ``host_memory``, ``params``, ``dlio_venv``, ``mpi``, ``mpi_args``,
+    ``timeout_s``, ``log``; see :func:`_training`). Returns the result written to
+    ``results.json``.
+    """
+    result = _training(workload, what_if=False, **options)
+    assert isinstance(result, dict)
+    return result
+
+
+def plan_training(workload: Workload, **options: Any) -> RunPlan:
+    """What :func:`run_training` with the same ``options`` would do, validated as the run
+    validates it (a plan contacts no host of a host list), without creating any file or
+    folder; a missing dataset is noted, not refused."""
+    plan = _training(workload, what_if=True, **options)
+    assert isinstance(plan, RunPlan)
+    return plan
