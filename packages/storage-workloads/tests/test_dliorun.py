@@ -190,14 +190,14 @@ def test_verify_dataset(tmp_path: Path) -> None:
     )
     write_npz_files(tmp_path / "ok" / "train", 4, 200, 2)
     v = verify_dataset(tmp_path / "ok", shape, num_files=4)
-    assert v["passed"] and v["files_found"] == 4 and v["file_bytes_expected"] == 80_000
+    assert v.passed and v.files_found == 4 and v.file_bytes_expected == 80_000
     # Files of DLIO's default 64 KiB record (what a misspelt record-length key gives).
     write_npz_files(tmp_path / "default" / "train", 4, 256, 2)
     v = verify_dataset(tmp_path / "default", shape, num_files=4)
-    assert not v["passed"]
-    assert "DLIO did not take the record length" in v["problems"][0]
+    assert not v.passed
+    assert "DLIO did not take the record length" in v.problems[0]
     v = verify_dataset(tmp_path / "ok", shape, num_files=5)
-    assert v["problems"] == [f"4 .npz files in {tmp_path / 'ok' / 'train'}, expected 5"]
+    assert v.problems == [f"4 .npz files in {tmp_path / 'ok' / 'train'}, expected 5"]
     # jpeg: compared now that the generator writes the declared size (subfolders counted).
     jpeg = Datagen(
         model="t",
@@ -211,17 +211,17 @@ def test_verify_dataset(tmp_path: Path) -> None:
         (tmp_path / "j" / "train" / sub).mkdir(parents=True)
         (tmp_path / "j" / "train" / sub / "a.jpeg").write_bytes(b"x" * 153_600)
     v = verify_dataset(tmp_path / "j", jpeg, num_files=2)
-    assert v["passed"] and v["size_compared"] is True
+    assert v.passed and v.size_compared is True
     # DLIO 2.0.0's own jpeg generator: 45% below the record length, which the check rejects.
     for sub in ("0", "1"):
         (tmp_path / "j" / "train" / sub / "a.jpeg").write_bytes(b"x" * 84_480)
     v = verify_dataset(tmp_path / "j", jpeg, num_files=2)
-    assert not v["passed"] and "mean file size 84,480 B" in v["problems"][0]
+    assert not v.passed and "mean file size 84,480 B" in v.problems[0]
     png = dataclasses.replace(jpeg, format="png")
     (tmp_path / "p" / "train").mkdir(parents=True)
     (tmp_path / "p" / "train" / "a.png").write_bytes(b"x" * 10)
     v = verify_dataset(tmp_path / "p", png, num_files=1)
-    assert v["passed"] and v["size_compared"] is False
+    assert v.passed and v.size_compared is False
 
 
 def tfrecord_file(path: Path, payloads: list[int]) -> None:
@@ -251,12 +251,12 @@ def test_tfrecord_index_in_dali_format(tmp_path: Path) -> None:
         record_length_bytes=1401,
     )
     v = verify_dataset(data, shape, num_files=1)
-    assert v["passed"] and v["content_checked_files"] == 1
+    assert v.passed and v.content_checked_files == 1
     index.write_text(tfrecord_index(payloads[:2]))  # a stale index
     v = verify_dataset(data, shape, num_files=1)
-    assert not v["passed"] and "do not match the 3 records" in v["problems"][0]
+    assert not v.passed and "do not match the 3 records" in v.problems[0]
     index.unlink()
-    assert "no index file" in verify_dataset(data, shape, num_files=1)["problems"][0]
+    assert "no index file" in verify_dataset(data, shape, num_files=1).problems[0]
     index.write_text(tfrecord_index(payloads))
     (data / "train" / "a.tfrecord").write_bytes(struct.pack("<Q", 999) + b"x" * 10)
     assert "runs past the end" in (check_tfrecord_index(data / "train" / "a.tfrecord", index) or "")

@@ -100,11 +100,11 @@ def _keys(tree: Any, prefix: str = "") -> set[str]:
 
 
 def _tree_run(
-    result: dict[str, Any], parent: Path, benchmark_type: str, model: str, command: str
+    run_dir: str, parent: Path, benchmark_type: str, model: str, command: str
 ) -> tuple[Path, dict[str, Any]]:
-    """The run folder of ``result``, checked to be a new datetime folder of ``parent``, and
-    its metadata file, checked to be the only one and to say what ran."""
-    run = Path(result["run_dir"])
+    """The run folder ``run_dir``, checked to be a new datetime folder of ``parent``, and its
+    metadata file, checked to be the only one and to say what ran."""
+    run = Path(run_dir)
     assert run.parent == parent and STAMP.match(run.name), run
     files = sorted(run.glob("*_metadata.json"))
     assert [f.name for f in files] == [f"{benchmark_type}_{run.name}_metadata.json"]
@@ -148,7 +148,9 @@ def test_runs_into_a_results_tree(
     # A datagen into the tree (the data folder is filled by hand: DLIO does not run here).
     gen = run_datagen(w, data_folder=data, num_files=16, hosts=HOSTS, **common)
     npz_dataset(data, 16)
-    gen_dir, _ = _tree_run(gen, tree / "training/dlrm/datagen", "training", "dlrm", "datagen")
+    gen_dir, _ = _tree_run(
+        gen.run_dir, tree / "training/dlrm/datagen", "training", "dlrm", "datagen"
+    )
 
     # Two training runs: each gets a folder of its own second (the second waits if need be).
     results = [
@@ -158,7 +160,9 @@ def test_runs_into_a_results_tree(
     run_dirs = [Path(r["run_dir"]) for r in results]
     assert run_dirs[0] != run_dirs[1]
     for result, run in zip(results, run_dirs, strict=True):
-        _, meta = _tree_run(result, tree / "training/dlrm/run", "training", "dlrm", "run")
+        _, meta = _tree_run(
+            result["run_dir"], tree / "training/dlrm/run", "training", "dlrm", "run"
+        )
         assert meta["num_processes"] == 2 and meta["accelerator"] == "h100"
         assert meta["parameters"]["dataset"]["num_files_train"] == 16
         assert meta["override_parameters"]["train.epochs"] == 2
@@ -197,7 +201,9 @@ def test_runs_into_a_results_tree(
         hosts=HOSTS,
         **common,
     )
-    _tree_run(ckpt, tree / "checkpointing/llama3-8b", "checkpointing", "llama3-8b", "run")
+    _tree_run(
+        ckpt["run_dir"], tree / "checkpointing/llama3-8b", "checkpointing", "llama3-8b", "run"
+    )
     assert ckpt["write"]["count"] == 10 and ckpt["hosts"] == "h1:1,h2:1"
 
     # A run made by mlpstorage: summary.json, the Hydra record in dlio_config/, a metadata file.

@@ -16,6 +16,8 @@ from storage_workloads.dlio.checkpointing import (
 )
 from storage_workloads.dlio.datagen import (
     SIZE_CHECKED_FORMATS,
+    DatagenResult,
+    DatasetCheck,
     plan_datagen,
     run_datagen,
     verify_dataset,
@@ -50,6 +52,8 @@ __all__ = [
     "REPORT_CSV_COLUMNS",
     "RESULTS_CSV_COLUMNS",
     "SIZE_CHECKED_FORMATS",
+    "DatagenResult",
+    "DatasetCheck",
     "DlioError",
     "RunPlan",
     "aggregate_results",

@@ -312,16 +312,16 @@ def _cmd_datagen(args: argparse.Namespace) -> int:
         _what_if_done()
         return 0
     result = run_datagen(w, **_dlio_kwargs(args))
-    v = result["verification"]
+    v = result.verification
     print(
-        f"{v['files_found']:,} of {v['files_expected']:,} .{v['format']} files, mean "
-        f"{v['file_bytes_mean']:,.0f} B (expected {v['file_bytes_expected']:,} B"
-        f"{'' if v['size_compared'] else ', not compared for this format'}), "
-        f"{v['bytes_total']:,} B in all, {result['wall_s']:.1f} s; run folder {result['run_dir']}"
+        f"{v.files_found:,} of {v.files_expected:,} .{v.format} files, mean "
+        f"{v.file_bytes_mean:,.0f} B (expected {v.file_bytes_expected:,} B"
+        f"{'' if v.size_compared else ', not compared for this format'}), "
+        f"{v.bytes_total:,} B in all, {result.wall_s:.1f} s; run folder {result.run_dir}"
     )
-    for problem in v["problems"]:
+    for problem in v.problems:
         print(f"{PROG}: datagen check failed: {problem}", file=sys.stderr)
-    return 0 if v["passed"] else 1
+    return 0 if v.passed else 1
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

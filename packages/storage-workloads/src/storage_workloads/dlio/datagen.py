@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -9,6 +10,7 @@ import os
 import statistics
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -50,6 +52,78 @@ _CONTENT_CHECKED_FILES: Final = 8
 _DATAGEN_SCHEMA: Final = "storage-workloads/dlio-datagen/1"
 
 
+@dataclass
+class DatasetCheck:
+    """What :func:`verify_dataset` found in a generated dataset (``problems`` empty: passed).
+
+    Attributes:
+        data_folder, format: the dataset checked.
+        files_expected, files_found: the ``.<format>`` files under ``train/``.
+        bytes_total, file_bytes_mean, file_bytes_min, file_bytes_max: their sizes.
+        file_bytes_expected: ``num_samples_per_file x record_length_bytes``.
+        size_compared: whether the mean size was compared (:data:`SIZE_CHECKED_FORMATS`).
+        content_checked_files: files whose content was read (tfrecord index, parquet footer).
+        problems: each finding, in words.
+    """
+
+    data_folder: str
+    format: str
+    files_expected: int
+    files_found: int
+    bytes_total: int
+    file_bytes_mean: float
+    file_bytes_min: int
+    file_bytes_max: int
+    file_bytes_expected: int
+    size_compared: bool
+    content_checked_files: int
+    problems: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        """The check as ``datagen.json`` holds it (``passed`` before ``problems``)."""
+        data = dataclasses.asdict(self)
+        problems = data.pop("problems")
+        return {**data, "passed": self.passed, "problems": problems}
+
+
+@dataclass(frozen=True)
+class DatagenResult:
+    """A data generation run (:func:`run_datagen`), as ``datagen.json`` holds it
+    (:meth:`as_dict`): DLIO's command line and wall time, the engine, processes and hosts, the
+    run folder, the DLIO extensions used, the check of the files on disk and, for parquet, the
+    schema they must have."""
+
+    command: list[str]
+    wall_s: float
+    engine: str
+    processes: int
+    hosts: int | str
+    run_dir: str
+    dlio_extensions: list[str]
+    verification: DatasetCheck
+    parquet_schema: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "schema": _DATAGEN_SCHEMA,
+            "command": list(self.command),
+            "wall_s": self.wall_s,
+            "engine": self.engine,
+            "processes": self.processes,
+            "hosts": self.hosts,
+            "run_dir": self.run_dir,
+            "dlio_extensions": list(self.dlio_extensions),
+            "verification": self.verification.as_dict(),
+        }
+        if self.parquet_schema is not None:
+            data["parquet_schema"] = dict(self.parquet_schema)
+        return data
+
+
 def _refuse_existing_dataset(folder: Path) -> None:
     for part in ("train", "valid"):
         sub = folder / part
@@ -73,7 +147,7 @@ def verify_dataset(
     dataset: Datagen,
     *,
     num_files: int,
-) -> dict[str, Any]:
+) -> DatasetCheck:
     """Count and measure the files DLIO generated under ``data_folder/train``.
 
     DLIO ignores keys it does not know, so a misspelt record length silently gives files of
@@ -83,7 +157,7 @@ def verify_dataset(
     standard deviation of the sizes); for png, csv and parquet the sizes are reported, not
     compared (:func:`run_datagen` checks parquet files against their schema). For tfrecord,
     up to 8 files must have a DALI index in ``data_folder/index/train`` that matches their
-    records. Returns ``{"passed": bool, "problems": [...], ...}``.
+    records.
     """
     folder = Path(data_folder)
     train = folder / "train"
@@ -118,21 +192,20 @@ def verify_dataset(
             problem = check_tfrecord_index(path, folder / "index" / "train" / f"{path.name}.idx")
             if problem:
                 problems.append(problem)
-    return {
-        "data_folder": str(folder),
-        "format": dataset.format,
-        "files_expected": num_files,
-        "files_found": len(files),
-        "bytes_total": sum(sizes),
-        "file_bytes_mean": mean,
-        "file_bytes_min": min(sizes) if sizes else 0,
-        "file_bytes_max": max(sizes) if sizes else 0,
-        "file_bytes_expected": expected_bytes,
-        "size_compared": compared,
-        "content_checked_files": content_checked,
-        "passed": not problems,
-        "problems": problems,
-    }
+    return DatasetCheck(
+        data_folder=str(folder),
+        format=dataset.format,
+        files_expected=num_files,
+        files_found=len(files),
+        bytes_total=sum(sizes),
+        file_bytes_mean=mean,
+        file_bytes_min=min(sizes) if sizes else 0,
+        file_bytes_max=max(sizes) if sizes else 0,
+        file_bytes_expected=expected_bytes,
+        size_compared=compared,
+        content_checked_files=content_checked,
+        problems=problems,
+    )
 
 
 def _check_parquet_files(
@@ -188,7 +261,7 @@ def _datagen(
     timeout_s: float | None = None,
     what_if: bool = False,
     log: Log = _quiet,
-) -> dict[str, Any] | RunPlan:
+) -> DatagenResult | RunPlan:
     """Generate ``dataset`` with DLIO into ``data_folder`` and verify the files on disk (see
     :func:`run_datagen`), or with ``what_if`` return the plan (:func:`plan_datagen`).
 
@@ -262,22 +335,19 @@ def _datagen(
             shape.num_samples_per_file,
             timeout_s or 300.0,
         )
-        verification["content_checked_files"] = checked
-        verification["problems"].extend(problems)
-        verification["passed"] = not verification["problems"]
-    result = {
-        "schema": _DATAGEN_SCHEMA,
-        "command": started.launch.cmd,
-        "wall_s": started.wall,
-        "engine": engine,
-        "processes": ctx.mpi.processes,
-        "hosts": started.record["hosts"],
-        "run_dir": str(where.run),
-        "dlio_extensions": list(extensions),
-        "verification": verification,
-    }
-    if schema is not None:
-        result["parquet_schema"] = schema.as_dict()
+        verification.content_checked_files = checked
+        verification.problems.extend(problems)
+    result = DatagenResult(
+        command=started.launch.cmd,
+        wall_s=started.wall,
+        engine=engine,
+        processes=ctx.mpi.processes,
+        hosts=started.record["hosts"],
+        run_dir=str(where.run),
+        dlio_extensions=list(extensions),
+        verification=verification,
+        parquet_schema=None if schema is None else schema.as_dict(),
+    )
     _write_mlperf_files(
         ctx,
         started,
@@ -287,20 +357,20 @@ def _datagen(
         accelerator=record_params.get("accelerator"),
         data_folder=folder,
     )
-    write_text_atomic(where.run / "datagen.json", json.dumps(result, indent=2) + "\n")
+    write_text_atomic(where.run / "datagen.json", json.dumps(result.as_dict(), indent=2) + "\n")
     return result
 
 
-def run_datagen(dataset: Workload | Datagen, **options: Any) -> dict[str, Any]:
+def run_datagen(dataset: Workload | Datagen, **options: Any) -> DatagenResult:
     """Generate ``dataset`` with DLIO and verify the files on disk.
 
     ``options`` are the keywords of the run (``run_dir`` or ``results_dir``, ``data_folder``,
     ``num_files``, ``num_subfolders``, ``engine``, ``processes``, ``hosts``, ``host_memory``,
     ``params``, ``dlio_venv``, ``mpi``, ``mpi_args``, ``timeout_s``, ``log``; see
-    :func:`_datagen`). Returns what ``datagen.json`` holds.
+    :func:`_datagen`). Returns what ``datagen.json`` holds (:meth:`DatagenResult.as_dict`).
     """
     result = _datagen(dataset, what_if=False, **options)
-    assert isinstance(result, dict)
+    assert isinstance(result, DatagenResult)
     return result
 
 
