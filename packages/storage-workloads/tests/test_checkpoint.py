@@ -140,16 +140,16 @@ def test_a_fork_run_as_mlpstorage_configures_it(
     assert not (tmp_path / "plan").exists()
 
     result = run_checkpointing(w, run_dir=tmp_path / "run", processes=8, **common)
-    assert (result["engine"], result["emulation"], result["mode"]) == (
+    assert (result.engine, result.emulation, result.mode) == (
         "mlperf-dlio",
         False,
         "subset",
     )
-    assert result["bytes_per_checkpoint"] == 2**29  # DLIO's 0.5 GB are GiB
-    assert result["write"]["count"] == 10 and result["read"]["count"] == 10
-    assert result["write"]["gb_per_s_mean"] == pytest.approx(2 * 2**30 / 1e9)
-    assert result["write"]["seconds"] == [0.25] * 10
-    assert result["verdict"] == "CLOSED", result["issues"]
+    assert result.bytes_per_checkpoint == 2**29  # DLIO's 0.5 GB are GiB
+    assert result.write.count == 10 and result.read.count == 10
+    assert result.write.gb_per_s_mean == pytest.approx(2 * 2**30 / 1e9)
+    assert result.write.seconds == [0.25] * 10
+    assert result.verdict == "CLOSED", result.issues
     run = tmp_path / "run"
     meta = json.loads(next(run.glob("checkpointing_*_metadata.json")).read_text())
     assert meta["verification"] == "closed" and meta["args"]["num_checkpoints_write"] == 10
@@ -164,8 +164,8 @@ def test_a_fork_run_as_mlpstorage_configures_it(
         params={"model.num_layers": 2},
         **{**common, "checkpoint_folder": tmp_path / "ckpt2"},
     )
-    assert small["verdict"] == "INVALID"
-    assert [i["parameter"] for i in small["issues"]] == ["model.num_layers"]
+    assert small.verdict == "INVALID"
+    assert [i["parameter"] for i in small.issues or []] == ["model.num_layers"]
 
 
 @pytest.mark.parametrize(

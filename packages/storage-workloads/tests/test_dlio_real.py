@@ -540,20 +540,20 @@ def test_checkpointing_run(tmp_path: Path) -> None:
         scale=1e-4,
     )
     # 2 of 8 ranks (subset mode): a quarter of 105 GB, times 1e-4.
-    assert result["bytes_per_checkpoint"] == pytest.approx(105e9 * 2 / 8 * 1e-4, rel=1e-6)
-    assert result["write"]["count"] == 10 and result["read"]["count"] == 10
-    assert all(s > 0 for s in result["write"]["seconds"] + result["read"]["seconds"])
-    assert result["write"]["gb_per_s_mean"] > 0 and result["read"]["gb_per_s_mean"] > 0
-    assert result["files_written"] == 2 * 2 * 10  # ranks x (model, optimizer) x checkpoints
-    assert result["bytes_on_disk"] == 10 * result["bytes_per_checkpoint"]
-    assert result["fsync"] is True
-    assert len(result["dlio_checkpoint_durations_s"]) == 10  # DLIO saw each one too
+    assert result.bytes_per_checkpoint == pytest.approx(105e9 * 2 / 8 * 1e-4, rel=1e-6)
+    assert result.write.count == 10 and result.read.count == 10
+    assert all(s > 0 for s in result.write.seconds + result.read.seconds)
+    assert result.write.gb_per_s_mean > 0 and result.read.gb_per_s_mean > 0
+    assert result.files_written == 2 * 2 * 10  # ranks x (model, optimizer) x checkpoints
+    assert result.bytes_on_disk == 10 * result.bytes_per_checkpoint
+    assert result.fsync is True
+    assert len(result.dlio_checkpoint_durations_s) == 10  # DLIO saw each one too
     saved = json.loads((tmp_path / "run" / "checkpoint-results.json").read_text())
-    assert saved == result
+    assert saved == result.as_dict()
     print(
-        f"timing: checkpointing llama3_8b (2 ranks, scale 1e-4, 10+10): {result['wall_s']:.1f} s,"
-        f" write {result['write']['gb_per_s_mean']:.3f} GB/s,"
-        f" read {result['read']['gb_per_s_mean']:.3f} GB/s"
+        f"timing: checkpointing llama3_8b (2 ranks, scale 1e-4, 10+10): {result.wall_s:.1f} s,"
+        f" write {result.write.gb_per_s_mean:.3f} GB/s,"
+        f" read {result.read.gb_per_s_mean:.3f} GB/s"
     )
     with pytest.raises(DlioError, match="is not empty"):
         run_checkpointing(

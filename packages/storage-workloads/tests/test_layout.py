@@ -201,10 +201,8 @@ def test_runs_into_a_results_tree(
         hosts=HOSTS,
         **common,
     )
-    _tree_run(
-        ckpt["run_dir"], tree / "checkpointing/llama3-8b", "checkpointing", "llama3-8b", "run"
-    )
-    assert ckpt["write"]["count"] == 10 and ckpt["hosts"] == "h1:1,h2:1"
+    _tree_run(ckpt.run_dir, tree / "checkpointing/llama3-8b", "checkpointing", "llama3-8b", "run")
+    assert ckpt.write.count == 10 and ckpt.hosts == "h1:1,h2:1"
 
     # A run made by mlpstorage: summary.json, the Hydra record in dlio_config/, a metadata file.
     other = root / "training" / "dlrm" / "run" / "20250101_000000"

@@ -10,6 +10,8 @@ runs), :mod:`~storage_workloads.dlio.results` (a training run's result) and
 """
 
 from storage_workloads.dlio.checkpointing import (
+    CheckpointPhase,
+    CheckpointResult,
     checkpoint_config,
     plan_checkpointing,
     run_checkpointing,
@@ -52,6 +54,8 @@ __all__ = [
     "REPORT_CSV_COLUMNS",
     "RESULTS_CSV_COLUMNS",
     "SIZE_CHECKED_FORMATS",
+    "CheckpointPhase",
+    "CheckpointResult",
     "DatagenResult",
     "DatasetCheck",
     "DlioError",

@@ -408,21 +408,21 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
     result = run_checkpointing(c, **options)
     rows = [["phase", "checkpoints", "mean s", "mean GB/s"]]
     for phase in ("write", "read"):
-        p = result[phase]
+        p = getattr(result, phase)
         rows.append(
             [
                 phase,
-                str(p["count"]),
-                "-" if p["seconds_mean"] is None else f"{p['seconds_mean']:.3f}",
-                "-" if p["gb_per_s_mean"] is None else f"{p['gb_per_s_mean']:,.3f}",
+                str(p.count),
+                "-" if p.seconds_mean is None else f"{p.seconds_mean:.3f}",
+                "-" if p.gb_per_s_mean is None else f"{p.gb_per_s_mean:,.3f}",
             ]
         )
-    size = result["bytes_per_checkpoint"]
-    how = "emulation on dlio-benchmark 2.0.0" if result["emulation"] else "MLPerf DLIO fork"
+    size = result.bytes_per_checkpoint
+    how = "emulation on dlio-benchmark 2.0.0" if result.emulation else "MLPerf DLIO fork"
     print(
-        f"{result['model']}, {result['processes']} process(es) ({how}), "
-        f"{'?' if size is None else f'{size:,}'} B per checkpoint, rules: {result['verdict']}; "
-        f"run folder {result['run_dir']}"
+        f"{result.model}, {result.processes} process(es) ({how}), "
+        f"{'?' if size is None else f'{size:,}'} B per checkpoint, rules: {result.verdict}; "
+        f"run folder {result.run_dir}"
     )
     print(_columns(rows))
     return 0

@@ -5,11 +5,14 @@ when asked for."""
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import json
 import math
 import os
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -120,19 +123,107 @@ def checkpoint_config(
     }
 
 
-def _phase(durations: object, bytes_per_checkpoint: int, what: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class CheckpointPhase:
+    """One phase of a checkpointing run (the writes or the reads): how many checkpoints, the
+    seconds and GB/s (10^9 bytes) of each (``None``: not measured), and their means."""
+
+    count: int
+    seconds: list[float]
+    gb_per_s: list[float | None]
+    seconds_mean: float | None
+    gb_per_s_mean: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+#: The keys of ``checkpoint-results.json`` of a run on the MLPerf DLIO fork, in order.
+_FORK_KEYS: Final = (
+    "schema", "model", "engine", "emulation", "processes", "mode", "closed_processes",
+    "bytes_per_checkpoint", "bytes_per_checkpoint_full_scale", "write", "read", "dlio_metric",
+    "files_written", "bytes_on_disk", "hosts", "run_dir", "params", "command", "wall_s",
+    "verdict", "issues",
+)  # fmt: skip
+#: ... and of this package's emulation.
+_EMULATION_KEYS: Final = (
+    "schema", "model", "engine", "emulation", "processes", "scale", "closed_processes",
+    "bytes_per_checkpoint", "bytes_per_checkpoint_full_scale", "model_bytes_per_rank",
+    "optimizer_bytes_per_rank", "fsync", "write", "read", "dlio_checkpoint_durations_s",
+    "files_written", "bytes_on_disk", "hosts", "run_dir", "command", "wall_s", "verdict",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CheckpointResult:
+    """A checkpointing run (:func:`run_checkpointing`), as ``checkpoint-results.json`` holds
+    it (:meth:`as_dict`).
+
+    Attributes:
+        model, engine, processes, closed_processes: what ran, and the closed process count.
+        emulation: ``True`` for this package's emulation on dlio-benchmark 2.0.0 (not checked).
+        bytes_per_checkpoint: what one checkpoint wrote; bytes_per_checkpoint_full_scale: what
+            it writes at full scale with these processes.
+        write, read: the two phases.
+        files_written, bytes_on_disk: what the checkpoint folder holds after the run.
+        hosts, run_dir, command, wall_s: where and how DLIO ran, and for how long.
+        verdict: the rules checker's verdict (the emulation's says it is not checked).
+        mode, dlio_metric, params, issues: the fork's run only: the checkpoint mode, DLIO's
+            metric as it wrote it, the ``--param`` changes and the checker's issues.
+        scale, model_bytes_per_rank, optimizer_bytes_per_rank, fsync,
+        dlio_checkpoint_durations_s: the emulation only: its scale, what each rank wrote,
+            whether it fsynced, and DLIO's own durations as a cross-check.
+    """
+
+    model: str
+    engine: str
+    emulation: bool
+    processes: int
+    closed_processes: int
+    bytes_per_checkpoint: int | None
+    bytes_per_checkpoint_full_scale: int
+    write: CheckpointPhase
+    read: CheckpointPhase
+    files_written: int
+    bytes_on_disk: int
+    hosts: int | str
+    run_dir: str
+    command: list[str]
+    wall_s: float
+    verdict: str
+    mode: str | None = None
+    dlio_metric: dict[str, Any] | None = None
+    params: dict[str, Any] | None = None
+    issues: list[dict[str, Any]] | None = None
+    scale: float | None = None
+    model_bytes_per_rank: Any = None
+    optimizer_bytes_per_rank: Any = None
+    fsync: Any = None
+    dlio_checkpoint_durations_s: list[float] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            "schema": _CHECKPOINT_SCHEMA,
+            **{f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)},
+            "write": self.write.as_dict(),
+            "read": self.read.as_dict(),
+        }
+        return {key: values[key] for key in (_EMULATION_KEYS if self.emulation else _FORK_KEYS)}
+
+
+def _phase(durations: object, bytes_per_checkpoint: int, what: str) -> CheckpointPhase:
     if not isinstance(durations, list):
         raise DlioError(f"{CHECKPOINT_TIMINGS}: {what} is not a list")
     seconds = [_number(d, f"{CHECKPOINT_TIMINGS}: {what}") for d in durations]
     rates = [bytes_per_checkpoint / s / 1e9 if s > 0 else math.inf for s in seconds]
     finite = [r for r in rates if math.isfinite(r)]
-    return {
-        "count": len(seconds),
-        "seconds": seconds,
-        "gb_per_s": [r if math.isfinite(r) else None for r in rates],
-        "seconds_mean": statistics.fmean(seconds) if seconds else None,
-        "gb_per_s_mean": statistics.fmean(finite) if finite else None,
-    }
+    return CheckpointPhase(
+        count=len(seconds),
+        seconds=seconds,
+        gb_per_s=[r if math.isfinite(r) else None for r in rates],
+        seconds_mean=statistics.fmean(seconds) if seconds else None,
+        gb_per_s_mean=statistics.fmean(finite) if finite else None,
+    )
 
 
 #: What ``--engine dlio`` needs for checkpointing, said where it is refused.
@@ -189,7 +280,7 @@ def _checkpointing(
     timeout_s: float | None = None,
     what_if: bool = False,
     log: Log = _quiet,
-) -> dict[str, Any] | RunPlan:
+) -> CheckpointResult | RunPlan:
     """Run a checkpointing workload and write its results (see :func:`run_checkpointing`), or
     with ``what_if`` return the plan (:func:`plan_checkpointing`).
 
@@ -222,17 +313,18 @@ def _checkpointing(
     return _run_fork(workload, options, params=params or {}, **kwargs)
 
 
-def run_checkpointing(workload: CheckpointWorkload, **options: Any) -> dict[str, Any]:
+def run_checkpointing(workload: CheckpointWorkload, **options: Any) -> CheckpointResult:
     """Run a checkpointing workload and write its results.
 
     ``options`` are the keywords of the run (``run_dir`` or ``results_dir``,
     ``checkpoint_folder``, ``processes``, ``hosts``, ``host_memory``, ``engine``,
     ``emulation``, ``params``, ``scale``, ``num_checkpoints_write``, ``num_checkpoints_read``,
     ``dlio_venv``, ``mpi``, ``mpi_args``, ``timeout_s``, ``log``; see
-    :func:`_checkpointing`). Returns what ``checkpoint-results.json`` holds.
+    :func:`_checkpointing`). Returns what ``checkpoint-results.json`` holds
+    (:meth:`CheckpointResult.as_dict`).
     """
     result = _checkpointing(workload, what_if=False, **options)
-    assert isinstance(result, dict)
+    assert isinstance(result, CheckpointResult)
     return result
 
 
@@ -266,7 +358,7 @@ def _run_fork(
     num_checkpoints_write: int,
     num_checkpoints_read: int,
     params: Mapping[str, Any],
-) -> dict[str, Any] | RunPlan:
+) -> CheckpointResult | RunPlan:
     """A checkpointing run on the MLPerf DLIO fork, as mlpstorage runs it (see
     :func:`run_checkpointing`): the result has, per phase (``write``, ``read``), the seconds
     and GB/s (10^9 bytes) of each checkpoint from DLIO's per-epoch record, their means from
@@ -316,31 +408,30 @@ def _run_fork(
     stats = _epoch_stats(run)
     size_gib = metric.get("checkpoint_size_GB")
     report = check_path(run)
-    result = {
-        "schema": _CHECKPOINT_SCHEMA,
-        "model": workload.name,
-        "engine": "mlperf-dlio",
-        "emulation": False,
-        "processes": ctx.mpi.processes,
-        "mode": flatten(config).get("checkpoint.mode", "default"),
-        "closed_processes": workload.closed_processes,
-        "bytes_per_checkpoint": (
+    result = CheckpointResult(
+        model=workload.name,
+        engine="mlperf-dlio",
+        emulation=False,
+        processes=ctx.mpi.processes,
+        mode=flatten(config).get("checkpoint.mode", "default"),
+        closed_processes=workload.closed_processes,
+        bytes_per_checkpoint=(
             round(size_gib * _GIB) if isinstance(size_gib, int | float) else None
         ),
-        "bytes_per_checkpoint_full_scale": round(workload.written_gb(ctx.mpi.processes) * 1e9),
-        "write": _fork_phase(stats, metric, "save"),
-        "read": _fork_phase(stats, metric, "load"),
-        "dlio_metric": dict(metric),
-        "files_written": sum(1 for p in folder.rglob("*") if p.is_file()),
-        "bytes_on_disk": sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()),
-        "hosts": started.record["hosts"],
-        "run_dir": str(run),
-        "params": dict(params),
-        "command": started.launch.cmd,
-        "wall_s": started.wall,
-        "verdict": report.verdict,
-        "issues": [issue.as_dict() for issue in report.issues],
-    }
+        bytes_per_checkpoint_full_scale=round(workload.written_gb(ctx.mpi.processes) * 1e9),
+        write=_fork_phase(stats, metric, "save"),
+        read=_fork_phase(stats, metric, "load"),
+        dlio_metric=dict(metric),
+        files_written=sum(1 for p in folder.rglob("*") if p.is_file()),
+        bytes_on_disk=sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()),
+        hosts=started.record["hosts"],
+        run_dir=str(run),
+        params=dict(params),
+        command=started.launch.cmd,
+        wall_s=started.wall,
+        verdict=report.verdict,
+        issues=[issue.as_dict() for issue in report.issues],
+    )
     _write_mlperf_files(
         ctx,
         started,
@@ -351,10 +442,13 @@ def _run_fork(
         checkpoints=(num_checkpoints_write, num_checkpoints_read),
         verdict=report.verdict,
     )
-    write_text_atomic(
-        run / "checkpoint-results.json", json.dumps(result, indent=2, allow_nan=False) + "\n"
-    )
+    _write_result(run, result)
     return result
+
+
+def _write_result(run: Path, result: CheckpointResult) -> None:
+    text = json.dumps(result.as_dict(), indent=2, allow_nan=False) + "\n"
+    write_text_atomic(run / "checkpoint-results.json", text)
 
 
 #: The fork's GB are 2^30 bytes (its checkpoint sizes divide by 1024 three times).
@@ -370,7 +464,7 @@ def _epoch_stats(run: Path) -> dict[str, Any]:
     raise DlioError(f"{run} has no per_epoch_stats.json: DLIO did not finish the run")
 
 
-def _fork_phase(stats: Mapping[str, Any], metric: Mapping[str, Any], kind: str) -> dict[str, Any]:
+def _fork_phase(stats: Mapping[str, Any], metric: Mapping[str, Any], kind: str) -> CheckpointPhase:
     """One phase (``save``: writes, ``load``: reads) of a fork run: each checkpoint's seconds
     and GB/s (10^9 bytes) from DLIO's per-epoch record (``save_ckpt1``, ...), and the means
     DLIO's ``summary.json`` gives over the ranks."""
@@ -386,13 +480,13 @@ def _fork_phase(stats: Mapping[str, Any], metric: Mapping[str, Any], kind: str) 
                 rates.append(rate * _GIB / 1e9 if isinstance(rate, int | float) else None)
     mean_s = metric.get(f"{kind}_checkpoint_duration_mean_seconds")
     mean_rate = metric.get(f"{kind}_checkpoint_io_mean_GB_per_second")
-    return {
-        "count": len(seconds),
-        "seconds": seconds,
-        "gb_per_s": rates,
-        "seconds_mean": mean_s if isinstance(mean_s, int | float) else None,
-        "gb_per_s_mean": mean_rate * _GIB / 1e9 if isinstance(mean_rate, int | float) else None,
-    }
+    return CheckpointPhase(
+        count=len(seconds),
+        seconds=seconds,
+        gb_per_s=rates,
+        seconds_mean=mean_s if isinstance(mean_s, int | float) else None,
+        gb_per_s_mean=mean_rate * _GIB / 1e9 if isinstance(mean_rate, int | float) else None,
+    )
 
 
 def _run_emulation(
@@ -405,7 +499,7 @@ def _run_emulation(
     num_checkpoints_write: int,
     num_checkpoints_read: int,
     scale: float,
-) -> dict[str, Any] | RunPlan:
+) -> CheckpointResult | RunPlan:
     """This package's emulation of a checkpointing workload on dlio-benchmark 2.0.0
     (:func:`checkpoint_config`), named so in its result (``emulation: true``).
 
@@ -457,9 +551,9 @@ def _run_emulation(
         raise DlioError(f"{CHECKPOINT_TIMINGS}: bytes_per_checkpoint is {total!r}")
     write = _phase(timings.get("writes_s"), total, "writes_s")
     read = _phase(timings.get("reads_s"), total, "reads_s")
-    if write["count"] != num_checkpoints_write or read["count"] != num_checkpoints_read:
+    if write.count != num_checkpoints_write or read.count != num_checkpoints_read:
         raise DlioError(
-            f"DLIO wrote {write['count']} and read {read['count']} checkpoints, expected "
+            f"DLIO wrote {write.count} and read {read.count} checkpoints, expected "
             f"{num_checkpoints_write} and {num_checkpoints_read}"
         )
     stats_path = run / "per_epoch_stats.json"
@@ -473,31 +567,30 @@ def _run_emulation(
                         with contextlib.suppress(TypeError, ValueError):
                             dlio_durations.append(float(value["duration"]))
     files = sorted(p for p in folder.glob("ckpt*.bin") if p.is_file())
-    result = {
-        "schema": _CHECKPOINT_SCHEMA,
-        "model": workload.name,
-        "engine": "dlio",
-        "emulation": True,
-        "processes": processes,
-        "scale": scale,
-        "closed_processes": workload.closed_processes,
-        "bytes_per_checkpoint": total,
-        "bytes_per_checkpoint_full_scale": round(workload.written_gb(processes) * 1e9),
-        "model_bytes_per_rank": timings.get("model_bytes_per_rank"),
-        "optimizer_bytes_per_rank": timings.get("optimizer_bytes_per_rank"),
-        "fsync": timings.get("fsync"),
-        "write": write,
-        "read": read,
-        "dlio_checkpoint_durations_s": dlio_durations,
-        "files_written": len(files),
-        "bytes_on_disk": sum(p.stat().st_size for p in files),
-        "hosts": started.record["hosts"],
-        "run_dir": str(run),
-        "command": started.launch.cmd,
-        "wall_s": wall,
-        "verdict": "not checked: this package's emulation on dlio-benchmark 2.0.0"
+    result = CheckpointResult(
+        model=workload.name,
+        engine="dlio",
+        emulation=True,
+        processes=processes,
+        scale=scale,
+        closed_processes=workload.closed_processes,
+        bytes_per_checkpoint=total,
+        bytes_per_checkpoint_full_scale=round(workload.written_gb(processes) * 1e9),
+        model_bytes_per_rank=timings.get("model_bytes_per_rank"),
+        optimizer_bytes_per_rank=timings.get("optimizer_bytes_per_rank"),
+        fsync=timings.get("fsync"),
+        write=write,
+        read=read,
+        dlio_checkpoint_durations_s=dlio_durations,
+        files_written=len(files),
+        bytes_on_disk=sum(p.stat().st_size for p in files),
+        hosts=started.record["hosts"],
+        run_dir=str(run),
+        command=started.launch.cmd,
+        wall_s=wall,
+        verdict="not checked: this package's emulation on dlio-benchmark 2.0.0"
         + (f" at scale {scale:g}" if scale != 1 else ""),
-    }
+    )
     _write_mlperf_files(
         ctx,
         started,
@@ -507,7 +600,5 @@ def _run_emulation(
         checkpoint_folder=folder,
         checkpoints=(num_checkpoints_write, num_checkpoints_read),
     )
-    write_text_atomic(
-        run / "checkpoint-results.json", json.dumps(result, indent=2, allow_nan=False) + "\n"
-    )
+    _write_result(run, result)
     return result
