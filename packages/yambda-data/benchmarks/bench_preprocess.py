@@ -20,6 +20,15 @@ With ``--raw ROOT ...`` the inputs also (or, without ``USERS``, only) include ex
 datasets: a file another generator wrote, with its own distributions of items, sessions and
 repeated timestamps, or a download.
 
+With ``--shaped USERS ...`` the inputs also (or only) include files shaped like Yambda's
+by a generator of this script (:func:`shaped_events`: listening sessions on the 5-second grid
+with ``--same-stamp`` of their events at the timestamp of the one before, uint16/uint32 columns,
+dictionary-encoded ``event_type``, 50,000-row row groups), one per value of ``--same-stamp``
+(few or many rows sharing their (uid, timestamp)); cached under ``--work``.
+
+Every project run also reports the seconds of each phase of ``preprocess`` (:data:`PHASES`;
+a table after the main one), so that a slower run names the phase that slowed.
+
 With ``--layout`` each input is first rewritten (once, cached under ``--work``) in each layout
 given as ``EVENT_TYPE[:ROW_GROUP_ROWS[:ORDER]]``: ``event_type`` stored as ``enum``,
 ``dictionary``, ``string`` or ``large_string``, row groups of that many rows (default
@@ -46,6 +55,9 @@ Run from the repository root::
         --reference ../training
     uv run python packages/yambda-data/benchmarks/bench_preprocess.py 200 2000 10000 \\
         --median 2900 --partitions default rows:1000000 --repeat 2 --work /tmp/yambda-bench
+    uv run python packages/yambda-data/benchmarks/bench_preprocess.py --shaped 16000 40000 \\
+        --same-stamp 0.02 0.35 --partitions default --no-validate --repeat 2 \\
+        --work /tmp/yambda-bench --reference ../training
     uv run python packages/yambda-data/benchmarks/bench_preprocess.py 40000 --median 500 \\
         --partitions default --no-validate --repeat 2 --work /tmp/yambda-bench \\
         --reference ../training --layout enum:50000 dictionary:50000 string:50000 \\
@@ -102,6 +114,59 @@ _WRITE_LAYOUT = (
 )
 _LAYOUT_SOURCE = "layout-source.json"
 """Written into a rewritten layout's root once it is complete: :func:`source_identity`."""
+_PREPROCESS_PHASES = (
+    "import json, sys, threading, time\n"
+    "import yambda_data.preprocess as prep\n"
+    "phases = json.loads(sys.argv[5])\n"
+    "spent = dict.fromkeys(phases.values(), 0.0)\n"
+    "local = threading.local()  # per thread: time of the timed calls inside the current one\n"
+    "def timed(phase, fn):\n"
+    "    def run(*args, **kwargs):\n"
+    "        outer, local.inner = getattr(local, 'inner', 0.0), 0.0\n"
+    "        start = time.perf_counter()\n"
+    "        try:\n"
+    "            return fn(*args, **kwargs)\n"
+    "        finally:\n"
+    "            took = time.perf_counter() - start\n"
+    "            spent[phase] += took - local.inner\n"
+    "            local.inner = outer + took\n"
+    "    return run\n"
+    "for name, phase in phases.items():\n"
+    "    setattr(prep, name, timed(phase, getattr(prep, name)))\n"
+    "parts = None if sys.argv[4] == 'default' else int(sys.argv[4])\n"
+    "start = time.perf_counter()\n"
+    "prep.preprocess(sys.argv[1], sys.argv[2], sys.argv[3], partitions=parts)\n"
+    "main = sum(t for phase, t in spent.items() if phase != phases['_write_partition'])\n"
+    "spent['other'] = time.perf_counter() - start - main\n"
+    "print(json.dumps(spent))\n"
+)
+PHASES = {
+    "_bounds": "validate",
+    "_spill_uid_ranges": "spill",
+    "_read_partition": "read",
+    "_in_order": "sort",
+    "_split_partition": "split",
+    "_repeated_rows": "repeated rows",
+    "_write_partition": "write (beside)",
+    "_wait_written": "write wait",
+    "file_checksums": "checksums",
+    "fsync_tree": "fsync",
+}
+"""The functions of ``yambda_data.preprocess`` timed in a project run, by phase: each phase's
+time excludes the timed calls it makes (the split, its repeated-row count). The part files
+are written in a thread beside the main one: ``write (beside)`` is that thread's time, which
+overlaps the others, and ``write wait`` the main thread's wait for it. ``other`` is the rest
+of the main thread's ``preprocess`` (the argument checks, the lock, the rename), imports
+excluded."""
+_WRITE_SHAPED = (
+    "import sys\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "from bench_preprocess import write_shaped\n"
+    "write_shaped(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]))\n"
+)
+SHAPED_ROW_GROUP_ROWS = 50_000
+SHAPED_TIME_SPAN = 300 * 86_400
+SHAPED_EVENT_TYPE_SHARES = (0.9733, 0.019, 0.002, 0.005, 0.0007)  # in EVENT_TYPES order
 _VALIDATE = (
     "import sys\n"
     "from yambda_data.schema import multi_event_path, validate_multi_event\n"
@@ -125,6 +190,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="ROOT",
         help="also (or instead) preprocess these raw datasets: ROOT/flat/50m/multi_event.parquet"
         " written by another generator, or a download",
+    )
+    parser.add_argument(
+        "--shaped",
+        nargs="+",
+        type=int,
+        default=[],
+        metavar="USERS",
+        help="also (or instead) preprocess Yambda-shaped files of this many users each, written"
+        " by this script's own generator (shaped_events)",
+    )
+    parser.add_argument(
+        "--same-stamp",
+        nargs="+",
+        type=float,
+        default=[0.35],
+        metavar="SHARE",
+        help="for --shaped: the shares of a session's events at the timestamp of the event "
+        "before (one input per value; default 0.35)",
     )
     parser.add_argument("--median", type=int, default=None, help="median listens per user")
     parser.add_argument(
@@ -161,8 +244,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ),
     )
     args = parser.parse_args(argv)
-    if not args.users and not args.raw:
+    if not args.users and not args.raw and not args.shaped:
         args.users = [2000]
+    if any(users < 1 for users in args.shaped):
+        parser.error("--shaped: users must be at least 1")
+    if any(not 0 <= share < 1 for share in args.same_stamp):
+        parser.error("--same-stamp: each share must be in [0, 1)")
     for root in args.raw:
         if not multi_event_path(root, _common.SIZE).is_file():
             parser.error(f"--raw: {multi_event_path(root, _common.SIZE)}: no such file")
@@ -242,6 +329,100 @@ def layout_input(work: Path, raw: Path, spec: str, seed: int) -> Path:
     return root
 
 
+def shaped_events(users: int, same_stamp: float, seed: int):
+    """A Yambda-shaped events table (pyarrow) of ``users`` users, not the synthesizer's.
+
+    Events per user log-normal (median 400, clipped to 3..20,000); timestamps on the 5-second
+    grid, a new listening session (more than 30 minutes later) on one event in 30, and within
+    a session ``same_stamp`` of the events at the timestamp of the one before (skips within
+    the same 5 seconds), the others a geometric number of 5-second steps later; a user whose
+    events would outlast 300 days has them squeezed onto the grid (more equal stamps). Items
+    from a catalogue of 2M sparse ids, popular ones far more often; likes and other reactions
+    are of the item just heard, at its timestamp. uid, timestamp, item_id and
+    track_length_seconds uint32, played_ratio_pct uint16, is_organic uint8, event_type
+    dictionary-encoded strings; sorted by uid, then time.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    from yambda_data.schema import EVENT_TYPES, TIMESTAMP_QUANTUM
+
+    rng = np.random.default_rng(seed)
+    per_user = np.clip(rng.lognormal(np.log(400), 1.2, users), 3, 20_000).astype(np.int64)
+    total = int(per_user.sum())
+    first = np.r_[0, np.cumsum(per_user)[:-1]]
+    last = first + per_user - 1
+    uids = np.sort(rng.choice(users * 5 // 4, users, replace=False)).astype(np.uint32)
+    uid = np.repeat(uids, per_user)
+
+    steps = np.where(rng.random(total) < same_stamp, 0, rng.geometric(1 / 40, total))
+    new_session = rng.random(total) < 1 / 30
+    steps = np.where(new_session, 361 + rng.geometric(1 / 4_000, total), steps)
+    steps[first] = 0
+    elapsed = np.cumsum(steps)
+    elapsed -= np.repeat(elapsed[first], per_user)
+    grid = SHAPED_TIME_SPAN // TIMESTAMP_QUANTUM
+    elapsed = elapsed * grid // np.repeat(np.maximum(elapsed[last], grid), per_user)
+    room = grid - elapsed[last]  # where the user's first event may fall
+    start = rng.integers(0, np.iinfo(np.int64).max, users) % (room + 1)
+    timestamp = ((np.repeat(start, per_user) + elapsed) * TIMESTAMP_QUANTUM).astype(np.uint32)
+
+    catalogue = 2_000_000
+    item = (catalogue * rng.random(total) ** 4).astype(np.uint32) * 3 + 11
+    kind = rng.choice(len(EVENT_TYPES), size=total, p=SHAPED_EVENT_TYPE_SHARES)
+    reaction = np.flatnonzero((kind > 0) & np.r_[False, uid[1:] == uid[:-1]])
+    item[reaction] = item[reaction - 1]
+    timestamp[reaction] = timestamp[reaction - 1]
+    is_listen = kind == 0
+    skipped = np.r_[timestamp[1:] == timestamp[:-1], False]  # the next event within 5 s
+    played = np.where(
+        skipped,
+        rng.integers(0, 10, total),
+        np.where(rng.random(total) < 0.6, 100, rng.integers(0, 101, total)),
+    ).astype(np.uint16)
+    track_length = ((item.astype(np.uint64) * 2_654_435_761) >> 7) % 420 + 60
+    listen_only = ~is_listen
+    return pa.table(
+        {
+            "uid": uid,
+            "timestamp": timestamp,
+            "item_id": item,
+            "is_organic": (rng.random(total) < 0.45).astype(np.uint8),
+            "played_ratio_pct": pa.array(played, mask=listen_only),
+            "track_length_seconds": pa.array(track_length.astype(np.uint32), mask=listen_only),
+            "event_type": pa.DictionaryArray.from_arrays(
+                pa.array(kind.astype(np.int32)), pa.array(EVENT_TYPES)
+            ),
+        }
+    )
+
+
+def write_shaped(root: str | Path, users: int, same_stamp: float, seed: int) -> None:
+    """:func:`shaped_events` as the raw dataset ``root`` (zstd, 50,000-row row groups)."""
+    import pyarrow.parquet as pq
+
+    path = multi_event_path(root, _common.SIZE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = shaped_events(users, same_stamp, seed)
+    pq.write_table(table, path, compression="zstd", row_group_size=SHAPED_ROW_GROUP_ROWS)
+
+
+def shaped_input(work: Path, users: int, same_stamp: float, seed: int) -> tuple[Path, str]:
+    """The Yambda-shaped input under ``work`` (written in a child once, cached); (root, how)."""
+    root = work / f"shaped-u{users}-same{same_stamp:g}-s{seed}"
+    stamp = root / _LAYOUT_SOURCE
+    spec = json.dumps({"users": users, "same_stamp": same_stamp, "seed": seed})
+    if stamp.is_file() and stamp.read_text() == spec:
+        return root, "cached"
+    shutil.rmtree(root, ignore_errors=True)
+    here = str(Path(__file__).resolve().parent)
+    result = _common.run_code(
+        _WRITE_SHAPED, [here, str(root), str(users), str(same_stamp), str(seed)]
+    )
+    stamp.write_text(spec)
+    return root, f"written in {result.wall_s:.1f} s"
+
+
 def resolve_partitions(spec: str, rows: int) -> int | None:
     """The partition count of a ``--partitions`` value for ``rows`` rows (None: invalid)."""
     if spec == "default":
@@ -294,9 +475,11 @@ def run_project(work: Path, raw: Path, partitions: str) -> tuple[_common.ChildRe
     out = work / f"bench-preprocess-out-{raw.name}"
     shutil.rmtree(out, ignore_errors=True)
     try:
-        result = _common.run_preprocess(raw, out, partitions)
+        args = [str(raw), _common.SIZE, str(out), partitions, json.dumps(PHASES)]
+        result = _common.run_code(_PREPROCESS_PHASES, args, capture=True)
         meta = json.loads((out / "split_meta.json").read_text())
         meta["files"] = json.loads((out / CHECKSUMS_FILE).read_text())["files"]
+        meta["phases"] = json.loads(result.stdout.strip().splitlines()[-1])
         return result, meta
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -363,6 +546,11 @@ def main(argv: list[str] | None = None) -> None:
         sources += [
             (root.name, root, describe_input(root, root.name, "--raw")) for root in args.raw
         ]
+        for users in args.shaped:
+            for share in args.same_stamp:
+                root, how = shaped_input(work, users, share, args.seed)
+                label = f"shaped {users:,} users, same stamp {share:g}"
+                sources.append((label, root, describe_input(root, label, how)))
         for label, raw, rows in sources:
             inputs = {spec: layout_input(work, raw, spec, args.seed) for spec in args.layout}
             cases = []
@@ -425,6 +613,31 @@ def print_table(table: list[tuple]) -> None:
         "\nother load: mean cores kept busy by other processes during the case "
         "(above ~0.1 the wall times are disturbed)"
     )
+    print_phases(table)
+
+
+def print_phases(table: list[tuple]) -> None:
+    """Seconds per phase (:data:`PHASES`) of each project run in ``table`` (the fastest of
+    its repeats), so that a slower run names the phase that slowed."""
+    names = [*dict.fromkeys(PHASES.values()), "other"]
+    rows = []
+    for label, _, layout, case, parts, _, r in table:
+        if case.startswith("preprocess") and r.stdout.strip():
+            spent = json.loads(r.stdout.strip().splitlines()[-1])
+            rows.append((label, layout, parts, spent, r.wall_s))
+    if not rows:
+        return
+    print(
+        "\nphases of the project runs above, seconds (all but `write (beside)` add up to the "
+        "wall time less imports and interpreter start)\n\n| input | layout | partitions | "
+        + " | ".join(names)
+        + " | repeated rows, share of wall |\n|---|---|---|"
+        + "---:|" * (len(names) + 1)
+    )
+    for label, layout, parts, spent, wall in rows:
+        cells = " | ".join(f"{spent.get(name, 0.0):.2f}" for name in names)
+        share = 100 * spent.get("repeated rows", 0.0) / wall
+        print(f"| {label} | {layout} | {parts} | {cells} | {share:.1f}% |")
 
 
 if __name__ == "__main__":

@@ -43,3 +43,34 @@ def test_a_missing_raw_input_is_refused_in_one_line(tmp_path):
     assert (
         "--raw:" in result.stderr and "absent" in result.stderr and "no such file" in result.stderr
     )
+
+
+def test_the_yambda_shaped_generator_writes_a_valid_file_of_that_shape(tmp_path):
+    """The generator's file: valid, sorted by (uid, timestamp), the stored types of the
+    public file (event_type dictionary-encoded), 50,000-row row groups, and about the share
+    of events at the timestamp of the one before that it was asked for."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import bench_preprocess
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    from yambda_data.schema import validate_multi_event
+
+    bench_preprocess.write_shaped(tmp_path / "raw", 300, 0.35, 0)
+    path = multi_event_path(tmp_path / "raw", "50m")
+    summary = validate_multi_event(path)  # raises unless sorted, on the grid, nulls right
+    assert summary.num_users == 300
+    stored = pq.read_schema(path)
+    assert stored.field("played_ratio_pct").type == pa.uint16()
+    assert stored.field("is_organic").type == pa.uint8()
+    assert stored.field("track_length_seconds").type == pa.uint32()
+    assert pa.types.is_dictionary(stored.field("event_type").type)
+    meta = pq.ParquetFile(path).metadata
+    assert meta.num_row_groups == -(-summary.num_events // 50_000)
+    table = pq.read_table(path, columns=["uid", "timestamp"])
+    uid, ts = (table.column(c).to_numpy() for c in ("uid", "timestamp"))
+    same = ((uid[1:] == uid[:-1]) & (ts[1:] == ts[:-1])).mean()
+    assert 0.3 < same < 0.45, same  # 0.35 of a session's steps, plus reactions at their listen

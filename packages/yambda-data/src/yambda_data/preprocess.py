@@ -23,8 +23,9 @@ is cut into ``partitions`` equal-width ranges and each range is read on its own 
 scan filtered on ``uid`` (polars pushes the filter down to the parquet row groups, which a
 file sorted by uid keeps apart), split, sessionized and written before the next one is read.
 Within a partition, the split, the sessions, the session index and the popularity are flat
-numpy passes over the sorted rows. Peak memory is that of one partition (read once, then its
-train and test rows) plus the item-popularity array.
+numpy passes over the sorted rows. A partition's files are written in a thread while the next
+partition is read and split. Peak memory is that of about two partitions (one read and split,
+the outputs of the one before waiting to be written) plus the item-popularity array.
 
 Row order: the schema says the file is sorted by (uid, timestamp), but the reference sorts
 the events itself and so takes a file in any order; so does preprocess. Each partition found
@@ -78,6 +79,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,6 +99,7 @@ from yambda_data._io import InputFileError, reading, writing
 from yambda_data.schema import (
     EVENT_TYPE_DTYPE,
     MULTI_EVENT_SCHEMA,
+    NULLABLE_LISTEN_COLUMNS,
     ROWS_PER_PARTITION,
     SchemaError,
     check_multi_event_file,
@@ -272,51 +275,67 @@ def _run_starts(values: np.ndarray) -> np.ndarray:
 
 _REPEAT_LAGS = 16
 """How far back within a run of rows of one (uid, timestamp) :func:`_repeated_rows` compares
-row by row; longer runs (rare) are counted by :func:`~yambda_data.schema.count_duplicate_rows`."""
+row by row; runs longer than this are counted by
+:func:`~yambda_data.schema.count_duplicate_rows`."""
 
 
 def _repeated_rows(part: pl.DataFrame, uid: np.ndarray, ts: np.ndarray) -> int:
     """:func:`~yambda_data.schema.count_duplicate_rows` of a partition sorted by (uid,
     timestamp), ``uid`` and ``timestamp`` given as numpy arrays.
 
-    A row can only repeat an earlier row of its run of equal (uid, timestamp), and runs are
-    short (a listen and its like, quick skips): comparing each row's columns with those of the
-    1, 2, ... 16 rows before it in its run is a few flat numpy passes over the rows that share
-    their key (a fifth of bursty listening), where a hash of every such row cost several
-    times more.
+    A row can only repeat an earlier row of its run of equal (uid, timestamp). Within a run
+    rows mostly differ by item (skips of one track after another), so the item alone is
+    compared first, lag by lag (each row with the row 1, 2, ... 16 before it in its run, over
+    the rows still that deep in a run: a handful of passes over a shrinking set), and the
+    other columns only for the few pairs of one item (a reaction next to its listen). A hash
+    of every row sharing its key, or every column at every lag, cost ten times more.
     """
     same_key = np.zeros(len(uid), dtype=bool)
     np.logical_and(uid[1:] == uid[:-1], ts[1:] == ts[:-1], out=same_key[1:])
-    shares_key = same_key.copy()
-    shares_key[:-1] |= same_key[1:]
-    rows = np.flatnonzero(shares_key)
-    if not len(rows):
+    if not same_key.any():
         return 0
-    shared = part[rows]
-    columns = []
-    for name in ("item_id", "is_organic", "played_ratio_pct", "track_length_seconds"):
-        values = shared[name]
-        if values.null_count():
-            columns.append(values.is_null().to_numpy())
-            values = values.fill_null(0)
-        columns.append(values.to_numpy())
-    columns.append(shared["event_type"].to_physical().to_numpy())
-    index = np.arange(len(rows))
-    run_start = np.maximum.accumulate(np.where(same_key[rows], 0, index))
-    position = index - run_start  # within the run
-    repeats = np.zeros(len(rows), dtype=bool)
-    at = index
-    for lag in range(1, _REPEAT_LAGS + 1):
-        at = at[position[at] >= lag]
+    item = part["item_id"].to_numpy()
+    # Lag 1 over the whole partition (contiguous, so cheaper than gathering the third of the
+    # rows that continue a run); deeper lags over the rows that deep in their run.
+    one_item = np.flatnonzero(same_key[1:] & (item[1:] == item[:-1])) + 1
+    later, earlier = [one_item], [one_item - 1]
+    at = np.flatnonzero(same_key[1:] & same_key[:-1]) + 1  # at least 2 deep in their run
+    for lag in range(2, _REPEAT_LAGS + 1):
+        if lag > 2:
+            at = at[same_key[at - (lag - 1)]]  # rows at least ``lag`` deep in their run
         if not len(at):
-            return int(repeats.sum())
-        equal = np.ones(len(at), dtype=bool)
-        for values in columns:
-            equal &= values[at] == values[at - lag]
-        repeats[at[equal]] = True
-    in_long_run = np.isin(run_start, run_start[at])
-    long_runs = shared[np.flatnonzero(in_long_run)]
-    return int(repeats[~in_long_run].sum()) + count_duplicate_rows(long_runs)
+            break
+        one_item = at[item[at] == item[at - lag]]
+        later.append(one_item)
+        earlier.append(one_item - lag)
+    else:
+        at = at[same_key[at - _REPEAT_LAGS]]  # rows deeper than the lags compared
+    later_rows, earlier_rows = np.concatenate(later), np.concatenate(earlier)
+    long_runs = 0
+    if len(at):
+        run_starts = np.flatnonzero(~same_key)
+        first = run_starts[np.unique(np.searchsorted(run_starts, at, side="right") - 1)]
+        ends = np.append(run_starts, len(uid))[np.searchsorted(run_starts, first) + 1]
+        bounds = np.zeros(len(uid) + 1, dtype=np.int8)
+        bounds[first] += 1  # the runs are distinct, so are their starts and their ends
+        bounds[ends] -= 1
+        in_long = np.cumsum(bounds[:-1], dtype=np.int8).astype(bool)
+        long_runs = count_duplicate_rows(part.filter(pl.Series(in_long)))
+        short = ~in_long[later_rows]
+        later_rows, earlier_rows = later_rows[short], earlier_rows[short]
+    # The columns without nulls in place; the nullable ones gathered for the few pairs left.
+    for values in (part["event_type"].to_physical(), part["is_organic"]):
+        values = values.to_numpy()
+        keep = values[later_rows] == values[earlier_rows]
+        later_rows, earlier_rows = later_rows[keep], earlier_rows[keep]
+    if not len(later_rows):
+        return long_runs
+    columns = part.select(NULLABLE_LISTEN_COLUMNS)
+    a, b = columns[later_rows], columns[earlier_rows]
+    equal = np.ones(len(later_rows), dtype=bool)
+    for name in NULLABLE_LISTEN_COLUMNS:
+        equal &= a[name].eq_missing(b[name]).to_numpy()
+    return long_runs + len(np.unique(later_rows[equal]))
 
 
 def _split_partition(part: pl.DataFrame, t_max: int) -> _Partition:
@@ -392,6 +411,23 @@ def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
     frame.rechunk().write_parquet(path, **_PARQUET_OPTIONS)
 
 
+def _write_partition(split: _Partition, tmp: Path, out: Path, k: int) -> None:
+    """The three part files of partition ``k`` under the temporary output ``tmp``."""
+    for frame, sub in (
+        (split.train, TRAIN_SESSIONS_DIR),
+        (split.test, TEST_EVENTS_DIR),
+        (split.index, SESSION_INDEX_DIR),
+    ):
+        with writing(tmp / sub / part_name(k), output=out):
+            _write_parquet(frame, tmp / sub / part_name(k))
+
+
+def _wait_written(written: Future | None) -> None:
+    """Wait for a partition's files (raising what their writing raised)."""
+    if written is not None:
+        written.result()
+
+
 def _written_by_preprocess(relative: str, is_dir: bool) -> bool:
     """Whether an entry of an output directory is one that :func:`preprocess` writes."""
     parent, _, name = relative.rpartition("/")
@@ -452,6 +488,19 @@ def _read_spilled(spill: Path, k: int, scan: pl.LazyFrame) -> pl.DataFrame:
     if not files:
         return normalize_multi_event(scan).clear().collect()
     return pl.concat([pl.read_ipc(f) for f in files])
+
+
+def _read_partition(
+    scan: pl.LazyFrame, path: Path, spill: Path | None, edges: list[int], k: int
+) -> pl.DataFrame:
+    """The rows of uid range ``k`` in file order, normalized: from the file (its row groups
+    that the uid filter keeps) or, for a file not in uid order, from the spill."""
+    if spill is not None:
+        return _normalized(_read_spilled(spill, k, scan))
+    uid = pl.col("uid").cast(pl.Int64)
+    with reading(path):
+        part = scan.filter((uid >= edges[k]) & (uid < edges[k + 1])).collect()
+    return _normalized(part)
 
 
 def _changed(path: Path, num_rows: int, rows_read: int) -> InputFileError:
@@ -598,36 +647,31 @@ def _preprocess_locked(
         if not bounds.uid_sorted:
             spill = tmp / _SPILL_DIR
             _spill_uid_ranges(scan, path, spill, bounds, n_parts, out)
-        for k in range(n_parts):
-            if spill is None:
-                lo, hi = edges[k], edges[k + 1]
-                uid = pl.col("uid").cast(pl.Int64)
-                with reading(path):
-                    part = scan.filter((uid >= lo) & (uid < hi)).collect()
-            else:
-                part = _read_spilled(spill, k, scan)
-            rows_read += part.height
-            if _identity(path) != bounds.identity:
-                raise _changed(path, bounds.num_rows, rows_read)
-            split = _split_partition(_in_order(_normalized(part)), t_max)
-            del part
-            for frame, sub in (
-                (split.train, TRAIN_SESSIONS_DIR),
-                (split.test, TEST_EVENTS_DIR),
-                (split.index, SESSION_INDEX_DIR),
-            ):
-                with writing(tmp / sub / part_name(k), output=out):
-                    _write_parquet(frame, tmp / sub / part_name(k))
-            popularity += np.bincount(split.train_item_ids, minlength=len(popularity))
-            num_train += split.train.height
-            num_test += split.test.height
-            num_users += split.index.height
-            num_sessions += split.num_sessions
-            duplicates += split.num_duplicate_rows
-            if split.train_start is not None:
-                first = split.train_start
-                train_start = first if train_start is None else min(train_start, first)
-            del split
+        # One partition's files are written (polars' encoder, outside the GIL) while the next
+        # is read and split, mostly on one core: the two cores overlap. At most one
+        # partition's outputs wait, so memory stays that of about two partitions.
+        with ThreadPoolExecutor(max_workers=1) as writer:
+            written = None
+            for k in range(n_parts):
+                part = _read_partition(scan, path, spill, edges, k)
+                rows_read += part.height
+                if _identity(path) != bounds.identity:
+                    raise _changed(path, bounds.num_rows, rows_read)
+                split = _split_partition(_in_order(part), t_max)
+                del part
+                _wait_written(written)
+                written = writer.submit(_write_partition, split, tmp, out, k)
+                popularity += np.bincount(split.train_item_ids, minlength=len(popularity))
+                num_train += split.train.height
+                num_test += split.test.height
+                num_users += split.index.height
+                num_sessions += split.num_sessions
+                duplicates += split.num_duplicate_rows
+                if split.train_start is not None:
+                    first = split.train_start
+                    train_start = first if train_start is None else min(train_start, first)
+                del split
+            _wait_written(written)
         if rows_read != bounds.num_rows:
             raise _changed(path, bounds.num_rows, rows_read)
         if spill is not None:
