@@ -187,6 +187,12 @@ class ModelConfig:
     attention; CUDA/ROCm tensors); each op without it runs its pytorch reference."""
     features: FeatureNames = field(default_factory=FeatureNames)
     """Names of the input features."""
+    recompute_layers: bool = True
+    """Training keeps only each STU layer's input for the backward, which runs the layer's
+    forward again (activation recomputation): the layers' activations are most of what a step
+    keeps for its backward (benchmarks/bench_saved_memory.py measures both ways). The function,
+    its values and gradients are unchanged (dropout draws the same masks again). On, as the
+    reference's STU layers recompute their normed input, uvqk and output in the backward."""
 
     def __post_init__(self) -> None:
         for name in ("embedding_dim", "num_layers", "num_heads", "attention_dim", "linear_dim"):
@@ -666,12 +672,13 @@ def preset(name: str) -> HSTUConfig:
 
 
 CLOSED_FREE_FIELDS: dict[str, tuple[str, ...]] = {
-    "model": ("kernel",),
+    "model": ("kernel", "recompute_layers"),
     "optimizer": ("dense_lr", "sparse_lr"),
     "train": ("batch_size", "eval_batch_size", "seed", "autocast_bf16"),
 }
 """Fields of a closed run's config that may differ from the `yambda-5b` preset: the kernel
-implementation, the learning rates (the compliance check of the log holds them to the rules'
+implementation and the activation recomputation (neither changes the function), the learning
+rates (the compliance check of the log holds them to the rules'
 band for the global batch), the batch sizes, the seed and the precision. Every `sharding` field
 is free too (where the tables live does not change the function)."""
 

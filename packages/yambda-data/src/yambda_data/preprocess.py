@@ -411,8 +411,10 @@ def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
     frame.rechunk().write_parquet(path, **_PARQUET_OPTIONS)
 
 
-def _write_partition(split: _Partition, tmp: Path, out: Path, k: int) -> None:
-    """The three part files of partition ``k`` under the temporary output ``tmp``."""
+def _write_partition(split: _Partition, tmp: Path, out: Path, k: int) -> dict[str, dict]:
+    """The three part files of partition ``k`` under the temporary output ``tmp``; their
+    :func:`file_checksums`, taken while the files are in the page cache."""
+    names = []
     for frame, sub in (
         (split.train, TRAIN_SESSIONS_DIR),
         (split.test, TEST_EVENTS_DIR),
@@ -420,12 +422,14 @@ def _write_partition(split: _Partition, tmp: Path, out: Path, k: int) -> None:
     ):
         with writing(tmp / sub / part_name(k), output=out):
             _write_parquet(frame, tmp / sub / part_name(k))
+        names.append(f"{sub}/{part_name(k)}")
+    return file_checksums(tmp, names)
 
 
-def _wait_written(written: Future | None) -> None:
-    """Wait for a partition's files (raising what their writing raised)."""
-    if written is not None:
-        written.result()
+def _wait_written(written: Future | None) -> dict[str, dict]:
+    """A partition's file checksums once they are written (raising what their writing
+    raised); none for no partition."""
+    return {} if written is None else written.result()
 
 
 def _written_by_preprocess(relative: str, is_dir: bool) -> bool:
@@ -644,6 +648,7 @@ def _preprocess_locked(
         train_start: int | None = None
         rows_read = 0  # each row falls in one uid range
         spill = None
+        checksums: dict[str, dict] = {}  # of the files written so far, by path in the output
         if not bounds.uid_sorted:
             spill = tmp / _SPILL_DIR
             _spill_uid_ranges(scan, path, spill, bounds, n_parts, out)
@@ -659,7 +664,7 @@ def _preprocess_locked(
                     raise _changed(path, bounds.num_rows, rows_read)
                 split = _split_partition(_in_order(part), t_max)
                 del part
-                _wait_written(written)
+                checksums.update(_wait_written(written))
                 written = writer.submit(_write_partition, split, tmp, out, k)
                 popularity += np.bincount(split.train_item_ids, minlength=len(popularity))
                 num_train += split.train.height
@@ -671,7 +676,7 @@ def _preprocess_locked(
                     first = split.train_start
                     train_start = first if train_start is None else min(train_start, first)
                 del split
-            _wait_written(written)
+            checksums.update(_wait_written(written))
         if rows_read != bounds.num_rows:
             raise _changed(path, bounds.num_rows, rows_read)
         if spill is not None:
@@ -703,8 +708,9 @@ def _preprocess_locked(
         with writing(tmp / SPLIT_META_FILE, output=out):
             meta.to_json(tmp / SPLIT_META_FILE)
         files = [p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()]
+        checksums.update(file_checksums(tmp, [f for f in files if f not in checksums]))
         record = {
-            "files": file_checksums(tmp, files),
+            "files": dict(sorted(checksums.items())),
             "input": {"rows": bounds.num_rows, "duplicate_rows": duplicates},
         }
         with writing(tmp / CHECKSUMS_FILE, output=out):
