@@ -66,28 +66,28 @@ FIXTURE = Path(__file__).parent / "data" / "dlio-2ranks-2epochs"
 def test_parser_on_recorded_run() -> None:
     result = parse_dlio_output(FIXTURE, au_threshold=0.70, record_length_bytes=512)
     summary = json.loads((FIXTURE / "summary.json").read_text())["metric"]
-    assert result["num_accelerators"] == 2
-    assert [e["epoch"] for e in result["epochs"]] == [1, 2]
-    assert [e["steps"] for e in result["epochs"]] == [8, 8]  # 16 files / batch 2 / 2 ranks, x2
+    assert result.num_accelerators == 2
+    assert [e.epoch for e in result.epochs] == [1, 2]
+    assert [e.steps for e in result.epochs] == [8, 8]  # 16 files / batch 2 / 2 ranks, x2
     for epoch, au, samples in zip(
-        result["epochs"],
+        result.epochs,
         summary["train_au_percentage"],
         summary["train_throughput_samples_per_second"],
         strict=True,
     ):
-        assert epoch["au_percent"] == pytest.approx(au, rel=1e-9)
-        assert epoch["samples_per_s"] == pytest.approx(samples, rel=1e-9)
-        assert epoch["au_percent"] > 0 and epoch["samples_per_s"] > 0
-    assert result["au_mean_percent"] == pytest.approx(summary["train_au_mean_percentage"])
-    assert result["samples_per_s_mean"] == pytest.approx(
+        assert epoch.au_percent == pytest.approx(au, rel=1e-9)
+        assert epoch.samples_per_s == pytest.approx(samples, rel=1e-9)
+        assert epoch.au_percent > 0 and epoch.samples_per_s > 0
+    assert result.au_mean_percent == pytest.approx(summary["train_au_mean_percentage"])
+    assert result.samples_per_s_mean == pytest.approx(
         summary["train_throughput_mean_samples_per_second"]
     )
-    assert result["mb_per_s_mean"] == pytest.approx(summary["train_io_mean_MB_per_second"])
-    assert result["consistent_with_summary"] is True
-    assert result["passed"] is True  # 73.7% >= 70%
-    assert result["au_mean_percent"] == pytest.approx(73.73426021489627)
+    assert result.mb_per_s_mean == pytest.approx(summary["train_io_mean_MB_per_second"])
+    assert result.consistent_with_summary is True
+    assert result.passed is True  # 73.7% >= 70%
+    assert result.au_mean_percent == pytest.approx(73.73426021489627)
     failed = parse_dlio_output(FIXTURE, au_threshold=0.9, record_length_bytes=512)
-    assert failed["passed"] is False and failed["au_threshold_percent"] == 90
+    assert failed.passed is False and failed.au_threshold_percent == 90
 
 
 def test_parser_recomputes_from_the_rank_files(tmp_path: Path) -> None:
@@ -103,13 +103,13 @@ def test_parser_recomputes_from_the_rank_files(tmp_path: Path) -> None:
             aus.append(sum(data[epoch]["au"][b] * n for b, n in steps.items()) / total)
         expected = statistics.fmean(aus)
         result = parse_dlio_output(out, au_threshold=0.7, record_length_bytes=512)
-        assert result["epochs"][int(epoch) - 1]["au_percent"] == pytest.approx(expected)
+        assert result.epochs[int(epoch) - 1].au_percent == pytest.approx(expected)
     # A summary that the rank files do not reproduce is reported, not hidden.
     summary = json.loads((out / "summary.json").read_text())
     summary["metric"]["train_au_mean_percentage"] += 1
     (out / "summary.json").write_text(json.dumps(summary))
     result = parse_dlio_output(out, au_threshold=0.7, record_length_bytes=512)
-    assert result["consistent_with_summary"] is False
+    assert result.consistent_with_summary is False
 
 
 @pytest.mark.parametrize(
@@ -132,16 +132,14 @@ def test_parser_errors(tmp_path: Path, damage: object, match: str) -> None:
 def test_results_files_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     runs = []
     for i in range(2):
-        result = parse_dlio_output(FIXTURE, au_threshold=0.7, record_length_bytes=512)
-        result.update(
-            {
-                "schema": "storage-workloads/dlio-results/1",
-                "model": "dlrm",
-                "accelerator": "h100",
-                "processes": 2,
-                "verdict": "INVALID",
-            }
-        )
+        result = {
+            "schema": "storage-workloads/dlio-results/1",
+            **parse_dlio_output(FIXTURE, au_threshold=0.7, record_length_bytes=512).as_dict(),
+            "model": "dlrm",
+            "accelerator": "h100",
+            "processes": 2,
+            "verdict": "INVALID",
+        }
         run = tmp_path / f"run_{i}"
         run.mkdir()
         write_results(run, result)

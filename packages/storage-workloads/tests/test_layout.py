@@ -157,12 +157,10 @@ def test_runs_into_a_results_tree(
         run_training(w, data_folder=data, num_files=16, hosts=HOSTS, params=P, **common)
         for _ in range(2)
     ]
-    run_dirs = [Path(r["run_dir"]) for r in results]
+    run_dirs = [Path(r.run_dir) for r in results]
     assert run_dirs[0] != run_dirs[1]
     for result, run in zip(results, run_dirs, strict=True):
-        _, meta = _tree_run(
-            result["run_dir"], tree / "training/dlrm/run", "training", "dlrm", "run"
-        )
+        _, meta = _tree_run(result.run_dir, tree / "training/dlrm/run", "training", "dlrm", "run")
         assert meta["num_processes"] == 2 and meta["accelerator"] == "h100"
         assert meta["parameters"]["dataset"]["num_files_train"] == 16
         assert meta["override_parameters"]["train.epochs"] == 2
@@ -170,7 +168,7 @@ def test_runs_into_a_results_tree(
         assert meta["storage_workloads"]["args"]["hosts"] == "h1:1,h2:1"
         # mlpstorage 2.0's 24 keys, first and in its order, then the newer readers' and ours.
         assert list(meta)[:24] == MLPSTORAGE_KEYS
-        assert meta["verification"] == result["verdict"].lower()
+        assert meta["verification"] == result.verdict.lower()
         assert meta["per_host_mem_kB"] == [16 * 2**20] * 2
         cluster = meta["cluster_information"]
         assert cluster["total_memory_bytes"] == 32 * GIB and cluster["num_hosts"] == 2
@@ -188,7 +186,7 @@ def test_runs_into_a_results_tree(
         assert record["params"]["measured_host_memory_gb"] == [16.0, 16.0]
         assert record["run_datetime"] == run.name
     # The checker sized the run on the 32 GiB read from the hosts.
-    sizing = [i for i in results[0]["issues"] if i["rule"] == "sizing"]
+    sizing = [i for i in results[0].issues if i["rule"] == "sizing"]
     assert "2 host(s) of 16.00 + 16.00 GiB (read from them)" in sizing[0]["message"]
 
     # A checkpointing run: ROOT/checkpointing/llama3-8b/<datetime>.

@@ -43,7 +43,14 @@ from storage_workloads.dlio.report import (
     aggregate_results,
     write_report,
 )
-from storage_workloads.dlio.results import RESULTS_CSV_COLUMNS, parse_dlio_output, write_results
+from storage_workloads.dlio.results import (
+    RESULTS_CSV_COLUMNS,
+    DlioOutput,
+    EpochFigures,
+    TrainingResult,
+    parse_dlio_output,
+    write_results,
+)
 from storage_workloads.dlio.runs import RunPlan, read_hosts
 from storage_workloads.dlio.training import plan_training, run_training
 
@@ -59,7 +66,10 @@ __all__ = [
     "DatagenResult",
     "DatasetCheck",
     "DlioError",
+    "DlioOutput",
+    "EpochFigures",
     "RunPlan",
+    "TrainingResult",
     "aggregate_results",
     "apply_params",
     "check_param",

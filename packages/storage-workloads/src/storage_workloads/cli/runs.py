@@ -26,6 +26,7 @@ from storage_workloads.dliorun import (
     DLIO_VENV_ENV,
     DlioError,
     RunPlan,
+    TrainingResult,
     parse_param,
     plan_checkpointing,
     plan_datagen,
@@ -366,7 +367,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"loop {i} of {loops}", flush=True)
         result = run_training(w, **options(place, memory))
         print(_run_table(result), flush=True)
-        passed = passed and bool(result["passed"])
+        passed = passed and result.figures.passed
     return 0 if passed else 1
 
 
@@ -428,34 +429,35 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_table(result: Mapping[str, Any]) -> str:
+def _run_table(result: TrainingResult) -> str:
+    f = result.figures
     rows = [["epoch", "AU %", "samples/s", "MB/s", "steps"]]
-    for e in result["epochs"]:
+    for e in f.epochs:
         rows.append(
             [
-                str(e["epoch"]),
-                f"{e['au_percent']:.2f}",
-                f"{e['samples_per_s']:,.2f}",
-                f"{e['mb_per_s']:,.2f}",
-                str(e["steps"]),
+                str(e.epoch),
+                f"{e.au_percent:.2f}",
+                f"{e.samples_per_s:,.2f}",
+                f"{e.mb_per_s:,.2f}",
+                str(e.steps),
             ]
         )
     rows.append(
         [
             "mean",
-            f"{result['au_mean_percent']:.2f}",
-            f"{result['samples_per_s_mean']:,.2f}",
-            f"{result['mb_per_s_mean']:,.2f}",
+            f"{f.au_mean_percent:.2f}",
+            f"{f.samples_per_s_mean:,.2f}",
+            f"{f.mb_per_s_mean:,.2f}",
             "",
         ]
     )
-    verdict = "PASS" if result["passed"] else "FAIL"
+    verdict = "PASS" if f.passed else "FAIL"
     lines = [
-        f"{result['model']} {result['accelerator']}, {result['num_accelerators']} accelerator(s): "
-        f"{verdict} (AU {result['au_mean_percent']:.2f}% against {result['au_threshold_percent']:g}%),"
-        f" rules: {result['verdict']}; run folder {result['run_dir']}",
+        f"{result.model} {result.accelerator}, {f.num_accelerators} accelerator(s): "
+        f"{verdict} (AU {f.au_mean_percent:.2f}% against {f.au_threshold_percent:g}%),"
+        f" rules: {result.verdict}; run folder {result.run_dir}",
         _columns(rows),
     ]
-    if not result["consistent_with_summary"]:
+    if not f.consistent_with_summary:
         lines.append("warning: the rank files do not reproduce DLIO's summary.json figures")
     return "\n".join(lines)

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import copy
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -11,12 +13,16 @@ import numbers
 import os
 import statistics
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from storage_workloads._atomic import write_text_atomic
 from storage_workloads._reading import malformed_json, not_utf8
 from storage_workloads.dlio.launch import DlioError
+
+#: The schema of ``results.json``.
+TRAINING_RESULTS_SCHEMA: Final = "storage-workloads/dlio-results/1"
 
 #: Columns of ``results.csv``: one row per epoch, then a ``mean`` row.
 RESULTS_CSV_COLUMNS: Final = (
@@ -28,6 +34,89 @@ RESULTS_CSV_COLUMNS: Final = (
     "au_threshold_percent",
     "passed",
 )
+
+
+@dataclass(frozen=True)
+class EpochFigures:
+    """One epoch of a training run over all ranks: the AU (%, the mean over ranks), samples/s
+    (their sum), MB/s (samples/s x record length, in MiB as DLIO's "MB") and the steps."""
+
+    epoch: int
+    au_percent: float
+    samples_per_s: float
+    mb_per_s: float
+    steps: int
+
+
+@dataclass(frozen=True)
+class DlioOutput:
+    """A training run's figures from DLIO's output (:func:`parse_dlio_output`).
+
+    Attributes:
+        num_accelerators: the processes DLIO ran.
+        epochs: each epoch's figures.
+        au_mean_percent, au_stdev_percent, samples_per_s_mean, mb_per_s_mean: over the
+            epochs.
+        record_length_bytes: what MB/s is computed with.
+        au_threshold_percent: the workload's threshold; passed: the mean AU reaches it.
+        consistent_with_summary: the rank files reproduce DLIO's ``summary.json``.
+        dlio_summary: DLIO's own figures; host_memory_gb, start, end: as DLIO recorded them.
+    """
+
+    num_accelerators: int
+    epochs: list[EpochFigures]
+    au_mean_percent: float
+    au_stdev_percent: float
+    samples_per_s_mean: float
+    mb_per_s_mean: float
+    record_length_bytes: int
+    au_threshold_percent: float
+    passed: bool
+    consistent_with_summary: bool
+    dlio_summary: dict[str, Any]
+    host_memory_gb: Any
+    start: Any
+    end: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class TrainingResult:
+    """A training run (:func:`~storage_workloads.dlio.training.run_training`), as
+    ``results.json`` holds it (:meth:`as_dict`): what ran and where (the workload, engine,
+    processes, hosts and the memory read from them, the run folder, the ``--param`` changes,
+    DLIO's command line, the wall time, the DLIO extensions), DLIO's figures (``figures``), and
+    the rules checker's verdict and issues."""
+
+    model: str
+    accelerator: str
+    engine: str
+    processes: int
+    hosts: int | str
+    measured_host_memory_gib: list[float] | None
+    run_dir: str
+    params: dict[str, Any]
+    command: list[str]
+    wall_s: float
+    dlio_extensions: list[str]
+    figures: DlioOutput
+    verdict: str
+    issues: list[dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        """``results.json``: this package's schema, the run, DLIO's figures, the verdict."""
+        run = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        verdict, issues = run.pop("verdict"), run.pop("issues")
+        del run["figures"]
+        return {
+            "schema": TRAINING_RESULTS_SCHEMA,
+            **run,
+            **self.figures.as_dict(),
+            "verdict": verdict,
+            "issues": issues,
+        }
 
 
 def _number(value: object, what: str) -> float:
@@ -91,7 +180,7 @@ def parse_dlio_output(
     *,
     au_threshold: float,
     record_length_bytes: int,
-) -> dict[str, Any]:
+) -> DlioOutput:
     """The result of a DLIO training run from its output folder.
 
     Reads ``summary.json`` and every ``<rank>_output.json``. Per epoch, a rank's accelerator
@@ -126,16 +215,16 @@ def parse_dlio_output(
         au = statistics.fmean(r[0] for r in per_rank)
         samples = sum(r[1] for r in per_rank)
         epochs.append(
-            {
-                "epoch": int(key),
-                "au_percent": au,
-                "samples_per_s": samples,
-                "mb_per_s": samples * record_length_bytes / 2**20,
-                "steps": sum(r[2] for r in per_rank),
-            }
+            EpochFigures(
+                epoch=int(key),
+                au_percent=au,
+                samples_per_s=samples,
+                mb_per_s=samples * record_length_bytes / 2**20,
+                steps=sum(r[2] for r in per_rank),
+            )
         )
-    au_mean = statistics.fmean(e["au_percent"] for e in epochs)
-    samples_mean = statistics.fmean(e["samples_per_s"] for e in epochs)
+    au_mean = statistics.fmean(e.au_percent for e in epochs)
+    samples_mean = statistics.fmean(e.samples_per_s for e in epochs)
     dlio = {
         key: metric.get(key)
         for key in (
@@ -157,27 +246,27 @@ def parse_dlio_output(
         and isinstance(dlio["train_au_percentage"], list)
         and len(dlio["train_au_percentage"]) == len(epochs)
         and all(
-            close(e["au_percent"], v)
+            close(e.au_percent, v)
             for e, v in zip(epochs, dlio["train_au_percentage"], strict=False)
         )
     )
     threshold = au_threshold * 100
-    return {
-        "num_accelerators": n,
-        "epochs": epochs,
-        "au_mean_percent": au_mean,
-        "au_stdev_percent": statistics.pstdev(e["au_percent"] for e in epochs),
-        "samples_per_s_mean": samples_mean,
-        "mb_per_s_mean": samples_mean * record_length_bytes / 2**20,
-        "record_length_bytes": record_length_bytes,
-        "au_threshold_percent": threshold,
-        "passed": au_mean >= threshold,
-        "consistent_with_summary": consistent,
-        "dlio_summary": dlio,
-        "host_memory_gb": summary.get("host_memory_GB"),
-        "start": summary.get("start"),
-        "end": summary.get("end"),
-    }
+    return DlioOutput(
+        num_accelerators=n,
+        epochs=epochs,
+        au_mean_percent=au_mean,
+        au_stdev_percent=statistics.pstdev(e.au_percent for e in epochs),
+        samples_per_s_mean=samples_mean,
+        mb_per_s_mean=samples_mean * record_length_bytes / 2**20,
+        record_length_bytes=record_length_bytes,
+        au_threshold_percent=threshold,
+        passed=au_mean >= threshold,
+        consistent_with_summary=consistent,
+        dlio_summary=dlio,
+        host_memory_gb=summary.get("host_memory_GB"),
+        start=summary.get("start"),
+        end=summary.get("end"),
+    )
 
 
 def _fmt(value: Any) -> str:
@@ -217,8 +306,13 @@ def _results_csv(result: Mapping[str, Any]) -> str:
     return buf.getvalue()
 
 
-def write_results(run_dir: str | os.PathLike[str], result: Mapping[str, Any]) -> dict[str, Path]:
-    """Write ``results.csv`` and then ``results.json`` into ``run_dir``, each atomically."""
+def write_results(
+    run_dir: str | os.PathLike[str], result: TrainingResult | Mapping[str, Any]
+) -> dict[str, Path]:
+    """Write ``results.csv`` and then ``results.json`` into ``run_dir``, each atomically, from a
+    :class:`TrainingResult` or its :meth:`~TrainingResult.as_dict`."""
+    if isinstance(result, TrainingResult):
+        result = result.as_dict()
     run = Path(run_dir)
     paths = {"results.csv": run / "results.csv", "results.json": run / "results.json"}
     write_text_atomic(paths["results.csv"], _results_csv(result))

@@ -8,12 +8,12 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from storage_workloads.checker import check_path
 from storage_workloads.dlio.config import RECORD_LENGTH_KEYS, Engine, to_dlio_config
 from storage_workloads.dlio.launch import DlioError, Log, _quiet, config_name
-from storage_workloads.dlio.results import parse_dlio_output, write_results
+from storage_workloads.dlio.results import TrainingResult, parse_dlio_output, write_results
 from storage_workloads.dlio.runs import (
     RunPlan,
     _configs,
@@ -29,8 +29,6 @@ from storage_workloads.dlio.runs import (
 )
 from storage_workloads.hosts import HostMemory, HostSpec, check_declared_memory
 from storage_workloads.workloads import Workload
-
-_RESULTS_SCHEMA: Final = "storage-workloads/dlio-results/1"
 
 
 def _missing_data(config: Mapping[str, Any], folder: Path, fmt: str, workload: Workload) -> str:
@@ -71,7 +69,7 @@ def _training(
     timeout_s: float | None = None,
     what_if: bool = False,
     log: Log = _quiet,
-) -> dict[str, Any] | RunPlan:
+) -> TrainingResult | RunPlan:
     """Run ``workload`` with DLIO on an existing dataset and write its results (see
     :func:`run_training`), or with ``what_if`` return its plan (:func:`plan_training`).
 
@@ -153,29 +151,28 @@ def _training(
         return dataclasses.replace(started, missing_data=missing or None)
     record_key = RECORD_LENGTH_KEYS[engine][0]
     length = dataset.get(record_key, workload.record_length_bytes)
-    result = parse_dlio_output(
+    figures = parse_dlio_output(
         where.run,
         au_threshold=workload.au_threshold,
         record_length_bytes=int(length),
     )
     report = check_path(where.run)
-    result = {
-        "schema": _RESULTS_SCHEMA,
-        "model": workload.model,
-        "accelerator": workload.accelerator,
-        "engine": engine,
-        "processes": ctx.mpi.processes,
-        "hosts": started.record["hosts"],
-        "measured_host_memory_gib": None if memory is None else memory.per_host_gib,
-        "run_dir": str(where.run),
-        "params": dict(params or {}),
-        "command": started.launch.cmd,
-        "wall_s": started.wall,
-        "dlio_extensions": list(extensions),
-        **result,
-        "verdict": report.verdict,
-        "issues": [issue.as_dict() for issue in report.issues],
-    }
+    result = TrainingResult(
+        model=workload.model,
+        accelerator=workload.accelerator,
+        engine=engine,
+        processes=ctx.mpi.processes,
+        hosts=started.record["hosts"],
+        measured_host_memory_gib=None if memory is None else memory.per_host_gib,
+        run_dir=str(where.run),
+        params=dict(params or {}),
+        command=started.launch.cmd,
+        wall_s=started.wall,
+        dlio_extensions=list(extensions),
+        figures=figures,
+        verdict=report.verdict,
+        issues=[issue.as_dict() for issue in report.issues],
+    )
     _write_mlperf_files(
         ctx,
         started,
@@ -183,7 +180,7 @@ def _training(
         params=params or {},
         result_file="results.json",
         accelerator=workload.accelerator,
-        end=result.get("end"),
+        end=figures.end,
         verdict=report.verdict,
         division=division,
         host_memory_gb=host_memory_gb,
@@ -193,17 +190,17 @@ def _training(
     return result
 
 
-def run_training(workload: Workload, **options: Any) -> dict[str, Any]:
+def run_training(workload: Workload, **options: Any) -> TrainingResult:
     """Run ``workload`` with DLIO on an existing dataset and write its results.
 
     ``options`` are the keywords of the run (``run_dir`` or ``results_dir``, ``data_folder``,
     ``num_files``, ``num_subfolders``, ``engine``, ``processes``, ``division``, ``hosts``,
     ``host_memory_gb``, ``host_memory``, ``params``, ``dlio_venv``, ``mpi``, ``mpi_args``,
     ``timeout_s``, ``log``; see :func:`_training`). Returns the result written to
-    ``results.json``.
+    ``results.json`` (:meth:`TrainingResult.as_dict`).
     """
     result = _training(workload, what_if=False, **options)
-    assert isinstance(result, dict)
+    assert isinstance(result, TrainingResult)
     return result
 
 
