@@ -191,7 +191,9 @@ def test_the_layers_run_in_the_autocast_dtype_where_the_token_mlps_return_float3
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model(batch.uih, batch.candidates).logits
     model.loss(logits.float(), batch.labels).backward()
-    assert seen == [torch.bfloat16] * len(model.layers)
+    # Each layer runs again in the backward where its activations are recomputed.
+    runs = 2 if model.config.recompute_layers else 1
+    assert seen == [torch.bfloat16] * len(model.layers) * runs
     assert torch.isfinite(logits).all()
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 
 import hstu_ops
@@ -527,10 +528,18 @@ class RankerBase(nn.Module, abc.ABC):
         x = F.dropout(x, cfg.input_dropout, self.training)
 
         max_seq_len = int(seq_lengths.max())
+        recompute = cfg.recompute_layers and self.training and torch.is_grad_enabled()
         for layer in self.layers:
-            x = layer(
-                x, seq_offsets, max_seq_len, num_targets, self.attention_kernel, self.layer_kernel
-            )
+            args = (x, seq_offsets, max_seq_len, num_targets)
+            kernels = (self.attention_kernel, self.layer_kernel)
+            if recompute:
+                # Non-reentrant: the recomputation sees the same autocast state, and the saved
+                # random state draws the same dropout masks again.
+                x = torch.utils.checkpoint.checkpoint(
+                    layer, *args, *kernels, use_reentrant=False, preserve_rng_state=True
+                )
+            else:
+                x = layer(*args, *kernels)
 
         candidate_rows = (
             seq_offsets[1:].unsqueeze(1)
