@@ -42,7 +42,9 @@ def check(*args, timeout=300) -> subprocess.CompletedProcess:
      (["{tmp}/a-file"], "OUT_DIR {tmp}/a-file: not a directory"),
      (["{tmp}/out", "--reference", "{tmp}"], "--reference {tmp}: no "
       "generative_recommenders/ops/triton/triton_hstu_attention.py (the recommendation_v4 "
-      "directory of the MLPerf training repository)")],
+      "directory of the MLPerf training repository)"),
+     (["{tmp}/out", "--stages", "tests", "bench"], "--stages bench: no such stage (the "
+      "stages: environment, install, native-build, correctness, gpu-tests, benchmarks, tests)")],
 )  # fmt: skip
 def test_bad_arguments_are_one_line_with_status_2(args, message, tmp_path):
     (tmp_path / "a-file").write_text("x")
@@ -56,7 +58,7 @@ def test_bad_arguments_are_one_line_with_status_2(args, message, tmp_path):
 @pytest.mark.slow
 def test_cpu_smoke_writes_one_json_and_one_table(tmp_path):
     out = tmp_path / "out"
-    done = check(out, "--cpu-smoke")
+    done = check(out, "--cpu-smoke", timeout=420)  # the smoke's stage timeouts: 330 s in all
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert sorted(p.name for p in out.iterdir()) == [
         "gpu-check.json",
@@ -89,14 +91,19 @@ def test_cpu_smoke_writes_one_json_and_one_table(tmp_path):
     bench_rows = result["benchmarks"]["rows"]
     bench_families = {r["family"] for r in bench_rows}
     assert set(FAMILIES) | {"attention-fwd", "dense-step"} <= bench_families
-    # The training step on plain tables, first, at both of the tiny setting's lengths.
+    # The training step on plain tables, first, at both of the tiny setting's lengths; its
+    # model's MLPs compiled (aot_eager on the CPU) last.
     dense = [r for r in bench_rows if r["family"] == "dense-step"]
-    assert bench_rows[: len(dense)] == dense
+    eager = [r for r in dense if not r["shape"].endswith("compiled")]
+    assert bench_rows[: len(eager)] == eager and bench_rows[-1] == dense[-1]
     assert {(r["kernel"], r["shape"]) for r in dense} == {
         (kernel, shape) for kernel in ("pytorch", "triton") for shape in ("B=2 N=12", "B=2 N=16")
-    }
+    } | {("triton", "B=2 N=12 compiled")}
     for row in dense:
         assert row["ms"] > 0 and "plain torch tables" in row["note"], row
+        assert row["gpu_busy"] is None  # no device trace on the CPU
+    assert result["dense_step"] == {}  # its rows are at 2,048 tokens: none in the smoke
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d-cpu-[0-9a-f]+\.json", result["docs_name"])
     assert any("no --reference CHECKOUT given" in s for s in result["skipped"])
     table = (out / "gpu-check.md").read_text()
     assert "| correctness | passed |" in table
@@ -141,12 +148,15 @@ def test_the_smoke_fails_on_an_interpreter_that_numpy_breaks(tmp_path):
     assert check.environment(30)[0] == "passed"
 
 
-def test_a_native_op_that_crashes_on_a_bad_argument_fails_the_build_stage(tmp_path):
+def test_a_native_op_whose_error_does_not_arrive_whole_fails_the_build_stage(tmp_path, monkeypatch):
     check_module = load_check()
     built = 'NATIVE {"cpu": true, "cuda": false, "hip": false, "error": null}'
+    head = "NATIVE-SO /x/_C.so\nNATIVE-RUNTIME /lib/libstdc++.so.6.0.33\n"
+    whole = f"{head}NATIVE-ERROR {check_module.NATIVE_ERROR_MESSAGE}"
     for probe, expected in (
-        ((0, "NATIVE-SO /x/_C.so\nNATIVE-ERROR raised"), "passed"),
-        ((-11, "NATIVE-SO /x/_C.so\nFatal Python error: Segmentation fault"), "signal 11"),
+        ((0, whole), "passed"),
+        ((-11, head + "Fatal Python error: Segmentation fault"), "killed by signal 11"),
+        ((0, head + "NATIVE-ERROR complete_cumsum: lengths["), "damaged message"),
         ((1, "RuntimeError: something else"), "exit status 1"),
     ):
         check = fake_check(check_module, tmp_path, {"native-build": [(0, built), probe]})
@@ -161,6 +171,45 @@ def test_a_native_op_that_crashes_on_a_bad_argument_fails_the_build_stage(tmp_pa
             assert status == "failed" and expected in detail and "GCC) 13.3.0" in detail
             where = "ldd _C.so" if "NATIVE-SO" in probe[1] else "the extension was not found"
             assert where in detail, detail
+    # A module without libstdc++.so.6 among its libraries fails with the cause named, even when
+    # its errors still arrive whole.
+    monkeypatch.setattr(check_module, "needed_libraries", lambda path: ["libc10.so", "libc.so.6"])
+    check = fake_check(check_module, tmp_path, {"native-build": [(0, built), (0, whole)]})
+    check.result["environment"] = {"c++": "c++ (GCC) 13.3.0"}
+    status, detail = check.native_build(30)
+    assert status == "failed", detail
+    assert "cause: the extension carries its own static C++ runtime" in detail, detail
+    assert check.result["native_build"]["torch_cxx_runtime"] == "/lib/libstdc++.so.6.0.33"
+
+
+def test_the_cause_is_read_from_the_extension_s_libraries():
+    cause = load_check().runtime_cause
+    torch_runtime = "/usr/lib/libstdc++.so.6.0.33"
+    good = ["libgcc_s.so.1", "libc10.so", "libstdc++.so.6", "libc.so.6"]
+    assert cause(good, torch_runtime) is None
+    assert "static C++ runtime (no NEEDED libstdc++.so.6)" in cause(good[:2], torch_runtime)
+    assert cause(["libc++.so.1", *good[1:]], torch_runtime).startswith(
+        "the extension links libc++.so.1"
+    )
+    assert cause(["libunwind.so.8", *good], torch_runtime) == (
+        "libunwind.so.8 comes before libgcc_s among the extension's libraries"
+    )
+    assert cause([], torch_runtime) is None and cause(good, "") is None
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads the ELF libraries of a Linux build")
+def test_only_the_stages_named_run(tmp_path):
+    out = tmp_path / "out"
+    done = check(out, "--cpu-smoke", "--stages", "environment", "native-build", timeout=120)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    result = json.loads((out / "gpu-check.json").read_text())
+    stages = {s["name"]: (s["status"], s["detail"]) for s in result["stages"]}
+    assert stages["environment"][0] == stages["native-build"][0] == "passed", stages
+    for name in ("install", "correctness", "gpu-tests", "benchmarks", "tests"):
+        assert stages[name] == ("skipped", "not among --stages"), name
+    assert result["command"].endswith("--stages environment native-build")
+    # This build shares torch's C++ runtime: nothing to name.
+    assert result["native_build"]["runtime_cause"] is None
 
 
 def test_tests_run_in_workers_and_with_a_time_limit_where_the_plugins_are(tmp_path):
@@ -202,7 +251,7 @@ def test_failed_tests_are_kept_with_their_first_message_line(tmp_path):
     assert check_module.junit_failures(tmp_path / "missing.xml") == []
 
 
-def test_the_commit_comes_from_the_environment_where_the_tree_has_no_git(tmp_path, monkeypatch):
+def test_the_commit_comes_from_the_environment_first(tmp_path, monkeypatch):
     check_module = load_check()
     monkeypatch.setattr(check_module, "ROOT", tmp_path)
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
@@ -212,6 +261,27 @@ def test_the_commit_comes_from_the_environment_where_the_tree_has_no_git(tmp_pat
     assert check_module.git_commit() == "unknown"
     monkeypatch.setattr(check_module, "ROOT", ROOT)
     assert check_module.git_commit() not in ("unknown", "abc1234")
+    # Over the tree's own repository too: the variable is what the person running it says.
+    monkeypatch.setenv("CHECK_COMMIT", "abc1234")
+    assert check_module.git_commit() == "abc1234"
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_tree_copied_into_another_repository_is_not_that_repository_s_commit(
+    tmp_path, monkeypatch
+):
+    check_module = load_check()
+    outer = tmp_path / "outer"
+    tree = outer / "copy"
+    tree.mkdir(parents=True)
+    git = ["git", "-C", str(outer), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "outer"], check=True)
+    monkeypatch.setattr(check_module, "ROOT", tree)
+    monkeypatch.delenv("CHECK_COMMIT", raising=False)
+    assert check_module.git_commit() == "unknown"
+    monkeypatch.setenv("CHECK_COMMIT", "46eb63e")
+    assert check_module.git_commit() == "46eb63e"
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="ldd and readelf read Linux builds")

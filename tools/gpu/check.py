@@ -3,6 +3,7 @@
     bash tools/gpu/check.sh OUT_DIR              # a CUDA machine, no network, under 8 minutes
     bash tools/gpu/check.sh OUT_DIR --cpu-smoke  # the same stages on the CPU (CI), tiny shapes
     bash tools/gpu/check.sh OUT_DIR --reference CHECKOUT  # also the MLPerf reference's attention
+    bash tools/gpu/check.sh OUT_DIR --stages environment native-build  # only those
 
 Runs in the Python that is there (PYTHON, else the one running this). Stages, in order:
   environment   python, torch, triton, numpy, the GPU and the build tools (c++, cmake, nvcc,
@@ -13,29 +14,38 @@ Runs in the Python that is there (PYTHON, else the one running this). Stages, in
                 resolution, no network); packages whose build backend is missing are skipped
                 and reached through PYTHONPATH (they are pure Python). Skipped by --cpu-smoke,
                 which runs in the workspace environment as it is.
-  native-build  what the compiled extension holds (hstu_ops.native_build_info), and that a
-                native op's argument error reaches Python as ValueError (not a crash)
+  native-build  what the compiled extension holds (hstu_ops.native_build_info), that a
+                native op's argument error reaches Python as a ValueError with its whole
+                message (not a crash, not a message cut short), and the cause where either
+                fails or the module does not share torch's C++ runtime: a static libstdc++ (no
+                NEEDED libstdc++.so.6), another runtime, an unwinder ahead of libgcc_s
   correctness   tools/gpu/correctness.py (hstu_ops.selfcheck): every op family, per kernel and
                 dtype, against the PyTorch reference on the same device; worst error per family
   gpu-tests     the hstu-ops tests marked gpu (each test at most half the stage's time where
                 pytest-timeout is installed; the first line of each failure is kept)
-  benchmarks    packages/hstu-model/benchmarks/bench_gpu.py at batch 32 (--tiny on the CPU):
+  benchmarks    packages/hstu-model/benchmarks/bench_gpu.py (BENCH_GPU; --tiny on the CPU):
                 first dense-step, the model's training step on plain torch tables (no
-                torchrec needed) at 2,048 and 4,096 tokens per sample with its peak memory per
-                sample and, at 2,048, its samples/s over the published one-GPU figure (on
-                the GPU each step also profiled: its ops by device time, in the log); then
-                the op families at the yambda-5b layer shape, on the GPU also the largest
-                batch the attention fits; the TorchRec model step only where torchrec imports
-                (it builds the model's embedding tables with it); with --reference CHECKOUT
-                (the MLPerf training repository's recommendation_v4 directory, beside this
-                one) the attention also against the reference's own Triton kernel, checked to
-                agree
+                torchrec needed), Triton kernels, at batch 32 and 2,048 tokens per sample,
+                then the batch doubled up to 1,024 while it fits, each row with its samples/s
+                against the reference's per-GPU figure, its peak memory per sample and how
+                busy the GPU was (on the GPU each step at batch 32 also profiled: its ops by
+                device time, in the log); then the op families at the yambda-5b layer shape
+                at batch 32; the TorchRec model step only where torchrec imports (it builds
+                the model's embedding tables with it); with --reference CHECKOUT (the MLPerf
+                training repository's recommendation_v4 directory, beside this one) the
+                attention also against the reference's own Triton kernel, checked to agree;
+                last, where the stage and the budget leave time for the compilation, the
+                step with its model's MLPs under torch.compile. The JSON's "dense_step" holds
+                the step's rows at batch 32 and at the largest batch, with their targets
   tests         the rest of the hstu-ops tests but the slow ones (--cpu-smoke: the
                 kernel-selection tests); in pytest-xdist workers where it is installed, so that
                 a test that crashes its process fails alone
 
-Each stage has a timeout, all of them together a budget (--budget seconds); a stage left
-without time is skipped. After every stage OUT_DIR/gpu-check.json and OUT_DIR/gpu-check.md are
+--stages STAGE... runs only the stages named (the others are listed as skipped). Each stage
+has a timeout, all of them together a budget (--budget seconds); a stage left without time is
+skipped. The commit is CHECK_COMMIT where it is set, else that of the git repository whose top
+is this tree (a copy inside another repository is "unknown"); the JSON's "docs_name" is where
+docs/gpu/ keeps it: <date>-<chip>-<commit>.json. After every stage OUT_DIR/gpu-check.json and OUT_DIR/gpu-check.md are
 rewritten (written aside, then renamed), so a stop keeps what was measured; the output of the
 commands goes to OUT_DIR/gpu-check.log. Exit status 0 when no stage failed, 1 otherwise,
 2 for bad arguments.
@@ -62,15 +72,18 @@ ROOT = Path(__file__).resolve().parents[2]
 PURE_PACKAGES = ("hstu-model", "yambda-data", "mlperf-compliance", "storage-workloads")
 PROGRESS = re.compile(r"^([.sFExX]+)(\s+\[\s*\d+%\])?$")
 """A progress line of `pytest -q`."""
-STAGE_TIMEOUTS = {  # seconds on an H100 / on two CPU cores
+STAGE_TIMEOUTS = {  # seconds on an H100 / on two CPU cores, in the order the stages run
     "environment": (30, 30),
-    "install": (200, 0),
+    "install": (150, 0),
     "native-build": (30, 30),
-    "correctness": (120, 60),
-    "gpu-tests": (120, 30),
-    "benchmarks": (180, 60),
-    "tests": (150, 60),
+    "correctness": (90, 60),
+    "gpu-tests": (60, 30),
+    "benchmarks": (210, 120),
+    "tests": (90, 60),
 }
+"""Each stage's timeout. On a GPU the budget (--budget, 460 s by default) is what bounds the
+whole: the measured stages of one H100/H200 run took 8, 60, 8 and 59 s up to the correctness,
+so the GPU tests get 60 s, the benchmarks 210 and the rest of the tests 90."""
 
 
 REFERENCE_MARKER = "generative_recommenders/ops/triton/triton_hstu_attention.py"
@@ -102,11 +115,23 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="the MLPerf reference's recommendation_v4 directory: the benchmarks time its "
         "Triton attention against ours",
     )
+    parser.add_argument(
+        "--stages",
+        nargs="+",
+        metavar="STAGE",
+        help=f"run only these stages (of {', '.join(STAGE_TIMEOUTS)}); the others are listed "
+        "as skipped",
+    )
     if not [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]:
         raise UsageError("OUT_DIR is missing")
     args = parser.parse_args(argv)
     if args.out_dir.exists() and not args.out_dir.is_dir():
         raise UsageError(f"OUT_DIR {args.out_dir}: not a directory")
+    unknown = [s for s in args.stages or () if s not in STAGE_TIMEOUTS]
+    if unknown:
+        raise UsageError(
+            f"--stages {unknown[0]}: no such stage (the stages: {', '.join(STAGE_TIMEOUTS)})"
+        )
     if args.reference and not (args.reference / REFERENCE_MARKER).is_file():
         raise UsageError(
             f"--reference {args.reference}: no {REFERENCE_MARKER} (the recommendation_v4 "
@@ -117,9 +142,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 class Check:
     def __init__(
-        self, out_dir: Path, smoke: bool, budget: float, reference: Path | None = None
+        self,
+        out_dir: Path,
+        smoke: bool,
+        budget: float,
+        reference: Path | None = None,
+        stages: list[str] | None = None,
     ) -> None:
         self.out, self.smoke = out_dir, smoke
+        self.stages = stages
         self.reference = reference.resolve() if reference else None
         self.python = os.environ.get("PYTHON", sys.executable)
         self.deadline = time.monotonic() + budget
@@ -140,7 +171,8 @@ class Check:
             "commit": git_commit(),
             "command": "tools/gpu/check.sh OUT_DIR"
             + (" --cpu-smoke" if smoke else "")
-            + (" --reference CHECKOUT" if reference else ""),
+            + (" --reference CHECKOUT" if reference else "")
+            + (f" --stages {' '.join(stages)}" if stages else ""),
             "budget_s": budget,
             "stages": [],
             "environment": {},
@@ -193,6 +225,7 @@ class Check:
     # ---- results -----------------------------------------------------------------------
     def write(self) -> None:
         self.result["written"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        self.result["docs_name"] = docs_name(self.result)
         atomic_write(self.out / "gpu-check.json", json.dumps(self.result, indent=2) + "\n")
         atomic_write(self.out / "gpu-check.md", markdown(self.result))
 
@@ -201,7 +234,9 @@ class Check:
         left = self.deadline - time.monotonic()
         record = {"name": name, "status": "skipped", "seconds": 0.0, "detail": ""}
         self.result["stages"].append(record)
-        if limit == 0:
+        if self.stages is not None and name not in self.stages:
+            record["detail"] = "not among --stages"
+        elif limit == 0:
             record["detail"] = "not part of the CPU smoke (it runs in the workspace environment)"
         elif left < 10:
             record["detail"] = f"no time left in the {self.result['budget_s']:.0f} s budget"
@@ -296,37 +331,50 @@ class Check:
                 status = "failed"
                 detail = f"the extension has no CUDA ops: {info.get('error') or detail}"
             elif info.get("cpu"):
-                crash = self.native_error_crashes(timeout)
-                if crash:
-                    status, detail = "failed", crash
+                problem = self.native_error_problem(timeout)
+                if problem:
+                    status, detail = "failed", problem
         return status, detail
 
-    def native_error_crashes(self, timeout) -> str | None:
-        """Why a native op's argument error does not reach Python as a ValueError (the process
-        dies, say), or None. Seen once: a build on an H100 machine's image died with signal 11 on
-        every argument error while its results were right; a build whose libraries put
-        libunwind ahead of libgcc_s does the same (CMakeLists.txt prevents it)."""
-        probe = (
-            "import torch, hstu_ops, hstu_ops._native as n\n"
-            "print('NATIVE-SO', n._C.__file__, flush=True)\n"
-            "try:\n"
-            "    hstu_ops.complete_cumsum(torch.tensor([1, -1]), kernel='native')\n"
-            "except ValueError:\n    print('NATIVE-ERROR raised')\n"
-        )
-        rc, tail = self.command("native-build", [self.python, "-c", probe], timeout)
-        found = [x.split(" ", 1)[1] for x in tail.splitlines() if x.startswith("NATIVE-SO ")]
-        runtime = runtime_libraries(Path(found[0])) if found else "the extension was not found"
-        self.result["native_build"]["runtime_libraries"] = runtime
-        if rc == 0 and "NATIVE-ERROR raised" in tail:
+    def native_error_problem(self, timeout) -> str | None:
+        """What is wrong with how a native op's argument error reaches Python, and the cause
+        found in the extension's libraries; None when the error arrives whole and the module
+        shares torch's C++ runtime. Seen: on one H100 image (GCC 13.3 with only libstdc++.a)
+        every argument error killed the process (signal 11); a GCC 12 build with a static
+        libstdc++ loses every number of the message; a build that puts libunwind ahead of
+        libgcc_s crashes too (CMakeLists.txt prevents both)."""
+        rc, tail = self.command("native-build", [self.python, "-c", NATIVE_ERROR_PROBE], timeout)
+        lines = tail.splitlines()
+        found = [x.split(" ", 1)[1] for x in lines if x.startswith("NATIVE-SO ")]
+        torch_runtime = next((x[15:] for x in lines if x.startswith("NATIVE-RUNTIME ")), "")
+        extension = Path(found[0]) if found else None
+        runtime = runtime_libraries(extension) if extension else "the extension was not found"
+        record = self.result["native_build"]
+        record["runtime_libraries"] = runtime
+        record["torch_cxx_runtime"] = torch_runtime or None
+        cause = runtime_cause(needed_libraries(extension), torch_runtime) if extension else None
+        record["runtime_cause"] = cause
+        message = next((x[13:] for x in lines if x.startswith("NATIVE-ERROR ")), None)
+        symptom = None
+        if rc is None:
+            symptom = "timed out"
+        elif rc < 0:
+            symptom = f"killed by signal {-rc}"
+        elif rc != 0 or message is None:
+            symptom = f"exit status {rc}, no ValueError"
+        elif message != NATIVE_ERROR_MESSAGE:
+            symptom = f"ValueError with a damaged message {message!r}"
+        if symptom is None and cause is None:
             return None
         env = self.result["environment"]
-        how = "timed out" if rc is None else f"exit status {rc}"
-        if rc is not None and rc < 0:
-            how = f"killed by signal {-rc}"
+        what = (
+            f"a native op's argument error did not reach Python whole ({symptom})"
+            if symptom
+            else "a native op's argument error reached Python, but"
+        )
         return (
-            f"a native op's argument error did not raise ValueError ({how}): the extension and "
-            f"torch disagree on the C++ runtime or its unwinder (c++: {env.get('c++')}, pybind11 "
-            f"{env.get('pybind11')}, torch {env.get('torch')}, build variables "
+            f"{what}; cause: {cause or 'not found in the libraries'} (c++: {env.get('c++')}, "
+            f"pybind11 {env.get('pybind11')}, torch {env.get('torch')}, build variables "
             f"{env.get('build_variables') or 'none'}; {runtime})"
         )
 
@@ -406,6 +454,7 @@ class Check:
         return self.pytest("tests", ["packages/hstu-ops"], "not gpu and not slow", timeout)
 
     def benchmarks(self, timeout):
+        started = time.monotonic()
         path = self.out / "bench.tmp.json"
         # The training step first: it is the figure the check is run for, and a stage that runs
         # out of time keeps the rows timed before it stopped.
@@ -421,13 +470,9 @@ class Check:
                 "its embedding tables; neither is installed in this Python; dense-step times "
                 "the same model on plain torch tables)"
             )
-        argv = [self.python, str(ROOT / "packages/hstu-model/benchmarks/bench_gpu.py")]
-        argv += ["--families", *families]
-        argv += (
-            ["--tiny"]
-            if self.smoke
-            else ["--batch-sizes", "32", "--largest-batch", "attention", "--profile-steps"]
-        )
+        script = str(ROOT / "packages/hstu-model/benchmarks/bench_gpu.py")
+        argv = [self.python, script, "--families", *families]
+        argv += BENCH_TINY if self.smoke else BENCH_GPU
         if self.reference:
             argv += ["--reference", str(self.reference)]
         else:
@@ -437,7 +482,29 @@ class Check:
             )
         rc, tail = self.collected("benchmarks", argv, path, "benchmarks", timeout)
         status, detail = self.outcome(rc, tail, timeout)
+        # Then the step with its model's MLPs compiled, where the stage has time left for
+        # the compilation: a row that only adds to the eager ones.
+        left = timeout - (time.monotonic() - started)
+        need = COMPILED_STEP_SECONDS[1 if self.smoke else 0]
+        # ... and only where the stages after this one keep their time in the budget.
+        after = STAGE_TIMEOUTS["tests"][1 if self.smoke else 0]
+        left = min(left, self.deadline - time.monotonic() - after)
+        if status == "passed" and left >= need:
+            eager = self.result["benchmarks"]
+            argv = [self.python, script, "--families", "dense-step"]
+            argv += BENCH_TINY_COMPILED if self.smoke else BENCH_GPU_COMPILED
+            rc, tail = self.collected("benchmarks", argv, path, "benchmarks", left)
+            compiled = self.result["benchmarks"] or {}
+            eager["rows"] += compiled.get("rows", [])
+            self.result["benchmarks"] = eager
+            status, detail = self.outcome(rc, tail, left)
+        elif status == "passed":
+            self.result["skipped"].append(
+                f"benchmarks: dense-step compiled ({max(left, 0):.0f} s left for it in the stage "
+                f"and the budget, less than the {need} s its compilation may take)"
+            )
         rows = (self.result["benchmarks"] or {}).get("rows", [])
+        self.result["dense_step"] = dense_step_summary(rows)
         return status, f"{len(rows)} rows" + (f"; {detail}" if detail else "")
 
     def run(self) -> int:
@@ -459,6 +526,71 @@ class Check:
         self.say(f"done: {'failed: ' + ', '.join(failed) if failed else 'no stage failed'}")
         self.say(f"results: {self.out / 'gpu-check.json'}, {self.out / 'gpu-check.md'}")
         return 1 if failed else 0
+
+
+NATIVE_ERROR_MESSAGE = "complete_cumsum: lengths[1] = -1 is negative"
+NATIVE_ERROR_PROBE = (
+    "import re, sys, torch, hstu_ops, hstu_ops._native as n\n"
+    "print('NATIVE-SO', n._C.__file__, flush=True)\n"
+    "maps = open('/proc/self/maps').read().split() if sys.platform == 'linux' else []\n"
+    "found = [p for p in maps if re.search(r'/lib(std)?c\\+\\+\\.so', p)]\n"
+    "print('NATIVE-RUNTIME', found[0] if found else '', flush=True)\n"
+    "try:\n"
+    "    hstu_ops.complete_cumsum(torch.tensor([1, -1]), kernel='native')\n"
+    "except ValueError as e:\n"
+    "    print('NATIVE-ERROR', e)\n"
+)
+"""Makes a native op raise its argument error, after naming the extension and the C++ runtime
+the process loaded (with torch); NATIVE_ERROR_MESSAGE is what must arrive."""
+
+BENCH_GPU = [
+    "--batch-sizes", "32", "--dense-step-lengths", "2048", "--warmup", "2", "--iters", "5",
+    "--largest-batch", "dense-step", "--largest-batch-limit", "1024",
+    "--dense-step-kernels", "triton", "--profile-steps",
+]  # fmt: skip
+"""bench_gpu's settings on a GPU: the step at batch 32 and 2,048 tokens (the published
+figures' shape), then doubled up to batch 1,024 while it fits; the op families at batch 32.
+Fewer shapes than bench_gpu's defaults, so that every family's rows fit the stage."""
+BENCH_GPU_COMPILED = [
+    "--batch-sizes", "32", "--dense-step-lengths", "2048", "--warmup", "3", "--iters", "5",
+    "--dense-step-modes", "compiled", "--dense-step-kernels", "triton",
+]  # fmt: skip
+BENCH_TINY = ["--tiny"]
+BENCH_TINY_COMPILED = [
+    "--tiny", "--dense-step-lengths", "12", "--dense-step-modes", "compiled",
+    "--dense-step-kernels", "triton",
+]  # fmt: skip
+COMPILED_STEP_SECONDS = (90, 40)
+"""The time the compiled step's run needs at least (GPU, CPU smoke): inductor's compilation of
+the model's MLPs, their backward and the timed steps."""
+STEP_TARGETS = {32: 1600.0, 1024: 2300.0}
+"""Samples/s per GPU the dense step is to reach at 2,048 tokens, by batch (1.3x of what the
+reference reaches on an MI350X at batch 1,024)."""
+
+
+def dense_step_summary(rows: list[dict]) -> dict:
+    """The dense-step rows the check is run for: at batch 32 and at the largest batch that ran,
+    2,048 tokens per sample, each mode; with the targets where there is one."""
+    found = [
+        r for r in rows
+        if r["family"] == "dense-step" and r["ms"] is not None and " N=2048" in r["shape"]
+    ]  # fmt: skip
+    summary = {}
+    for r in found:
+        mode = "compiled" if r["shape"].endswith("compiled") else "eager"
+        key = f"{r['kernel']} {mode}"
+        entry = summary.setdefault(key, {})
+        picked = {
+            k: r.get(k)
+            for k in ("batch", "ms", "samples_per_s", "gpu_busy", "peak_mib_per_sample",
+                      "published_samples_per_s", "vs_published")
+        }  # fmt: skip
+        picked["target_samples_per_s"] = STEP_TARGETS.get(r["batch"])
+        if r["batch"] == 32:
+            entry["batch_32"] = picked
+        if r["batch"] >= max((x["batch"] for x in found if x["kernel"] == r["kernel"]), default=0):
+            entry["largest_batch"] = picked
+    return summary
 
 
 BUILD_VARIABLES = ("CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS", "CMAKE_ARGS", "CUDAHOSTCXX")
@@ -489,6 +621,38 @@ def runtime_libraries(extension: Path) -> str:
     else:
         parts.append("no readelf")
     return "; ".join(parts)
+
+
+def needed_libraries(extension: Path) -> list[str]:
+    """The extension's NEEDED libraries in order (readelf), [] where it cannot be read."""
+    readelf = shutil.which("readelf")
+    if not readelf or not extension.exists():
+        return []
+    done = subprocess.run([readelf, "-d", str(extension)], capture_output=True, text=True)
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", done.stdout)
+
+
+def runtime_cause(needed: list[str], torch_runtime: str) -> str | None:
+    """Why the extension's C++ runtime or unwinder is not torch's, from its NEEDED libraries
+    and the runtime file torch's process loaded; None when nothing is wrong or it cannot tell."""
+    if not needed or not torch_runtime:
+        return None
+    want = re.search(r"lib(std)?c\+\+\.so\.\d+", Path(torch_runtime).name)
+    if not want:
+        return None
+    runtimes = [n for n in needed if re.match(r"lib(std)?c\+\+\.so", n)]
+    if not runtimes:
+        return (
+            f"the extension carries its own static C++ runtime (no NEEDED {want.group(0)}) "
+            f"beside the shared {torch_runtime} that torch loads: its compiler had no shared "
+            "libstdc++ on its link path, or -static-libstdc++ was among its flags"
+        )
+    if runtimes[0] != want.group(0):
+        return f"the extension links {runtimes[0]}, torch loads {torch_runtime}"
+    unwinders = [n for n in needed if n.startswith(("libunwind", "libgcc_s"))]
+    if unwinders and not unwinders[0].startswith("libgcc_s"):
+        return f"{unwinders[0]} comes before libgcc_s among the extension's libraries"
+    return None
 
 
 def tool_version(tool: str) -> str | None:
@@ -524,18 +688,32 @@ def atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def docs_name(result: dict) -> str:
+    """Where docs/gpu/ keeps this result: <date>-<chip>-<commit>.json (the chip from the GPU's
+    name, "cpu" without one)."""
+    chip = (result.get("environment") or {}).get("gpu") or "cpu"
+    chip = re.sub(r"[^a-z0-9]+", "-", chip.lower()).strip("-")
+    return f"{result['started'][:10]}-{chip}-{result['commit']}.json"
+
+
 def git_commit() -> str:
-    """The checked-out commit; where the tree came without its git folder (copied to a GPU
-    machine), CHECK_COMMIT names it, else "unknown"."""
+    """CHECK_COMMIT where it is set (a tree copied to a GPU machine without its git folder,
+    maybe into another repository); else the commit of the repository whose top is this tree;
+    else "unknown" (a tree inside another repository is not that repository's commit)."""
+    given = os.environ.get("CHECK_COMMIT", "").strip()
+    if given:
+        return given
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        )
+            ["git", "rev-parse", "--show-toplevel", "--short", "HEAD"],
+            cwd=ROOT, capture_output=True, text=True,
+        )  # fmt: skip
     except OSError:  # no git at all
-        out = None
-    if out is not None and out.returncode == 0:
-        return out.stdout.strip()
-    return os.environ.get("CHECK_COMMIT", "").strip() or "unknown"
+        return "unknown"
+    lines = out.stdout.split()
+    if out.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != ROOT.resolve():
+        return "unknown"
+    return lines[1]
 
 
 def junit_counts(path: Path) -> dict:
@@ -663,7 +841,7 @@ def main(argv: list[str] | None = None) -> int:
         raise Stop()
 
     signal.signal(signal.SIGTERM, on_term)
-    check = Check(args.out_dir, args.cpu_smoke, args.budget, args.reference)
+    check = Check(args.out_dir, args.cpu_smoke, args.budget, args.reference, args.stages)
     try:
         return check.run()
     except (KeyboardInterrupt, Stop):

@@ -43,10 +43,15 @@ attention families also report TFLOP/s: the causal target-aware pairs of `hstu_m
 --largest-batch FAMILY... (GPU only) keeps doubling the batch after the last of
 --batch-sizes while a kernel of the family still fits, and names the largest batch each
 kernel ran. --profile-steps prints, after each training-step row, where one more step spends
-its time (torch.profiler's ops by self time, device time on a GPU).
+its time (torch.profiler's ops by self time, device time on a GPU). On CUDA every step row
+also says how busy the GPU was ("GPU busy N% of wall", `gpu_busy` in the JSON): the kernels'
+time in three more steps over their span, the rest being the GPU waiting on the host.
+--dense-step-modes compiled adds dense-step rows with the model's MLPs under torch.compile
+(`dense_step_runners`).
 
-Published figures to compare with (the MLPerf DLRMv4 reference): 8x MI350X about 14,222
-samples/s at batch 1024 per rank; bf16 Triton about 2,787 samples/s at batch 32, L=2048.
+Published figures to compare with (the MLPerf DLRMv4 reference, 8 MI350X, bf16 Triton, per
+GPU: PUBLISHED_STEP_RATES): ~348 samples/s at batch 32 and 2,048 tokens (2,787 global), ~1,778
+at batch 1,024 (14,222 global).
 Exit status 1 when a kernel failed with anything but running out of memory.
 """
 
@@ -116,13 +121,28 @@ FAMILY_KERNELS = {
 "reference": the MLPerf reference's Triton kernel, run only with --reference)."""
 
 ATTENTION_FAMILIES = ("attention-fwd", "attention")
+STEP_MODES = ("eager", "compiled")
+"""dense-step's ways to run: as the trainer does, or parts of its model under torch.compile."""
+COMPILED_PARTS = (
+    "content_mlp",
+    "additional_mlp",
+    "action_mlp",
+    "contextual_projection",
+    "postprocessor",
+    "item_mlp",
+    "head",
+)
+"""The model's modules that dense-step's "compiled" mode compiles, each on its own."""
 STEP_FAMILIES = ("model-step", "dense-step")
 """The families that time the model's whole training step."""
-PUBLISHED_STEP_RATE = 2787.0
-PUBLISHED_STEP_SHAPE = (32, 2048)
-"""The MLPerf DLRMv4 reference's published one-GPU bf16 Triton training figure, about 2,787
-samples/s, and its (batch, tokens per sample): what the step families' rows at that shape are
-compared with."""
+PUBLISHED_STEP_RATES = {(32, 2048): 348.0, (1024, 2048): 1778.0}
+"""(batch per GPU, tokens per sample) -> the MLPerf DLRMv4 reference's published training
+samples/s per GPU, bf16 with its Triton kernels, all measured on 8 MI350X (each about 2.3 times
+an H100's dense bf16 peak): its training recipe's ~2,787 global samples/s at batch 32 per GPU
+and max_seq_len 2,048 (~93 ms a step), and its performance notes' 14,222 global at batch 1,024
+per GPU (the same recipe), each over 8. The recipe's best variant (pinned autotuning, a newer
+fbgemm) reaches ~4,970 global at batch 32, ~621 per GPU. What the step families' rows at those
+shapes are compared with."""
 REFERENCE_MODULE = "generative_recommenders.ops.triton.triton_hstu_attention"
 """The reference's Triton HSTU attention, which its `ops/hstu_attention.hstu_mha` dispatcher
 calls for HammerKernel.TRITON (the dispatcher itself refuses CPU tensors, so it is called here
@@ -160,6 +180,9 @@ class Row:
     """The published figure at this shape (the step families at PUBLISHED_STEP_SHAPE)."""
     vs_published: float | None = None
     """samples/s over the published figure (on a GPU only: a CPU's figure means nothing)."""
+    gpu_busy: float | None = None
+    """The step families on CUDA: the share of wall time the GPU runs kernels (see
+    `gpu_busy_fraction`); what is left is the GPU waiting on the host."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,6 +242,20 @@ def main(argv: list[str] | None = None) -> int:
         help="after timing each training-step row, print its ops by self time in one more "
         "step (torch.profiler; on a GPU by device time)",
     )
+    parser.add_argument(
+        "--dense-step-modes",
+        nargs="+",
+        choices=STEP_MODES,
+        default=["eager"],
+        help="how dense-step runs: eager (as the trainer), compiled (the model's MLPs under "
+        "torch.compile, inductor on a GPU, aot_eager on the CPU; fused Adam on a GPU), a row each",
+    )
+    parser.add_argument(
+        "--dense-step-kernels",
+        nargs="+",
+        choices=FAMILY_KERNELS["dense-step"],
+        help="dense-step's kernels (default: all)",
+    )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
     op_families = [f for f in FAMILIES if f not in STEP_FAMILIES]
@@ -255,18 +292,26 @@ def main(argv: list[str] | None = None) -> int:
 
     for family in args.families:
         settings = [setting]
+        kernels = None
         if family == "dense-step":
             lengths = args.dense_step_lengths or setting.dense_step_lengths
-            settings = [setting.with_tokens(n).with_rows(args.dense_step_rows) for n in lengths]
+            settings = [
+                dataclasses.replace(setting.with_tokens(n).with_rows(args.dense_step_rows), mode=m)
+                for n in lengths
+                for m in args.dense_step_modes
+            ]
+            kernels = args.dense_step_kernels
         for each in settings:
             # Several settings of one family are told apart by their tokens per sample.
             name = family if len(settings) == 1 else f"{family} N={each.tokens}"
+            if each.mode != "eager":
+                name += f" {each.mode}"
             first = len(rows)
             profile = args.profile_steps and family in STEP_FAMILIES
             for batch in batch_sizes:
                 add(
                     bench_family(
-                        family, batch, each, device, warmup, iters, reference, None, profile
+                        family, batch, each, device, warmup, iters, reference, kernels, profile
                     )
                 )
             if family not in args.largest_batch:
@@ -336,6 +381,8 @@ class Setting:
     iters: int
     dense_step_lengths: tuple[int, ...]
     """Tokens per sample of dense-step's settings, unless --dense-step-lengths gives them."""
+    mode: str = "eager"
+    """How dense-step runs its step (STEP_MODES)."""
 
     def with_history(self, history_length: int) -> Setting:
         """The same model with `history_length` events per sample (max_seq_len follows)."""
@@ -479,6 +526,8 @@ def bench_family(
         shape += f" H={m.num_heads} D={m.attention_dim}"
     elif family not in STEP_FAMILIES:
         shape += f" D={m.embedding_dim}"
+    if setting.mode != "eager":
+        shape += f" {setting.mode}"
     try:
         runners = make_runners(family, batch, setting, device, reference)
     except Exception as error:  # the inputs themselves may not fit
@@ -492,8 +541,8 @@ def bench_family(
     rows: list[Row] = []
     baseline: float | None = None
     published = None
-    if family in STEP_FAMILIES and (batch, setting.tokens) == PUBLISHED_STEP_SHAPE:
-        published = PUBLISHED_STEP_RATE
+    if family in STEP_FAMILIES:
+        published = PUBLISHED_STEP_RATES.get((batch, setting.tokens))
     for kernel in kernels:
         why = unavailable(family, kernel, device.type, reference)
         if why:
@@ -505,6 +554,10 @@ def bench_family(
                 note, failed = runners.agreement()
             run = runners(kernel)
             ms, peak_bytes = time_ms(run, device, warmup, iters)
+            busy = None
+            if family in STEP_FAMILIES and device.type == "cuda":
+                busy = gpu_busy_fraction(run, device)
+                note = f"GPU busy {busy:.1%} of wall; {note}"
             if profile:
                 print(f"profile of one more run, {family} {kernel} {shape}:", flush=True)
                 print(profile_table(run, device), flush=True)
@@ -528,7 +581,7 @@ def bench_family(
             Row(
                 family, kernel, batch, shape, ms, rate, speedup, note, failed, tflops,
                 peak_mib_per_sample=memory, published_samples_per_s=published,
-                vs_published=vs_published,
+                vs_published=vs_published, gpu_busy=busy,
             )
         )  # fmt: skip
         release(device)
@@ -599,6 +652,43 @@ def profile_table(run: Callable[[], object], device, row_limit: int = 20) -> str
         synchronize(device)
     key = "self_device_time_total" if on_gpu else "self_cpu_time_total"
     return prof.key_averages().table(sort_by=key, row_limit=row_limit)
+
+
+def gpu_busy_fraction(run: Callable[[], object], device, steps: int = 3) -> float:
+    """The share of `steps` consecutive calls of `run` during which the GPU runs a kernel:
+    the union of the kernels' intervals in torch.profiler's device trace over the span from
+    the first kernel's start to the last one's end (the host's work before the first kernel
+    is left out; the gaps between the steps count as idle)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            run()
+        synchronize(device)
+    spans = sorted(
+        (e.time_range.start, e.time_range.end)
+        for e in prof.events()
+        if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start
+    )
+    return busy_share(spans)
+
+
+def busy_share(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of sorted (start, end) intervals over their whole span."""
+    if not spans:
+        return 0.0
+    busy, (start, end) = 0.0, spans[0]
+    first = start
+    for s, e in spans[1:]:
+        if s > end:
+            busy += end - start
+            start, end = s, e
+        else:
+            end = max(end, e)
+    busy += end - start
+    return busy / (end - first) if end > first else 0.0
 
 
 def synchronize(device) -> None:
@@ -915,7 +1005,16 @@ def dense_step_runners(batch: int, setting: Setting, device) -> Callable:
     """kernel -> one training step of a freshly seeded PlainTableRanker with that kernel,
     cycling over two random batches of full histories: forward under the preset's bf16
     autocast, the loss in float32, backward, the trainer's clipping of the dense gradients,
-    and torch.optim.Adam (the trainer's dense settings) over every parameter."""
+    and torch.optim.Adam (the trainer's dense settings) over every parameter.
+
+    `setting.mode` "compiled": the model's parts around the STU layers (COMPILED_PARTS: the
+    token, item and head MLPs, the contextual projection, the postprocessor: chains of small
+    element-wise and norm ops) each under torch.compile (inductor on a GPU; aot_eager on the
+    CPU, which traces the same graphs without inductor's C++ compilation, so that the path is
+    tested where there is no GPU), and on a GPU Adam's fused kernel instead of its
+    per-tensor-list ones. The STU layers stay as they are: their Triton ops are not yet
+    registered as custom ops, so dynamo would trace into their launchers (and stop at their
+    host synchronizations)."""
     import torch
 
     from hstu_model import PlainTableRanker
@@ -934,11 +1033,17 @@ def dense_step_runners(batch: int, setting: Setting, device) -> Callable:
         torch.manual_seed(0)
         config = setting.cfg.replace(model={"kernel": kernel}).model
         model = PlainTableRanker(config, setting.vocab, device=device).train()
+        compiled = setting.mode == "compiled"
+        fused = {"fused": True} if compiled and device.type == "cuda" else {}
         optimizer = torch.optim.Adam(
             model.parameters(), lr=opt.dense_lr, betas=opt.betas, eps=opt.eps,
-            weight_decay=opt.weight_decay,
+            weight_decay=opt.weight_decay, **fused,
         )  # fmt: skip
         dense = model.dense_parameters()
+        if compiled:
+            backend = "inductor" if device.type == "cuda" else "aot_eager"
+            for part in COMPILED_PARTS:
+                setattr(model, part, torch.compile(getattr(model, part), backend=backend))
         cycle = itertools.cycle(batches)
 
         def step():
