@@ -103,10 +103,10 @@ def test_report_lists_a_damaged_results_file_and_goes_on(
     path = root / damaged
     damage(path)  # type: ignore[operator]
     report = aggregate_results([root])
-    (entry,) = report["damaged"]
-    assert entry["run"] == str(path.parent) and entry["file"] == path.name
+    (entry,) = report.damaged
+    assert entry.run == str(path.parent) and entry.file == path.name
     # Never another file in its place: the damaged run has no row.
-    runs = {r["run"] for r in report["runs"]} | {r["run"] for r in report["checkpoint_runs"]}
+    runs = {r.run for r in report.runs} | {r.run for r in report.checkpoint_runs}
     assert str(path.parent) not in runs
     assert len(runs) == 2
     assert main(["report", str(root)]) == 1

@@ -150,11 +150,12 @@ def test_results_files_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert rows[-1].endswith(",16,70,True")
     assert sorted(p.name for p in runs[0].iterdir()) == ["results.csv", "results.json"]
     report = aggregate_results([tmp_path])
-    assert report["count"] == 2 and report["all_passed"] is True
-    assert report["workloads"] == ["dlrm h100"]
-    assert report["au_mean_percent"]["mean"] == pytest.approx(73.73426021489627)
+    assert report.count == 2 and report.all_passed is True
+    assert report.workloads == ["dlrm h100"]
+    assert report.au_mean_percent is not None
+    assert report.au_mean_percent.mean == pytest.approx(73.73426021489627)
     paths = write_report(tmp_path / "report", report)
-    assert json.loads(paths["report.json"].read_text()) == report
+    assert json.loads(paths["report.json"].read_text()) == report.as_dict()
     assert main(["report", str(runs[0]), str(runs[1])]) == 0
     out = capsys.readouterr().out
     assert "2 run(s), all passed: True; AU mean 73.73%" in out

@@ -214,19 +214,19 @@ def test_runs_into_a_results_tree(
     (root / "results.csv").write_text("")
 
     report = aggregate_results([root])
-    assert [r["run"] for r in report["runs"]] == [str(other), *map(str, run_dirs)]
-    assert [r["source"] for r in report["runs"]] == ["dlio-summary", *["storage-workloads"] * 2]
-    assert report["runs"][0]["au_mean_percent"] == pytest.approx(73.73426021489627)
-    assert (report["runs"][0]["model"], report["runs"][0]["accelerator"]) == ("dlrm", "h100")
-    assert report["count"] == 3 and report["all_passed"] is True
-    assert report["checkpoint_count"] == 1
-    assert report["checkpoint_runs"][0]["write_gb_per_s_mean"] == pytest.approx(0.2)
-    assert report["checkpoint_write_gb_per_s"]["mean"] == pytest.approx(0.2)
-    assert report["skipped"] == [{"run": str(gen_dir), "reason": "data generation"}]
+    assert [r.run for r in report.runs] == [str(other), *map(str, run_dirs)]
+    assert [r.source for r in report.runs] == ["dlio-summary", *["storage-workloads"] * 2]
+    assert report.runs[0].au_mean_percent == pytest.approx(73.73426021489627)
+    assert (report.runs[0].model, report.runs[0].accelerator) == ("dlrm", "h100")
+    assert report.count == 3 and report.all_passed is True
+    assert report.checkpoint_count == 1
+    assert report.checkpoint_runs[0].write_gb_per_s_mean == pytest.approx(0.2)
+    assert report.as_dict()["checkpoint_write_gb_per_s"]["mean"] == pytest.approx(0.2)
+    assert report.as_dict()["skipped"] == [{"run": str(gen_dir), "reason": "data generation"}]
     # Any part of the tree, and run folders, read the same way.
-    assert aggregate_results([root / "checkpointing"])["count"] == 0
-    assert aggregate_results([root / "checkpointing"])["all_passed"] is None
-    assert aggregate_results([run_dirs[1]])["count"] == 1
+    assert aggregate_results([root / "checkpointing"]).count == 0
+    assert aggregate_results([root / "checkpointing"]).all_passed is None
+    assert aggregate_results([run_dirs[1]]).count == 1
     paths = write_report(tmp_path / "out", report)
     assert sorted(paths) == ["checkpoint-report.csv", "report.csv", "report.json"]
     assert paths["checkpoint-report.csv"].read_text().splitlines()[0].startswith("run,model,")

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from storage_workloads.cli.options import _columns
+from storage_workloads.dlio.report import Spread
 from storage_workloads.dliorun import aggregate_results, write_report
 
 
@@ -38,63 +39,66 @@ def _number(value: Any, spec: str) -> str:
     )
 
 
+def _of(spread: Spread | None, name: str, spec: str) -> str:
+    """One of a spread's figures (``mean``, ``min``, ``max``), or ``-`` without one."""
+    return _number(None if spread is None else getattr(spread, name), spec)
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     report = aggregate_results(args.runs)
     if args.out:
         write_report(args.out, report)
+    status = 1 if report.damaged else 0
     if args.format == "json":
-        print(json.dumps(report, indent=2))
-        return 1 if report["damaged"] else 0
-    if report["runs"]:
+        print(json.dumps(report.as_dict(), indent=2))
+        return status
+    if report.runs:
         rows = [["run", "workload", "procs", "AU %", "samples/s", "MB/s", "passed", "rules"]]
-        for r in report["runs"]:
+        for r in report.runs:
             rows.append(
                 [
-                    r["run"],
-                    f"{r['model']} {r['accelerator']}",
-                    str(r["processes"]),
-                    _number(r["au_mean_percent"], ".2f"),
-                    _number(r["samples_per_s_mean"], ",.2f"),
-                    _number(r["mb_per_s_mean"], ",.2f"),
-                    str(r["passed"]),
-                    str(r["verdict"]),
+                    r.run,
+                    f"{r.model} {r.accelerator}",
+                    str(r.processes),
+                    _number(r.au_mean_percent, ".2f"),
+                    _number(r.samples_per_s_mean, ",.2f"),
+                    _number(r.mb_per_s_mean, ",.2f"),
+                    str(r.passed),
+                    str(r.verdict),
                 ]
             )
         print(_columns(rows))
-        s = report["samples_per_s_mean"]
-        a = report["au_mean_percent"]
-        m = report["mb_per_s_mean"]
+        s, a, m = report.samples_per_s_mean, report.au_mean_percent, report.mb_per_s_mean
         print(
-            f"{report['count']} run(s), all passed: {report['all_passed']}; AU mean "
-            f"{_number(a.get('mean'), '.2f')}% (min {_number(a.get('min'), '.2f')}, max "
-            f"{_number(a.get('max'), '.2f')}); samples/s mean {_number(s.get('mean'), ',.2f')} "
-            f"(min {_number(s.get('min'), ',.2f')}, max {_number(s.get('max'), ',.2f')}); MB/s "
-            f"mean {_number(m.get('mean'), ',.2f')}"
+            f"{report.count} run(s), all passed: {report.all_passed}; AU mean "
+            f"{_of(a, 'mean', '.2f')}% (min {_of(a, 'min', '.2f')}, max {_of(a, 'max', '.2f')}); "
+            f"samples/s mean {_of(s, 'mean', ',.2f')} (min {_of(s, 'min', ',.2f')}, max "
+            f"{_of(s, 'max', ',.2f')}); MB/s mean {_of(m, 'mean', ',.2f')}"
         )
-    if report["checkpoint_runs"]:
+    if report.checkpoint_runs:
         rows = [["run", "model", "procs", "write s", "write GB/s", "read s", "read GB/s"]]
-        for r in report["checkpoint_runs"]:
+        for c in report.checkpoint_runs:
             rows.append(
                 [
-                    r["run"],
-                    str(r["model"]),
-                    str(r["processes"]),
-                    _number(r["write_seconds_mean"], ".3f"),
-                    _number(r["write_gb_per_s_mean"], ",.3f"),
-                    _number(r["read_seconds_mean"], ".3f"),
-                    _number(r["read_gb_per_s_mean"], ",.3f"),
+                    c.run,
+                    str(c.model),
+                    str(c.processes),
+                    _number(c.write_seconds_mean, ".3f"),
+                    _number(c.write_gb_per_s_mean, ",.3f"),
+                    _number(c.read_seconds_mean, ".3f"),
+                    _number(c.read_gb_per_s_mean, ",.3f"),
                 ]
             )
-        if report["runs"]:
+        if report.runs:
             print()
         print(_columns(rows))
-        wr, rd = report["checkpoint_write_gb_per_s"], report["checkpoint_read_gb_per_s"]
+        wr, rd = report.checkpoint_write_gb_per_s, report.checkpoint_read_gb_per_s
         print(
-            f"{report['checkpoint_count']} checkpointing run(s); write GB/s mean "
-            f"{_number(wr.get('mean'), ',.3f')}, read GB/s mean {_number(rd.get('mean'), ',.3f')}"
+            f"{report.checkpoint_count} checkpointing run(s); write GB/s mean "
+            f"{_of(wr, 'mean', ',.3f')}, read GB/s mean {_of(rd, 'mean', ',.3f')}"
         )
-    for item in report["skipped"]:
-        print(f"skipped {item['run']}: {item['reason']}")
-    for item in report["damaged"]:
-        print(f"damaged {item['run']}: {item['reason']} (left out of the report)")
-    return 1 if report["damaged"] else 0
+    for item in report.skipped:
+        print(f"skipped {item.run}: {item.reason}")
+    for damaged in report.damaged:
+        print(f"damaged {damaged.run}: {damaged.reason} (left out of the report)")
+    return status

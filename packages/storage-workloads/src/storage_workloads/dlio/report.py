@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -51,25 +53,173 @@ CHECKPOINT_REPORT_CSV_COLUMNS: Final = (
 )
 
 
-def _training_row(path: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TrainingRow:
+    """One training run of a report: from this package's ``results.json`` (``source``
+    ``storage-workloads``) or DLIO's ``summary.json`` of an mlpstorage run (``dlio-summary``),
+    each figure as the file has it (``None``: absent)."""
+
+    run: str
+    source: str
+    model: Any
+    accelerator: Any
+    processes: Any
+    hosts: Any
+    epochs: int | None
+    au_mean_percent: Any
+    samples_per_s_mean: Any
+    mb_per_s_mean: Any
+    passed: Any
+    verdict: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class CheckpointRow:
+    """One checkpointing run of a report, from its ``checkpoint-results.json``."""
+
+    run: str
+    model: Any
+    processes: Any
+    hosts: Any
+    scale: Any
+    bytes_per_checkpoint: Any
+    write_count: Any
+    write_seconds_mean: Any
+    write_gb_per_s_mean: Any
+    read_count: Any
+    read_seconds_mean: Any
+    read_gb_per_s_mean: Any
+    verdict: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class SkippedRun:
+    """A run folder a report lists without figures, and why (data generation, unfinished)."""
+
+    run: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class DamagedRun:
+    """A run whose results ``file`` cannot be read, left out of a report, and why."""
+
+    run: str
+    file: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The mean, minimum and maximum of one figure over a report's runs."""
+
+    mean: float
+    min: float
+    max: float
+
+
+def _spread(values: Sequence[Any]) -> Spread | None:
+    numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if not numbers:
+        return None
+    return Spread(statistics.fmean(numbers), min(numbers), max(numbers))
+
+
+def _spread_dict(spread: Spread | None) -> dict[str, float]:
+    return {} if spread is None else dataclasses.asdict(spread)
+
+
+@dataclass(frozen=True)
+class Report:
+    """A report over many runs (:func:`aggregate_results`): the training runs, the
+    checkpointing runs, the folders skipped and the runs whose results are damaged, with the
+    figures over them (``None``: no run has the figure). :meth:`as_dict` is ``report.json``."""
+
+    runs: list[TrainingRow]
+    checkpoint_runs: list[CheckpointRow]
+    skipped: list[SkippedRun]
+    damaged: list[DamagedRun]
+
+    @property
+    def count(self) -> int:
+        return len(self.runs)
+
+    @property
+    def all_passed(self) -> bool | None:
+        """Whether every training run passed (``None`` without training runs)."""
+        return all(r.passed is True for r in self.runs) if self.runs else None
+
+    @property
+    def workloads(self) -> list[str]:
+        return sorted({f"{r.model} {r.accelerator}" for r in self.runs})
+
+    @property
+    def au_mean_percent(self) -> Spread | None:
+        return _spread([r.au_mean_percent for r in self.runs])
+
+    @property
+    def samples_per_s_mean(self) -> Spread | None:
+        return _spread([r.samples_per_s_mean for r in self.runs])
+
+    @property
+    def mb_per_s_mean(self) -> Spread | None:
+        return _spread([r.mb_per_s_mean for r in self.runs])
+
+    @property
+    def checkpoint_count(self) -> int:
+        return len(self.checkpoint_runs)
+
+    @property
+    def checkpoint_write_gb_per_s(self) -> Spread | None:
+        return _spread([r.write_gb_per_s_mean for r in self.checkpoint_runs])
+
+    @property
+    def checkpoint_read_gb_per_s(self) -> Spread | None:
+        return _spread([r.read_gb_per_s_mean for r in self.checkpoint_runs])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "runs": [r.as_dict() for r in self.runs],
+            "count": self.count,
+            "all_passed": self.all_passed,
+            "workloads": self.workloads,
+            "au_mean_percent": _spread_dict(self.au_mean_percent),
+            "samples_per_s_mean": _spread_dict(self.samples_per_s_mean),
+            "mb_per_s_mean": _spread_dict(self.mb_per_s_mean),
+            "checkpoint_runs": [r.as_dict() for r in self.checkpoint_runs],
+            "checkpoint_count": self.checkpoint_count,
+            "checkpoint_write_gb_per_s": _spread_dict(self.checkpoint_write_gb_per_s),
+            "checkpoint_read_gb_per_s": _spread_dict(self.checkpoint_read_gb_per_s),
+            "skipped": [dataclasses.asdict(s) for s in self.skipped],
+            "damaged": [dataclasses.asdict(d) for d in self.damaged],
+        }
+
+
+def _training_row(path: Path) -> TrainingRow:
     data = _load_json(path / "results.json")
-    return {
-        "run": str(path),
-        "source": "storage-workloads",
-        "model": data.get("model"),
-        "accelerator": data.get("accelerator"),
-        "processes": data.get("processes"),
-        "hosts": data.get("hosts"),
-        "epochs": len(data.get("epochs", [])),
-        "au_mean_percent": data.get("au_mean_percent"),
-        "samples_per_s_mean": data.get("samples_per_s_mean"),
-        "mb_per_s_mean": data.get("mb_per_s_mean"),
-        "passed": data.get("passed"),
-        "verdict": data.get("verdict"),
-    }
+    return TrainingRow(
+        run=str(path),
+        source="storage-workloads",
+        model=data.get("model"),
+        accelerator=data.get("accelerator"),
+        processes=data.get("processes"),
+        hosts=data.get("hosts"),
+        epochs=len(data.get("epochs", [])),
+        au_mean_percent=data.get("au_mean_percent"),
+        samples_per_s_mean=data.get("samples_per_s_mean"),
+        mb_per_s_mean=data.get("mb_per_s_mean"),
+        passed=data.get("passed"),
+        verdict=data.get("verdict"),
+    )
 
 
-def _dlio_row(path: Path) -> dict[str, Any] | str:
+def _dlio_row(path: Path) -> TrainingRow | str:
     """A report row from DLIO's ``summary.json`` of a run folder that has no ``results.json``
     (as mlpstorage leaves one), or why it is no training run."""
     meta = read_metadata(path)
@@ -97,23 +247,23 @@ def _dlio_row(path: Path) -> dict[str, Any] | str:
         else metric.get("train_au_meet_expectation") == "success"
     )
     epochs = metric.get("train_au_percentage")
-    return {
-        "run": str(path),
-        "source": "dlio-summary",
-        "model": model,
-        "accelerator": accelerator,
-        "processes": summary.get("num_accelerators"),
-        "hosts": summary.get("num_hosts"),
-        "epochs": len(epochs) if isinstance(epochs, list) else None,
-        "au_mean_percent": au,
-        "samples_per_s_mean": metric.get("train_throughput_mean_samples_per_second"),
-        "mb_per_s_mean": metric.get("train_io_mean_MB_per_second"),
-        "passed": passed,
-        "verdict": checked.verdict,
-    }
+    return TrainingRow(
+        run=str(path),
+        source="dlio-summary",
+        model=model,
+        accelerator=accelerator,
+        processes=summary.get("num_accelerators"),
+        hosts=summary.get("num_hosts"),
+        epochs=len(epochs) if isinstance(epochs, list) else None,
+        au_mean_percent=au,
+        samples_per_s_mean=metric.get("train_throughput_mean_samples_per_second"),
+        mb_per_s_mean=metric.get("train_io_mean_MB_per_second"),
+        passed=passed,
+        verdict=checked.verdict,
+    )
 
 
-def _checkpoint_row(path: Path) -> dict[str, Any]:
+def _checkpoint_row(path: Path) -> CheckpointRow:
     data = _load_json(path / "checkpoint-results.json")
     if data.get("schema") != _CHECKPOINT_SCHEMA:
         raise UnreadableResult(
@@ -122,35 +272,24 @@ def _checkpoint_row(path: Path) -> dict[str, Any]:
         )
     write = data.get("write") if isinstance(data.get("write"), Mapping) else {}
     read = data.get("read") if isinstance(data.get("read"), Mapping) else {}
-    return {
-        "run": str(path),
-        "model": data.get("model"),
-        "processes": data.get("processes"),
-        "hosts": data.get("hosts", 1),
-        "scale": data.get("scale"),
-        "bytes_per_checkpoint": data.get("bytes_per_checkpoint"),
-        "write_count": write.get("count"),
-        "write_seconds_mean": write.get("seconds_mean"),
-        "write_gb_per_s_mean": write.get("gb_per_s_mean"),
-        "read_count": read.get("count"),
-        "read_seconds_mean": read.get("seconds_mean"),
-        "read_gb_per_s_mean": read.get("gb_per_s_mean"),
-        "verdict": data.get("verdict"),
-    }
+    return CheckpointRow(
+        run=str(path),
+        model=data.get("model"),
+        processes=data.get("processes"),
+        hosts=data.get("hosts", 1),
+        scale=data.get("scale"),
+        bytes_per_checkpoint=data.get("bytes_per_checkpoint"),
+        write_count=write.get("count"),
+        write_seconds_mean=write.get("seconds_mean"),
+        write_gb_per_s_mean=write.get("gb_per_s_mean"),
+        read_count=read.get("count"),
+        read_seconds_mean=read.get("seconds_mean"),
+        read_gb_per_s_mean=read.get("gb_per_s_mean"),
+        verdict=data.get("verdict"),
+    )
 
 
-def _stats(rows: Sequence[Mapping[str, Any]], key: str) -> dict[str, float]:
-    values = [
-        float(r[key])
-        for r in rows
-        if isinstance(r.get(key), int | float) and not isinstance(r.get(key), bool)
-    ]
-    if not values:
-        return {}
-    return {"mean": statistics.fmean(values), "min": min(values), "max": max(values)}
-
-
-def aggregate_results(run_dirs: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
+def aggregate_results(run_dirs: Sequence[str | os.PathLike[str]]) -> Report:
     """Gather the results of runs into one report.
 
     Each path is a run directory or any folder above run directories: a submission, the
@@ -183,10 +322,10 @@ def aggregate_results(run_dirs: Sequence[str | os.PathLike[str]]) -> dict[str, A
                 f"*{METADATA_SUFFIX} (in it or below)"
             )
         found.extend(runs)
-    rows: list[dict[str, Any]] = []
-    checkpoints: list[dict[str, Any]] = []
-    skipped: list[dict[str, str]] = []
-    damaged: list[dict[str, str]] = []
+    rows: list[TrainingRow] = []
+    checkpoints: list[CheckpointRow] = []
+    skipped: list[SkippedRun] = []
+    damaged: list[DamagedRun] = []
     for path, kind in found:
         try:
             if kind == "training":
@@ -196,16 +335,14 @@ def aggregate_results(run_dirs: Sequence[str | os.PathLike[str]]) -> dict[str, A
             elif kind == "dlio":
                 row = _dlio_row(path)
                 if isinstance(row, str):
-                    skipped.append({"run": str(path), "reason": row})
+                    skipped.append(SkippedRun(str(path), row))
                 else:
                     rows.append(row)
         except UnreadableResult as exc:
             damaged.append(
-                {
-                    "run": str(path),
-                    "file": exc.path.name,
-                    "reason": f"{exc.path.name}: cannot read it: {exc.problem}",
-                }
+                DamagedRun(
+                    str(path), exc.path.name, f"{exc.path.name}: cannot read it: {exc.problem}"
+                )
             )
         if kind not in ("training", "checkpoint", "dlio"):
             reason = (
@@ -213,13 +350,13 @@ def aggregate_results(run_dirs: Sequence[str | os.PathLike[str]]) -> dict[str, A
                 if is_datagen(path)
                 else "no results (an unfinished or failed run)"
             )
-            skipped.append({"run": str(path), "reason": reason})
+            skipped.append(SkippedRun(str(path), reason))
     if not rows and not checkpoints:
         names = ", ".join(str(Path(g)) for g in run_dirs)
         first = (
-            f"; damaged: {damaged[0]['run']} ({damaged[0]['reason']})"
+            f"; damaged: {damaged[0].run} ({damaged[0].reason})"
             if damaged
-            else f"; skipped: {skipped[0]['run']} ({skipped[0]['reason']})"
+            else f"; skipped: {skipped[0].run} ({skipped[0].reason})"
             if skipped
             else ""
         )
@@ -227,21 +364,7 @@ def aggregate_results(run_dirs: Sequence[str | os.PathLike[str]]) -> dict[str, A
             f"{names} has no results.json, checkpoint-results.json or DLIO summary.json with a "
             f"*{METADATA_SUFFIX} (in it or below) that can be read{first}"
         )
-    return {
-        "runs": rows,
-        "count": len(rows),
-        "all_passed": all(r["passed"] is True for r in rows) if rows else None,
-        "workloads": sorted({f"{r['model']} {r['accelerator']}" for r in rows}),
-        "au_mean_percent": _stats(rows, "au_mean_percent"),
-        "samples_per_s_mean": _stats(rows, "samples_per_s_mean"),
-        "mb_per_s_mean": _stats(rows, "mb_per_s_mean"),
-        "checkpoint_runs": checkpoints,
-        "checkpoint_count": len(checkpoints),
-        "checkpoint_write_gb_per_s": _stats(checkpoints, "write_gb_per_s_mean"),
-        "checkpoint_read_gb_per_s": _stats(checkpoints, "read_gb_per_s_mean"),
-        "skipped": skipped,
-        "damaged": damaged,
-    }
+    return Report(runs=rows, checkpoint_runs=checkpoints, skipped=skipped, damaged=damaged)
 
 
 def _csv(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:
@@ -253,9 +376,14 @@ def _csv(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def write_report(out_dir: str | os.PathLike[str], report: Mapping[str, Any]) -> dict[str, Path]:
+def write_report(
+    out_dir: str | os.PathLike[str], report: Report | Mapping[str, Any]
+) -> dict[str, Path]:
     """Write ``report.csv`` (one row per training run), ``checkpoint-report.csv`` (one row per
-    checkpointing run, when there are any) and then ``report.json``, each atomically."""
+    checkpointing run, when there are any) and then ``report.json``, each atomically, from a
+    :class:`Report` or its :meth:`~Report.as_dict`."""
+    if isinstance(report, Report):
+        report = report.as_dict()
     out = Path(out_dir)
     paths = {"report.csv": out / "report.csv"}
     write_text_atomic(paths["report.csv"], _csv(REPORT_CSV_COLUMNS, report["runs"]))
