@@ -88,6 +88,18 @@ def test_digest_sees_every_weight_and_the_step(tiny_config, build, make_batch):
     assert len({digest, ck.state_digest(trainer)}) == 2
 
 
+def killed_while_writing_tensors(directory, trainer, monkeypatch):
+    """A save of `trainer` into `directory` that dies while DCP writes its tensors."""
+
+    def crash(*args, **kwargs):
+        raise Killed
+
+    monkeypatch.setattr(ck_format.dcp, "save", crash)
+    with pytest.raises(Killed):
+        ck.save_checkpoint(directory, trainer)
+    monkeypatch.undo()
+
+
 def test_incomplete_checkpoints_are_ignored(tiny_config, build, make_batch, tmp_path, monkeypatch):
     trainer = make_trainer(tiny_config, build)
     train(trainer, make_batch, 1)
@@ -114,14 +126,8 @@ def test_incomplete_checkpoints_are_ignored(tiny_config, build, make_batch, tmp_
         ck.read_checkpoint(tmp_path / "step-3")
 
     # Killed while writing tensors: only a temporary directory.
-    def crash(*args, **kwargs):
-        raise Killed
-
     trainer.step = 4
-    monkeypatch.setattr(ck_format.dcp, "save", crash)
-    with pytest.raises(Killed):
-        ck.save_checkpoint(tmp_path, trainer)
-    monkeypatch.undo()
+    killed_while_writing_tensors(tmp_path, trainer, monkeypatch)
     assert (tmp_path / ".tmp-step-4").is_dir()
     assert [c.step for c in ck.list_checkpoints(tmp_path)] == [1, 2]
     assert ck.latest(tmp_path).step == 2
@@ -296,3 +302,88 @@ def test_sharded_model_round_trip(gloo_world_1, tiny_config, vocab, make_batch, 
     ck.load_checkpoint(saver.latest(), other)
     assert train(other, make_batch, 2, first_seed=10) == expected
     assert ck.state_digest(other) == ck.state_digest(trainer)
+
+
+def _tree(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def test_prune_removes_only_what_a_save_wrote(
+    tiny_config, build, make_batch, tmp_path, monkeypatch
+):
+    """A user's entries that look like a checkpoint's (step-100/notes.txt, .tmp-mywork/, a file
+    .trash-can.txt, an empty step-7/) are kept; a save's own debris and old steps go."""
+    (tmp_path / "step-100").mkdir()
+    (tmp_path / "step-100" / "notes.txt").write_text("mine")
+    (tmp_path / ".tmp-mywork").mkdir()
+    (tmp_path / ".tmp-mywork" / "draft.txt").write_text("mine")
+    (tmp_path / ".trash-can.txt").write_text("mine")
+    (tmp_path / ".trash-step-9").mkdir()
+    (tmp_path / ".trash-step-9" / "keep.txt").write_text("mine")
+    (tmp_path / "step-7").mkdir()
+    users = {p for p in _tree(tmp_path)}
+    trainer = make_trainer(tiny_config, build)
+    for step in (1, 2, 3):
+        trainer.step = step
+        ck.save_checkpoint(tmp_path, trainer, keep=5)
+    trainer.step = 4
+    killed_while_writing_tensors(tmp_path, trainer, monkeypatch)
+    assert (tmp_path / ".tmp-step-4").is_dir()  # a killed save's debris
+    trainer.step = 5
+    ck.save_checkpoint(tmp_path, trainer, keep=2)
+    left = set(_tree(tmp_path))
+    assert users <= left
+    ours = {p.split("/")[0] for p in left - users}
+    assert ours == {"step-3", "step-5"}
+
+
+def test_a_save_never_replaces_a_folder_it_did_not_write(tiny_config, build, tmp_path):
+    (tmp_path / "step-6").mkdir()
+    (tmp_path / "step-6" / "notes.txt").write_text("mine")
+    (tmp_path / ".tmp-step-6").mkdir()
+    (tmp_path / ".tmp-step-6" / "draft.txt").write_text("mine")
+    before = _tree(tmp_path)
+    trainer = make_trainer(tiny_config, build)
+    trainer.step = 6
+    with pytest.raises(ck.CheckpointError, match="not a checkpoint this package wrote"):
+        ck.save_checkpoint(tmp_path, trainer, keep=1)
+    assert _tree(tmp_path) == before
+
+
+def _failing_dcp_save(error):
+    def save(*args, **kwargs):
+        wrapped = ck_format.dcp.api._wrap_exception(error)
+        raise ck_format.dcp.api.CheckpointException("save failed", {0: wrapped})
+
+    return save
+
+
+def test_a_file_size_limit_during_a_save_is_one_line_and_leaves_no_temporary(
+    tiny_config, build, tmp_path, monkeypatch
+):
+    import errno
+    import os
+
+    trainer = make_trainer(tiny_config, build)
+    trainer.step = 2
+    error = OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+    monkeypatch.setattr(ck_format.dcp, "save", _failing_dcp_save(error))
+    with pytest.raises(ck.CheckpointError) as info:
+        ck.save_checkpoint(tmp_path, trainer)
+    message = str(info.value)
+    assert "\n" not in message and "file-size limit" in message and ".tmp-step-2" in message
+    assert _tree(tmp_path) == []
+
+
+def test_a_signal_during_a_save_is_raised_as_itself_and_leaves_no_temporary(
+    tiny_config, build, tmp_path, monkeypatch
+):
+    class Interrupted(SystemExit):  # as a run's signal handler raises it
+        pass
+
+    trainer = make_trainer(tiny_config, build)
+    trainer.step = 2
+    monkeypatch.setattr(ck_format.dcp, "save", _failing_dcp_save(Interrupted(143)))
+    with pytest.raises(Interrupted):
+        ck.save_checkpoint(tmp_path, trainer)
+    assert _tree(tmp_path) == []

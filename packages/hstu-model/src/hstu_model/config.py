@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,21 @@ class ConfigError(ValueError):
 def _require(condition: bool, field_name: str, message: str) -> None:
     if not condition:
         raise ConfigError(f"{field_name}: {message}")
+
+
+def _require_finite(config: object) -> None:
+    """Every float of `config`'s fields (alone or in a tuple) is finite: an infinite rate,
+    weight or size passes `> 0` and every other bound, and then ruins a run that has
+    started."""
+    for spec in dataclasses.fields(config):
+        value = getattr(config, spec.name)
+        values = value if isinstance(value, tuple) else (value,)
+        for item in values:
+            _require(
+                not isinstance(item, float) or math.isfinite(item),
+                spec.name,
+                f"must be finite, got {value}",
+            )
 
 
 @dataclass(frozen=True)
@@ -195,6 +211,7 @@ class ModelConfig:
     reference's STU layers recompute their normed input, uvqk and output in the backward."""
 
     def __post_init__(self) -> None:
+        _require_finite(self)
         for name in ("embedding_dim", "num_layers", "num_heads", "attention_dim", "linear_dim"):
             _require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         for name in (
@@ -233,11 +250,17 @@ class ModelConfig:
             "action_weights",
             f"must be distinct, got {self.action_weights}",
         )
+        _require(self.loss_scale > 0, "loss_scale", f"must be > 0, got {self.loss_scale}")
         _require(self.num_tasks >= 1, "num_tasks", "must be >= 1")
         _require(
             len(self.task_weights) == self.num_tasks,
             "task_weights",
             f"needs one weight per task ({self.num_tasks}), got {self.task_weights}",
+        )
+        _require(
+            all(w >= 0 for w in self.task_weights) and sum(self.task_weights) > 0,
+            "task_weights",
+            f"must be >= 0 and not all 0, got {self.task_weights}",
         )
         families = [k.value for k in Kernel if k is not Kernel.AUTO]
         _require(
@@ -303,6 +326,7 @@ class OptimizerConfig:
     """Global gradient-norm clip of the dense parameters (0 disables it)."""
 
     def __post_init__(self) -> None:
+        _require_finite(self)
         _require(self.dense_lr > 0, "dense_lr", f"must be > 0, got {self.dense_lr}")
         _require(self.sparse_lr > 0, "sparse_lr", f"must be > 0, got {self.sparse_lr}")
         _require(
@@ -434,6 +458,7 @@ class ShardingConfig:
     through an fp16 all-to-all."""
 
     def __post_init__(self) -> None:
+        _require_finite(self)
         _require(
             self.compute_device in COMPUTE_KERNELS,
             "compute_device",

@@ -36,15 +36,23 @@ ADAM_BYTES_PER_PARAMETER = 4 * FP32_BYTES
 
 
 def dense_parameter_count(model: ModelConfig) -> int:
-    """Parameters outside the embedding tables, counted on the meta device over one-row tables
-    (nothing is allocated; the dense part does not depend on the table sizes)."""
+    """Parameters outside the embedding tables, counted without allocating them: models built
+    on the meta device over one-row tables (the dense part does not depend on the table
+    sizes), with one and two STU layers, the count of more layers being linear in them."""
+    import torchrec  # noqa: F401  (imported under the meta device, its module code would fail)
+
     one_row = tuple(ContextualFeature(f.name, 1) for f in model.contextual_features)
-    ranker = HSTURanker(
-        dataclasses.replace(model, contextual_features=one_row),
-        dict.fromkeys(ID_TABLES, 1),
-        device=torch.device("meta"),
-    )
-    return sum(p.numel() for p in ranker.dense_parameters())
+
+    def count(num_layers: int) -> int:
+        shape = dataclasses.replace(model, contextual_features=one_row, num_layers=num_layers)
+        # The model builds its modules on the CPU before moving them; under the meta device
+        # nothing of any size is allocated.
+        with torch.device("meta"):
+            ranker = HSTURanker(shape, dict.fromkeys(ID_TABLES, 1), device=torch.device("meta"))
+        return sum(p.numel() for p in ranker.dense_parameters())
+
+    one = count(1)
+    return one if model.num_layers == 1 else one + (model.num_layers - 1) * (count(2) - one)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ import dataclasses
 import enum
 import json
 import os
+import stat
 import tomllib
 import typing
 from collections.abc import Iterable, Mapping
@@ -236,10 +237,67 @@ def _flatten(data: Any, source: str, prefix: _Path = ()) -> Iterable[tuple[_Path
 _Layer = tuple[Overrides, dict[_Path, str]]
 
 
+MAX_CONFIG_BYTES = 1 << 20
+"""A config file holds a few fields; anything larger is not one."""
+
+
+class _GivenTwice(ValueError):
+    """A key given twice in one mapping of a config file (the message names it); TOML refuses
+    it itself, JSON and YAML would silently keep the last value."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's mapping; _GivenTwice for a key it repeats."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _GivenTwice(key)
+        found[key] = value
+    return found
+
+
+def _yaml_repeated_key(yaml: Any, raw: bytes) -> str | None:
+    """The dotted path of the first key that a mapping of the YAML document `raw` repeats."""
+
+    def walk(node: Any, path: tuple[str, ...]) -> str | None:
+        children: list[tuple[str, Any]] = []
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, value_node in node.value:
+                key = str(key_node.value)
+                if key in seen:
+                    return ".".join((*path, key))
+                seen.add(key)
+                children.append((key, value_node))
+        elif isinstance(node, yaml.SequenceNode):
+            children = [(str(i), child) for i, child in enumerate(node.value)]
+        for key, child in children:
+            found = walk(child, (*path, key))
+            if found is not None:
+                return found
+        return None
+
+    root = yaml.compose(raw, Loader=yaml.SafeLoader)
+    return None if root is None else walk(root, ())
+
+
 def _file_layer(path: str | os.PathLike[str]) -> _Layer:
     path = Path(path)
     suffix = path.suffix.lower()
+    if suffix not in (".toml", ".json", ".yaml", ".yml"):
+        raise ConfigError(
+            f"{path}: unknown config file type {suffix or '(none)'!r}; "
+            "use .toml, .json, .yaml or .yml"
+        )
     try:
+        # A device or a pipe (/dev/zero, a FIFO) would be read forever or wait forever.
+        status = path.stat()
+        if not stat.S_ISREG(status.st_mode):
+            raise ConfigError(f"{path}: cannot read config file: not a regular file")
+        if status.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"{path}: cannot read config file: larger than {MAX_CONFIG_BYTES:,} bytes"
+            )
         raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from None
@@ -247,7 +305,7 @@ def _file_layer(path: str | os.PathLike[str]) -> _Layer:
         if suffix == ".toml":
             data = tomllib.loads(raw.decode("utf-8"))
         elif suffix == ".json":
-            data = json.loads(raw)
+            data = json.loads(raw, object_pairs_hook=_unique_keys)
         elif suffix in (".yaml", ".yml"):
             try:
                 import yaml
@@ -256,14 +314,16 @@ def _file_layer(path: str | os.PathLike[str]) -> _Layer:
                     f"{path}: YAML config files need PyYAML, which is not installed; "
                     "install it (`uv pip install pyyaml`) or use a .toml or .json file"
                 ) from None
+            repeated = _yaml_repeated_key(yaml, raw)
+            if repeated is not None:
+                raise _GivenTwice(repeated)
             data = yaml.safe_load(raw) or {}
         else:
-            raise ConfigError(
-                f"{path}: unknown config file type {suffix or '(none)'!r}; "
-                "use .toml, .json, .yaml or .yml"
-            )
+            raise AssertionError(f"{suffix}: checked above")
     except ConfigError:
         raise
+    except _GivenTwice as exc:
+        raise ConfigError(f"{path}: {exc} is given twice; keep one of them") from None
     except Exception as exc:  # the parsers' own errors, reported with the file name
         raise ConfigError(f"{path}: cannot parse {suffix[1:]} config: {exc}") from None
     overrides: Overrides = {}

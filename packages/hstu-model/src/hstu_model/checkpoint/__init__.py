@@ -20,6 +20,7 @@ and `schedule` says when to save (`Checkpointer`).
 
 from hstu_model.checkpoint.directory import (
     CheckpointInfo,
+    in_the_way,
     latest,
     latest_verified,
     list_checkpoint_dirs,
@@ -60,6 +61,7 @@ __all__ = [
     "Checkpointer",
     "StreamPosition",
     "config_differences",
+    "in_the_way",
     "latest",
     "latest_verified",
     "list_checkpoint_dirs",

@@ -1,21 +1,20 @@
 """The checkpoints of a directory: read, list, find the newest (verified) one, prune.
 
 Only `step-<N>` directories that hold `COMPLETE` count; `.tmp-step-<N>` (a save in progress,
-or killed) and `.trash-*` (a removal in progress, or killed) are debris for `prune`.
+or killed) and `.trash-step-<N>` (a removal in progress, or killed) are debris for `prune`,
+which removes only directories a save wrote (`files.is_ours`), whatever else is there.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hstu_model.checkpoint.files import (
+    _OWN_DEBRIS,
     _STEP_DIR,
-    _TMP_PREFIX,
-    _TRASH_PREFIX,
     COMPLETE,
     CONFIG,
     FORMAT_VERSION,
@@ -23,6 +22,7 @@ from hstu_model.checkpoint.files import (
     CheckpointError,
     _read_json,
     _remove,
+    is_ours,
     verify_checkpoint,
 )
 
@@ -108,22 +108,41 @@ def latest_verified(
 
 def prune(directory: str | os.PathLike[str], keep: int) -> list[Path]:
     """Delete all but the newest `keep` complete checkpoints, every incomplete `step-<N>`,
-    and leftovers of interrupted saves. Call from one process (rank 0) while no save runs.
-    Returns the removed paths."""
+    and leftovers of interrupted saves and removals; only directories a save wrote
+    (`is_ours`): anything else in `directory` stays, whatever its name. Call from one process
+    (rank 0) while no save runs. Returns the removed paths."""
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     directory = Path(directory)
     complete, removed = [], []
     for path in directory.iterdir():
         step = _step_of(path)
+        if (step is None and not _OWN_DEBRIS.match(path.name)) or not is_ours(path):
+            continue
         if step is not None and (path / COMPLETE).is_file():
             complete.append((step, path))
-        elif step is not None or path.name.startswith((_TMP_PREFIX, _TRASH_PREFIX)):
+        else:
             removed.append(path)
     removed += [path for _, path in sorted(complete)[:-keep]]
     for path in removed:
-        if path.name.startswith(_TRASH_PREFIX):
-            shutil.rmtree(path)
-        else:
-            _remove(path)
+        _remove(path)
     return removed
+
+
+def in_the_way(directory: str | os.PathLike[str], last_step: int | None) -> list[Path]:
+    """What in `directory` a save of a step up to `last_step` (None: any) would have to replace
+    and may not, not being a save's own (`is_ours`): a `step-<N>`, `.tmp-step-<N>` or
+    `.trash-step-<N>` that a person or another program made (an empty directory holds nothing
+    to lose and is not counted)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in sorted(directory.iterdir()):
+        match = _STEP_DIR.match(path.name) or _OWN_DEBRIS.match(path.name)
+        if match is None or (last_step is not None and int(match.group(1)) > last_step):
+            continue
+        empty = path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+        if not empty and not is_ours(path):
+            found.append(path)
+    return found

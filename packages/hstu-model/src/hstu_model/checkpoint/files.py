@@ -3,8 +3,11 @@
 `manifest.json` holds the size and sha256 of every file of a checkpoint but itself and
 `COMPLETE`; `COMPLETE`, written last, holds the manifest's own sha256. `verify_checkpoint`
 checks the files against both (a file truncated, changed or lost after the save, by a disk or
-a person). `_remove` deletes a directory so that no reader sees half of it; `rewind_file` cuts
-an append-only log back to what it held at a checkpoint.
+a person). `WRITER`, the first file a save writes into its directory, is how a directory is
+proven to be a save's own (`is_ours`): only such directories are ever removed, whatever their
+name, so a user's `step-100/` or `.tmp-mywork/` beside the checkpoints is left alone. `_remove`
+deletes one so that no reader sees half of it and so that it stays provably ours until its
+last file is gone; `rewind_file` cuts an append-only log back to what it held at a checkpoint.
 """
 
 from __future__ import annotations
@@ -26,9 +29,14 @@ MANIFEST = "manifest.json"
 """Relative path -> {"bytes", "sha256"} of every file of a checkpoint but itself and COMPLETE."""
 TENSORS = "tensors"
 RNG = "rng"
+WRITER = "writer.json"
+"""Written first into every save's directory: the proof that the directory is a save's own."""
+_WRITER_RECORD = {"writer": "hstu_model.checkpoint"}
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 _TMP_PREFIX = ".tmp-"
 _TRASH_PREFIX = ".trash-"
+_OWN_DEBRIS = re.compile(r"^\.(?:tmp|trash)-step-(\d+)$")
+"""A save in progress (or killed), a removal in progress (or killed)."""
 
 
 class CheckpointError(RuntimeError):
@@ -117,13 +125,77 @@ def verify_checkpoint(path: str | os.PathLike[str]) -> list[str]:
     return problems
 
 
+def _write_writer(directory: Path) -> None:
+    _write_json(directory / WRITER, _WRITER_RECORD)
+
+
+def is_ours(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a directory a save wrote: it holds `WRITER`, or (a checkpoint saved
+    before `WRITER` existed) a `COMPLETE` whose sha256 matches its manifest."""
+    path = Path(path)
+    if not path.is_dir() or path.is_symlink():
+        return False
+    try:
+        if json.loads((path / WRITER).read_text(encoding="utf-8")) == _WRITER_RECORD:
+            return True
+    except (OSError, UnicodeDecodeError, ValueError):
+        pass
+    try:
+        marker = json.loads((path / COMPLETE).read_text(encoding="utf-8"))
+        return marker.get("manifest_sha256") == _sha256(path / MANIFEST)
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return False
+
+
+def _delete_ours(path: Path) -> None:
+    """Delete the directory `path` (one of ours), its `WRITER` last: a deletion cut short
+    leaves a directory that is still provably ours, for the next `prune`."""
+    for entry in path.iterdir():
+        if entry.name == WRITER:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    (path / WRITER).unlink(missing_ok=True)
+    path.rmdir()
+
+
+def _clear_for_save(path: Path) -> None:
+    """Make room for a save at `path` (its temporary or final directory): remove what a
+    save left there; CheckpointError, having removed nothing, when something else is there
+    (an empty directory holds nothing to lose)."""
+    if not os.path.lexists(path):
+        return
+    if is_ours(path):
+        _remove(path)
+    elif path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
+        path.rmdir()  # a save killed between creating it and writing WRITER
+    else:
+        raise CheckpointError(
+            f"{path} is in the way of a checkpoint and is not a checkpoint this package wrote; "
+            "move it away or use another --checkpoint-dir"
+        )
+
+
 def _remove(path: Path) -> None:
-    """Remove a directory so that no reader sees it half deleted: rename it away first."""
+    """Remove a directory of ours so that no reader sees it half deleted: rename it away
+    first (over a trash of ours left by a removal cut short)."""
+    if not (path / WRITER).is_file():  # saved before WRITER existed: it stays provably ours
+        _write_writer(path)
+    if path.name.startswith(_TRASH_PREFIX):
+        _delete_ours(path)
+        return
     trash = path.with_name(f"{_TRASH_PREFIX}{path.name}")
-    if trash.exists():
-        shutil.rmtree(trash)
+    if os.path.lexists(trash):
+        if not is_ours(trash):
+            raise CheckpointError(
+                f"{trash} is in the way of removing {path} and is not a checkpoint this "
+                "package wrote; move it away"
+            )
+        _delete_ours(trash)
     os.rename(path, trash)
-    shutil.rmtree(trash)
+    _delete_ours(trash)
 
 
 def rewind_file(path: str | os.PathLike[str], size: int) -> int:

@@ -15,6 +15,7 @@ import contextlib
 import errno
 import json
 import os
+import resource
 import shutil
 import time
 import warnings
@@ -40,6 +41,7 @@ from hstu_model.checkpoint.files import (
     RNG,
     TENSORS,
     CheckpointError,
+    _clear_for_save,
     _fsync_path,
     _fsync_tree,
     _manifest,
@@ -47,6 +49,8 @@ from hstu_model.checkpoint.files import (
     _remove,
     _sha256,
     _write_json,
+    _write_writer,
+    is_ours,
 )
 from hstu_model.checkpoint.rng import rng_state, set_rng_state
 from hstu_model.checkpoint.state import (
@@ -108,19 +112,22 @@ def save_checkpoint(
         config = trainer.config.to_dict()
     config = json.loads(json.dumps(config, default=str))
     tensors, optimizers = _trainer_state(trainer)
+    if rank == 0:  # before anything is written: what is in the way must be a save's own
+        _clear_for_save(tmp)
+        _clear_for_save(final)
     try:
         if rank == 0:
             directory.mkdir(parents=True, exist_ok=True)
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            (tmp / RNG).mkdir(parents=True)
+            tmp.mkdir()
+            _write_writer(tmp)  # first: from here on the directory is provably ours
+            (tmp / RNG).mkdir()
         _barrier()
         writer = FileSystemWriter(tmp / TENSORS, single_file_per_rank=True, sync_files=True)
         with _dcp_quiet():
             dcp.save(tensors, storage_writer=writer, no_dist=not _distributed())
         _write_json(tmp / RNG / f"rank-{rank}.json", rng_state())
-    except (Exception, dcp.api.CheckpointException) as error:  # the latter: a BaseException
-        raise _write_error(error, tmp, tensors) from error
+    except BaseException as error:  # dcp's CheckpointException is a BaseException
+        raise _write_error(error, tmp, tensors) from _cause(error)
     _barrier()
     if rank == 0:
         meta = {
@@ -138,9 +145,9 @@ def save_checkpoint(
             _write_json(tmp / MANIFEST, _manifest(tmp))  # after every file it lists
             manifest_sha256 = _sha256(tmp / MANIFEST)
             _fsync_tree(tmp)
-        except (Exception, dcp.api.CheckpointException) as error:
-            raise _write_error(error, tmp, tensors) from error
-        if final.exists():  # an incomplete save of this step, or a replaced one
+        except BaseException as error:
+            raise _write_error(error, tmp, tensors) from _cause(error)
+        if os.path.lexists(final):  # ours (checked above): an incomplete or replaced save
             _remove(final)
         os.rename(tmp, final)
         _fsync_path(directory)
@@ -152,25 +159,54 @@ def save_checkpoint(
     return final
 
 
+def _chain(error: BaseException) -> list[BaseException]:
+    """`error`, what caused it, and what DCP's CheckpointException wraps (each rank's own)."""
+    found, todo = [], [error]
+    while todo and len(found) < 50:
+        current = todo.pop(0)
+        if current is None or any(current is seen for seen in found):
+            continue
+        found.append(current)
+        todo += [current.__cause__, current.__context__]
+        if isinstance(current, dcp.api.CheckpointException):
+            todo += [wrapped for wrapped, _ in current.failures.values()]
+    return found
+
+
+def _interruption(error: BaseException) -> BaseException | None:
+    """The signal or exit (a BaseException that is no Exception, such as the SystemExit a
+    run's SIGTERM handler raises) that `error` is or wraps, if any."""
+    return next(
+        (e for e in _chain(error) if not isinstance(e, Exception | dcp.api.CheckpointException)),
+        None,
+    )
+
+
+def _cause(error: BaseException) -> BaseException | None:
+    """What a save's failure is raised from: nothing for an interruption (it is raised as
+    itself), the error otherwise (shown under --debug)."""
+    return None if _interruption(error) is not None else error
+
+
 def _write_error(error: BaseException, tmp: Path, tensors: Mapping[str, Any]) -> BaseException:
-    """`error` of a save into `tmp`, as a CheckpointError that says when the disk is full.
+    """What to raise for `error`, which stopped a save into `tmp`: a signal as itself, a
+    failure of the file system (a full disk, a file-size limit, any other OSError) as a
+    one-line CheckpointError; both after removing the partial save. Anything else (a fault
+    of the program) is raised as it is, the partial save left for `prune`, as after a kill.
 
     torch's writers report a full disk in their own words (e.g. "unexpected pos" from the
-    zip writer), so besides an ENOSPC anywhere in the error's chain, a save that failed with
-    its file system (nearly) full counts as a full disk: less free than a hundredth of it or
-    than 1 MiB (or than the tensors to write). Then the partial save is removed to give the
-    space back.
+    zip writer), so a save that failed with its file system (nearly) full counts as a full
+    disk too: less free than a hundredth of it or than 1 MiB (or than the tensors to write).
     """
+    interruption = _interruption(error)
     try:
         usage = shutil.disk_usage(tmp.parent)
     except OSError:
         usage = None
-    chain, cause = [], error
-    while cause is not None and len(chain) < 10:
-        chain.append(cause)
-        cause = cause.__cause__ or cause.__context__
-    enospc = any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain)
-    enospc = enospc or "no space left" in str(error).lower()
+    chain = _chain(error)
+    os_errors = [e for e in chain if isinstance(e, OSError)]
+    enospc = any(e.errno == errno.ENOSPC for e in os_errors)
+    enospc = enospc or any("no space left" in str(e).lower() for e in chain)
     needed = sum(
         t.numel() * t.element_size()
         for value in tensors.values()
@@ -178,16 +214,31 @@ def _write_error(error: BaseException, tmp: Path, tensors: Mapping[str, Any]) ->
         if isinstance(t, torch.Tensor)
     )
     nearly_full = usage is not None and usage.free < max(needed, usage.total // 100, 2**20)
-    if not (enospc or nearly_full):
-        return error  # the partial save stays for `prune`, as after a kill
-    shutil.rmtree(tmp, ignore_errors=True)
-    free = "unknown" if usage is None else f"{usage.free:,} bytes"
-    last_line = str(error).strip().splitlines()[-1] if str(error).strip() else type(error)
-    return CheckpointError(
-        f"writing checkpoint {tmp}: no space left on its file system ({free} free when the "
-        f"save failed, {needed:,} bytes of tensors to write); the partial save was removed "
-        f"({last_line})"
-    )
+    if interruption is None and not (os_errors or enospc or nearly_full):
+        return error
+    with contextlib.suppress(OSError, CheckpointError):
+        if is_ours(tmp):
+            _remove(tmp)
+    if interruption is not None:
+        return interruption
+    if enospc or nearly_full:
+        free = "unknown" if usage is None else f"{usage.free:,} bytes"
+        last_line = str(error).strip().splitlines()[-1] if str(error).strip() else type(error)
+        return CheckpointError(
+            f"writing checkpoint {tmp}: no space left on its file system ({free} free when "
+            f"the save failed, {needed:,} bytes of tensors to write); the partial save was "
+            f"removed ({last_line})"
+        )
+    first = os_errors[0]
+    if first.errno == errno.EFBIG:
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        shown = "unlimited now" if limit == resource.RLIM_INFINITY else f"{limit:,} bytes"
+        why = f"a file reached this process's file-size limit (ulimit -f; {shown})"
+    else:
+        why = first.strerror or str(first)
+        if first.filename:
+            why += f": {first.filename}"
+    return CheckpointError(f"writing checkpoint {tmp}: {why}; the partial save was removed")
 
 
 def config_differences(saved: Mapping[str, Any], live: Mapping[str, Any]) -> list[str]:

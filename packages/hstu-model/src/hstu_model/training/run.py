@@ -61,10 +61,12 @@ from hstu_model.training.run_config import (
 )
 from hstu_model.training.run_folders import (
     CONFIG,
+    DATA_FILES,
     RUN_FILES,
     SUMMARY,
     RunRefused,
     claim_run,
+    data_fingerprint,
     data_root,
 )
 from hstu_model.training.trainer import Trainer, seed_everything
@@ -161,6 +163,37 @@ def vocab_floor(config: RunConfig) -> dict[str, int]:
         "artist_id": synth.artists,
         "album_id": synth.albums,
     }
+
+
+def most_train_samples(config: RunConfig) -> tuple[int, str]:
+    """More train samples than the dataset can have, known before it is read, and why: a
+    sample is a listen, so no more than the rows of a download's events file (its parquet
+    metadata) or the synthetic dataset's users times the listens it gives a user at most."""
+    if config.data is not None:
+        import polars as pl  # yambda-data's reader of the file; the count is in its metadata
+
+        events = multi_event_path(config.data, config.size)
+        rows = pl.scan_parquet(events).select(pl.len()).collect().item()
+        return rows, f"the {rows:,} rows of {events}"
+    synth = config.synth_config()
+    most = synth.users * synth.max_events_per_user
+    return most, (
+        f"{synth.users:,} synthetic users of at most {synth.max_events_per_user:,} listens each"
+    )
+
+
+def batch_refusal(config: RunConfig, hstu: HSTUConfig, world_size: int) -> str | None:
+    """Why no time window of the dataset can hold a global batch, told before the data is
+    prepared (the run checks the windows themselves once it has), or None."""
+    batch = hstu.train.batch_size * world_size
+    most, why = most_train_samples(config)
+    if batch <= most:
+        return None
+    return (
+        f"train.batch_size: a global batch of {batch:,} samples ({world_size} rank(s) x "
+        f"{hstu.train.batch_size:,}) is more than the dataset can hold ({why}); use a smaller "
+        "train.batch_size or more data"
+    )
 
 
 def memory_refusal(hstu: HSTUConfig, vocab: dict[str, int], ctx: Distributed) -> str | None:
@@ -292,6 +325,7 @@ def _train_run(run: ResolvedRun, log: Callable[[str], None] = _stderr) -> dict:
     with init_distributed(config.dist_timeout_seconds) as ctx, contextlib.ExitStack() as held:
         say = log if ctx.is_main else lambda message: None
         too_large = _agree(ctx, lambda: memory_refusal(hstu, vocab_floor(config), ctx))
+        too_large = too_large or batch_refusal(config, hstu, ctx.world_size)
         if too_large:
             raise RunRefused(too_large)
         plan = _agree(ctx, lambda: claim_run(run, held))
@@ -309,6 +343,7 @@ def _train_run(run: ResolvedRun, log: Callable[[str], None] = _stderr) -> dict:
             "run": run.as_json(out) | {"data": str(root)},
             "identity": run.identity(),
             "run_id": plan.run_id,
+            DATA_FILES: data_fingerprint(config),
         }
         if ctx.is_main:
             if plan.replace:

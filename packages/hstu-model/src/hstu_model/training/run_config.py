@@ -12,6 +12,7 @@ for the device (hstu-ops) and checks the closed division; it is the only place t
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import typing
 from collections.abc import Callable, Mapping
@@ -205,6 +206,13 @@ class RunConfig:
 
         if isinstance(self.overrides, list):
             object.__setattr__(self, "overrides", tuple(self.overrides))
+        for spec in dataclasses.fields(self):  # inf passes every bound below
+            value = getattr(self, spec.name)
+            require(
+                not isinstance(value, float) or math.isfinite(value),
+                spec.name,
+                f"must be finite, got {value}",
+            )
         require(self.preset in PRESETS, "preset", f"unknown preset {self.preset!r}")
         kernels = tuple(k.value for k in hstu_ops.Kernel)
         require(

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import itertools
 import json
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -23,9 +25,11 @@ from pathlib import Path
 from hstu_model import checkpoint as ckpt
 from hstu_model.training import folder_lock
 from hstu_model.training.run_config import ResolvedRun, RunConfig, flag
+from yambda_data.schema import mapping_path, multi_event_path
 
 __all__ = [
     "CONFIG",
+    "DATA_FILES",
     "RUNS_DIR",
     "RUN_FILES",
     "SUMMARY",
@@ -33,6 +37,7 @@ __all__ = [
     "RunPlan",
     "RunRefused",
     "claim_run",
+    "data_fingerprint",
     "data_root",
     "find_resume_point",
     "fresh_run_dir",
@@ -68,6 +73,13 @@ def find_resume_point(
     config = run.config
     if config.checkpoint_dir is None:
         return None, []
+    foreign = ckpt.in_the_way(config.checkpoint_dir, config.steps)
+    if foreign:
+        raise RunRefused(
+            f"--checkpoint-dir {config.checkpoint_dir}: {', '.join(map(str, foreign))} "
+            f"{'is' if len(foreign) == 1 else 'are'} where this run saves its checkpoints and "
+            "not a checkpoint it wrote; move it away or use another --checkpoint-dir"
+        )
     if config.resume == "never":
         existing = sorted(p.name for p in ckpt.list_checkpoint_dirs(config.checkpoint_dir))
         if existing:
@@ -83,7 +95,55 @@ def find_resume_point(
     differ = run_differences(found.extra.get("run", {}), found.config, run)
     if differ:
         raise RunRefused(f"{found.path} is a checkpoint of another run: {'; '.join(differ)}")
+    saved_data = (found.config or {}).get(DATA_FILES)
+    if saved_data is not None:
+        changed = data_differences(saved_data, data_fingerprint(config))
+        if changed:
+            raise RunRefused(
+                f"{found.path} was saved by a run on other data: {'; '.join(changed)}; resume "
+                "on the data the run started with, or start again with --overwrite"
+            )
     return found, skipped
+
+
+DATA_FILES = "data_files"
+"""The key of config.json (and of every checkpoint's copy) that holds `data_fingerprint`."""
+
+
+def data_fingerprint(config: RunConfig) -> dict[str, dict[str, int]] | None:
+    """Size and modification time of each file of `--data` (None for the synthetic data,
+    which its settings and the checksums of its cache identify): a resume on data other
+    than the run's is refused before anything is rebuilt from it. Read from the files'
+    metadata only, as yambda-data decides whether its preprocessed output is still current."""
+    if config.data is None:
+        return None
+    files = [multi_event_path(config.data, config.size)]
+    files += [mapping_path(config.data, kind) for kind in ("artist", "album")]
+    found = {}
+    for path in files:
+        stat = path.stat()
+        found[path.relative_to(config.data).as_posix()] = {
+            "bytes": stat.st_size,
+            "mtime_ns": stat.st_mtime_ns,
+        }
+    return found
+
+
+def data_differences(saved: dict, now: dict | None) -> list[str]:
+    """`<file>: <size, time> then, <size, time> now` for each file of `--data` that differs."""
+
+    def described(entry: dict | None) -> str:
+        if not isinstance(entry, dict):
+            return "missing"
+        when = datetime.datetime.fromtimestamp(entry["mtime_ns"] / 1e9, datetime.UTC)
+        return f"{entry['bytes']:,} bytes modified {when.isoformat(timespec='microseconds')}"
+
+    now = now or {}
+    return [
+        f"{name}: {described(saved.get(name))} then, {described(now.get(name))} now"
+        for name in sorted(set(saved) | set(now))
+        if saved.get(name) != now.get(name)
+    ]
 
 
 RUNS_DIR = Path("runs")
@@ -256,8 +316,13 @@ def claim_run(run: ResolvedRun, held: contextlib.ExitStack) -> RunPlan:
     them), held in `held` for the life of the run, then `plan_run` again under the locks (what
     another process did in between counts). Call on rank 0 only."""
     config = run.config
+    folders = [(config.checkpoint_dir, "--checkpoint-dir"), (config.out, "--out")]
+    for folder, what in [*folders, (None if config.out else RUNS_DIR, "the runs folder")]:
+        problem = None if folder is None else unwritable(folder)
+        if problem:
+            raise RunRefused(f"{what} {folder}: {problem}")
     try:
-        for folder, what in ((config.checkpoint_dir, "--checkpoint-dir"), (config.out, "--out")):
+        for folder, what in folders:
             if folder is not None:
                 folder_lock.ensure_free(folder, what)
         first = plan_run(run)  # every refusal before anything is created
@@ -268,8 +333,23 @@ def claim_run(run: ResolvedRun, held: contextlib.ExitStack) -> RunPlan:
         held.enter_context(folder_lock.lock_folder(out, what))
     except folder_lock.FolderInUse as error:
         raise RunRefused(str(error)) from None
+    except OSError as error:  # what `unwritable` cannot foresee: a read-only file system, ...
+        raise RunRefused(
+            f"cannot lock the run's folders: {error.strerror or error}: {error.filename}"
+        ) from None
     plan = plan_run(run, out)
     return dataclasses.replace(plan, notes=tuple(dict.fromkeys(first.notes + plan.notes)))
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why a run could not create `folder` or write into it (None: it could): a file in the
+    way, or no write permission where it would be created."""
+    existing = next((p for p in (folder, *folder.parents) if os.path.lexists(p)), Path("."))
+    if not existing.is_dir():
+        return f"cannot be created or written, {existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"cannot be created or written, {existing} is not writable"
+    return None
 
 
 def data_root(config: RunConfig, out: Path) -> Path:
