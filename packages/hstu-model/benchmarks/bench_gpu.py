@@ -121,6 +121,8 @@ FAMILY_KERNELS = {
 "reference": the MLPerf reference's Triton kernel, run only with --reference)."""
 
 ATTENTION_FAMILIES = ("attention-fwd", "attention")
+STEP_PHASES = ("step: forward", "step: backward", "step: optimizer")
+"""The profiler labels of dense-step's phases (the optimizer phase: clipping and Adam)."""
 STEP_MODES = ("eager", "compiled")
 """dense-step's ways to run: as the trainer does, or parts of its model under torch.compile."""
 COMPILED_PARTS = (
@@ -1049,14 +1051,18 @@ def dense_step_runners(batch: int, setting: Setting, device) -> Callable:
         def step():
             b = next(cycle)
             bf16 = setting.cfg.train.autocast_bf16
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                logits = model(b.uih, b.candidates).logits
-            loss = model.loss(logits.float(), b.labels)
+            # Labelled for profiles that count each phase's ops (bench_step_launches.py).
+            with torch.profiler.record_function(STEP_PHASES[0]):
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                    logits = model(b.uih, b.candidates).logits
+                loss = model.loss(logits.float(), b.labels)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if opt.grad_clip_norm > 0:
-                torch.nn.utils.clip_grad_norm_(dense, opt.grad_clip_norm)
-            optimizer.step()
+            with torch.profiler.record_function(STEP_PHASES[1]):
+                loss.backward()
+            with torch.profiler.record_function(STEP_PHASES[2]):
+                if opt.grad_clip_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(dense, opt.grad_clip_norm)
+                optimizer.step()
 
         return step
 
