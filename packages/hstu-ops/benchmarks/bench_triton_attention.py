@@ -28,7 +28,6 @@ clock). Prints a table; asserts nothing.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import statistics
 import sys
@@ -60,27 +59,6 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--skip-pytorch", action="store_true")
     p.add_argument("--sweep", action="store_true")
     return p.parse_args()
-
-
-def sweep_configs(default):
-    """The default tiles (a ``BlockConfig``), then variants of one kernel each (the others as
-    the default, so the variant's own kernel is the only one recompiled): (what changed,
-    config) pairs."""
-    variants = [("default", default)]
-    for stages in (1, 3, 4):
-        variants.append((f"num_stages {stages}", dataclasses.replace(default, num_stages=stages)))
-    kernels = {
-        "fwd": [(128, 64, 4), (128, 128, 8), (64, 64, 4), (64, 128, 4), (128, 32, 4), (64, 32, 4)],
-        "dkdv": [(32, 64, 4), (64, 64, 4), (64, 64, 8), (32, 128, 8), (64, 128, 8), (16, 64, 4)],
-        "dq": [(128, 64, 8), (64, 32, 4), (128, 32, 8), (64, 128, 8), (32, 64, 4)],
-    }
-    for kernel, shapes in kernels.items():
-        for m, n, warps in shapes:
-            change = {f"{kernel}_block_m": m, f"{kernel}_block_n": n, f"{kernel}_warps": warps}
-            config = dataclasses.replace(default, **change)
-            if config != default:
-                variants.append((f"{kernel} {m}x{n} w{warps}", config))
-    return variants
 
 
 def _elapsed_ms(fn, device: torch.device) -> float:
@@ -210,13 +188,14 @@ def main() -> int:
 def sweep(args, q, k, v, dout, offsets, options, alpha, fwd_flops, total_flops, device) -> int:
     # Imported here, after the check that triton is installed (it imports triton).
     from hstu_ops.triton.triton_hstu_attention import default_block_config, triton_hstu_mha
+    from hstu_ops.triton.tuning import attention_variants
 
     max_seq_len = int((offsets[1:] - offsets[:-1]).max())
     default = default_block_config(args.attn_dim, args.hidden_dim, q.dtype)
     print("| variant | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |")
     print("|---|---:|---:|---:|---:|")
     results = []
-    for name, config in sweep_configs(default):
+    for name, config in attention_variants(default):
 
         def attend(config=config):
             return triton_hstu_mha(
