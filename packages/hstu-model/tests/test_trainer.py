@@ -7,7 +7,7 @@ import torch
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
 from hstu_model import Trainer
-from hstu_model.training.trainer import SparseRowWiseAdagrad
+from hstu_model.optimizers import SparseRowWiseAdagrad
 
 SHAPES = ([5, 3, 7], [4, 0, 6, 2], [1, 8])
 

@@ -45,8 +45,8 @@ from hstu_model.config import (
     SHARDING_TYPES,
     ConfigError,
     HSTUConfig,
-    OptimizerConfig,
 )
+from hstu_model.optimizers import sparse_optimizer_settings
 
 logger = logging.getLogger(__name__)
 
@@ -341,7 +341,7 @@ def shard_model(
     _apply_optimizer_in_backward(
         RowWiseAdagrad,
         collection.parameters(),
-        {"lr": optimizer.sparse_lr, "eps": optimizer.sparse_eps},
+        sparse_optimizer_settings(optimizer),
     )
     topology = TopologyFactory.create_topology(
         trainer_config=TrainerConfig(
@@ -446,25 +446,3 @@ def sharded_parameters(
     ]
     dense = [p for name, p in named.items() if not name.startswith(prefix) and name not in fused]
     return dense, replicated
-
-
-def set_learning_rates(
-    dense_optimizer: torch.optim.Optimizer,
-    sparse_optimizers: Sequence[torch.optim.Optimizer],
-    config: OptimizerConfig,
-    step: int,
-) -> float:
-    """Set the dense optimizer and every sparse one to their peak rate times the warmup factor
-    of `step`; returns the factor. A fused optimizer (the DMP's `fused_optimizer`) takes the new
-    rate into its kernels at once, so it applies to the next backward pass."""
-    factor = config.lr_factor(step)
-    for group in dense_optimizer.param_groups:
-        group["lr"] = config.dense_lr * factor
-    for optimizer in sparse_optimizers:
-        for group in optimizer.param_groups:
-            group["lr"] = config.sparse_lr * factor
-        if not isinstance(optimizer, RowWiseAdagrad):
-            # TorchRec's fused embedding optimizers push param_groups' lr into their kernels in
-            # zero_grad() and step(), neither of which touches weights (backward does).
-            optimizer.zero_grad()
-    return factor

@@ -22,11 +22,12 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from hstu_model.config import HSTUConfig
 from hstu_model.metrics import binary_auc, normalized_entropy
 from hstu_model.model import HSTURanker
-from hstu_model.sharding import (
-    is_sharded,
+from hstu_model.optimizers import (
+    SparseRowWiseAdagrad,
     set_learning_rates,
-    sharded_parameters,
+    sparse_optimizer_settings,
 )
+from hstu_model.sharding import is_sharded, sharded_parameters
 
 
 class Batch(Protocol):
@@ -53,48 +54,6 @@ class EvalResult:
     """Log loss of the first task over the entropy of its positive rate (< 1: informative)."""
     num_samples: int
     """Candidates evaluated."""
-
-
-class SparseRowWiseAdagrad(RowWiseAdagrad):
-    """TorchRec's `RowWiseAdagrad` (same state, same checkpoints) that also takes the sparse
-    gradients of `nn.Embedding(sparse=True)`: it then updates only the rows a batch touched,
-    with the dense update's own operations on those rows. A row outside the batch has a zero
-    gradient, which leaves the dense update's row as it was (no weight or learning-rate
-    decay), so both give the same weights up to float rounding (a row that several samples
-    of a batch touch sums their gradients in another order); tested against the dense path."""
-
-    @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None):
-        if not any(p.grad is not None and p.grad.is_sparse for p in self._all_params()):
-            return super().step(closure)
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            if group["weight_decay"] or group["lr_decay"] or group["maximize"]:
-                raise ValueError(
-                    "SparseRowWiseAdagrad: sparse gradients need weight_decay, lr_decay 0 and "
-                    "maximize False (a decay also changes the rows outside the batch)"
-                )
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                state = self.state[param]
-                state["step"] += 1
-                grad = param.grad
-                grad = grad.coalesce() if grad.is_sparse else grad.to_sparse(sparse_dim=1)
-                rows, values = grad.indices()[0], grad.values()
-                sums = state["sum"][rows]
-                sums += values.pow(2).mean(axis=1).view(-1, 1)
-                state["sum"].index_copy_(0, rows, sums)
-                std = sums.sqrt().add_(group["eps"])
-                updated = param[rows].addcdiv_(values, std, value=-group["lr"])
-                param.index_copy_(0, rows, updated)
-        return loss
-
-    def _all_params(self) -> Iterable[nn.Parameter]:
-        return (p for group in self.param_groups for p in group["params"])
 
 
 class Trainer:
@@ -129,9 +88,7 @@ class Trainer:
             for table in model.embedding_collection.embeddings.values():
                 table.sparse = True
             sparse = [
-                SparseRowWiseAdagrad(
-                    model.embedding_parameters(), lr=opt.sparse_lr, eps=opt.sparse_eps
-                )
+                SparseRowWiseAdagrad(model.embedding_parameters(), **sparse_optimizer_settings(opt))
             ]
         self.dense_optimizer = torch.optim.Adam(
             self._dense_parameters,
@@ -149,9 +106,7 @@ class Trainer:
         running metrics."""
 
     def _row_wise_adagrad(self, parameters: list[nn.Parameter]) -> RowWiseAdagrad:
-        return RowWiseAdagrad(
-            parameters, lr=self.config.optimizer.sparse_lr, eps=self.config.optimizer.sparse_eps
-        )
+        return RowWiseAdagrad(parameters, **sparse_optimizer_settings(self.config.optimizer))
 
     @property
     def sparse_optimizer(self) -> torch.optim.Optimizer:
