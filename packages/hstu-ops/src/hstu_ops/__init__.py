@@ -33,6 +33,7 @@ from hstu_ops._kernel import (
 
 if TYPE_CHECKING:
     from hstu_ops import pytorch, selfcheck
+    from hstu_ops._index_checks import set_index_value_checks
     from hstu_ops._native import NativeExtensionError, native_available, native_build_info
     from hstu_ops._triton import (
         TritonUnavailableError,
@@ -79,6 +80,7 @@ _LAZY = {
     "swish_layer_norm": "hstu_ops.norms",
     "add_timestamp_positional_embeddings": "hstu_ops.position",
     "selfcheck": "hstu_ops.selfcheck",
+    "set_index_value_checks": "hstu_ops._index_checks",
     "verify_if_auto": "hstu_ops.selfcheck",
     "verify_kernel": "hstu_ops.selfcheck",
 }
@@ -125,6 +127,7 @@ __all__ = [
     "rms_norm",
     "selfcheck",
     "set_default_kernel",
+    "set_index_value_checks",
     "split_1d_jagged",
     "split_2D_jagged",
     "swish_layer_norm",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import re
+import sys
 from collections.abc import Callable
 from types import ModuleType
 
@@ -35,6 +36,9 @@ def load_triton_module(op: str, module: str) -> ModuleType:
     or the module cannot be imported (one reason: ``TRITON_INTERPRET`` changed after another
     Triton module of hstu_ops was imported; see :mod:`hstu_ops.triton._common`)."""
     name = f"hstu_ops.triton.{module}"
+    loaded = sys.modules.get(name)
+    if loaded is not None:  # a plain lookup, which torch.compile traces (an import it cannot)
+        return loaded
     try:
         return importlib.import_module(name)
     except ImportError as exc:

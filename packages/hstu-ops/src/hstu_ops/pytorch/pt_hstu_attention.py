@@ -111,8 +111,11 @@ def _check_inputs(
     num_targets: torch.Tensor | None,
     max_attn_len: int,
     contextual_seq_len: int,
+    *,
+    values: bool = True,
 ) -> torch.Tensor:
-    """Validates the arguments; returns the sequence lengths."""
+    """Validates the arguments; returns the sequence lengths. ``values``: also the checks that
+    read the offsets and targets (see :mod:`hstu_ops._index_checks`)."""
     if max_seq_len <= 0:
         raise ValueError(f"{_OP}: max_seq_len must be positive, got {max_seq_len}")
     if q.dim() != 3:
@@ -133,9 +136,9 @@ def _check_inputs(
         raise ValueError(f"{_OP}: max_attn_len must be >= 0, got {max_attn_len}")
     if contextual_seq_len < 0:
         raise ValueError(f"{_OP}: contextual_seq_len must be >= 0, got {contextual_seq_len}")
-    check_offsets(_OP, "seq_offsets", seq_offsets, q.shape[0], "q")
+    check_offsets(_OP, "seq_offsets", seq_offsets, q.shape[0], "q", values=values)
     lengths = seq_offsets[1:] - seq_offsets[:-1]
-    if lengths.numel() and int(lengths.max()) > max_seq_len:
+    if values and lengths.numel() and int(lengths.max()) > max_seq_len:
         b = int(torch.argmax(lengths))
         raise ValueError(
             f"{_OP}: sequence {b} has {int(lengths[b])} tokens, more than "
@@ -151,8 +154,8 @@ def _check_inputs(
             raise TypeError(
                 f"{_OP}: num_targets must have dtype int32 or int64, got {num_targets.dtype}"
             )
-        bad = ((num_targets < 0) | (num_targets > lengths)).nonzero()
-        if bad.numel():
+        bad = ((num_targets < 0) | (num_targets > lengths)).nonzero() if values else None
+        if bad is not None and bad.numel():
             b = int(bad[0, 0])
             raise ValueError(
                 f"{_OP}: num_targets[{b}] = {int(num_targets[b])} is outside "

@@ -64,14 +64,23 @@ def check_lengths(op: str, name: str, lengths: torch.Tensor) -> None:
 
 
 def check_offsets(
-    op: str, name: str, offsets: torch.Tensor, rows: int, values_name: str = "values"
+    op: str,
+    name: str,
+    offsets: torch.Tensor,
+    rows: int,
+    values_name: str = "values",
+    *,
+    values: bool = True,
 ) -> None:
-    """offsets: 1-D int32/int64 with >= 1 entry, offsets[0] == 0, monotone, last == rows."""
+    """offsets: 1-D int32/int64 with >= 1 entry, offsets[0] == 0, monotone, last == rows (the
+    last three, which read the values, only with ``values``)."""
     _check_index_tensor(op, name, offsets)
     if offsets.numel() < 1:
         raise ValueError(
             f"{op}: {name} must have at least one entry (a batch of B sequences has B + 1 offsets)"
         )
+    if not values:
+        return
     first = int(offsets[0])
     if first != 0:
         raise ValueError(f"{op}: {name}[0] = {first}, expected 0")

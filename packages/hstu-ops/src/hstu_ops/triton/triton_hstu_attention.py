@@ -50,6 +50,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hstu_ops import triton_ops
 from hstu_ops.pytorch.pt_hstu_attention import _check_dropout_pr, _check_inputs
 from hstu_ops.triton import _common
 from hstu_ops.triton._common import cast, dot, philox4x32_10, sequence
@@ -57,7 +58,6 @@ from hstu_ops.triton._common import cast, dot, philox4x32_10, sequence
 __all__ = [
     "INTERPRETED",
     "BlockConfig",
-    "HSTUAttentionFunction",
     "default_block_config",
     "draw_dropout_seed",
     "dropout_keep_mask",
@@ -858,7 +858,13 @@ def draw_dropout_seed() -> int:
 
     Drawn on the host: no GPU synchronisation, and the GPU generators' states are untouched.
     """
-    return int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
+    return int(_draw_seed_tensor())
+
+
+def _draw_seed_tensor() -> torch.Tensor:
+    """:func:`draw_dropout_seed`'s seed as an int64 CPU scalar (what the op takes, so that a
+    traced call reads no value)."""
+    return torch.randint(0, 2**63 - 1, (), dtype=torch.int64)
 
 
 def dropout_keep_mask(
@@ -1013,23 +1019,6 @@ def hstu_attention_bwd(
     return dq, dk, dv
 
 
-class HSTUAttentionFunction(torch.autograd.Function):
-    """Autograd wrapper of the kernels: saves q, k, v and recomputes the weights backward."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, problem: _Problem):  # type: ignore[override]
-        out = hstu_attention_fwd(q, k, v, problem)
-        ctx.save_for_backward(q, k, v)
-        ctx.problem = problem
-        return out
-
-    @staticmethod
-    def backward(ctx, dout):  # type: ignore[override]
-        q, k, v = ctx.saved_tensors
-        dq, dk, dv = hstu_attention_bwd(dout, q, k, v, ctx.problem)
-        return dq, dk, dv, None
-
-
 def triton_hstu_mha(
     max_seq_len: int,
     alpha: float,
@@ -1061,9 +1050,12 @@ def triton_hstu_mha(
     generator is not touched when dropout is off. :func:`dropout_keep_mask` returns the mask
     of a seed.
     """
+    # Shapes, dtypes and scalars here; the offsets' and targets' values inside the op, where
+    # they can be read (hstu_ops.triton_ops): no host synchronisation on this path.
     lengths = _check_inputs(
-        max_seq_len, q, k, v, seq_offsets, dropout_pr, num_targets, max_attn_len, contextual_seq_len
-    )
+        max_seq_len, q, k, v, seq_offsets, dropout_pr, num_targets, max_attn_len,
+        contextual_seq_len, values=False,
+    )  # fmt: skip
     _common.check_float_dtype(_OP, q.dtype)
     _common.check_device(_OP, q.device, INTERPRETED)
     if not (q.device == k.device == v.device):
@@ -1071,24 +1063,29 @@ def triton_hstu_mha(
             f"{_OP}: q, k, v must be on one device, got {q.device}, {k.device}, {v.device}"
         )
     _common.check_batch(_OP, lengths.numel())
-    max_len = int(lengths.max()) if lengths.numel() else 0
     dropout = training and dropout_pr > 0.0
-    seed = 0
+    seed = None
     if dropout:
-        seed = draw_dropout_seed() if dropout_seed is None else int(dropout_seed)
-    problem = _Problem(
-        seq_offsets=seq_offsets.to(q.device).contiguous(),
-        num_targets=None if num_targets is None else num_targets.to(q.device).contiguous(),
-        max_len=max_len,
-        max_seq_len=int(max_seq_len),
-        alpha=float(alpha),
-        causal=bool(causal),
-        max_attn_len=int(max_attn_len),
-        contextual_seq_len=int(contextual_seq_len),
-        config=block_config or default_block_config(q.shape[2], v.shape[2], q.dtype, dropout),
-        dropout_pr=float(dropout_pr) if dropout else 0.0,
-        dropout_seed=seed,
-    )
+        seed = (
+            _draw_seed_tensor()
+            if dropout_seed is None
+            else torch.tensor(int(dropout_seed), dtype=torch.int64)
+        )
+    config = block_config or default_block_config(q.shape[2], v.shape[2], q.dtype, dropout)
     q, k, v = (_common.last_dim_contiguous(x) for x in (q, k, v))
-    _check_tile_offsets(max_len, q, k, v)
-    return HSTUAttentionFunction.apply(q, k, v, problem)
+    _check_tile_offsets(int(max_seq_len), q, k, v)
+    return triton_ops.hstu_mha_fwd(
+        q,
+        k,
+        v,
+        seq_offsets.to(q.device).contiguous(),
+        None if num_targets is None else num_targets.to(q.device).contiguous(),
+        int(max_seq_len),
+        float(alpha),
+        bool(causal),
+        float(dropout_pr) if dropout else 0.0,
+        int(max_attn_len),
+        int(contextual_seq_len),
+        seed,
+        list(dataclasses.astuple(config)),
+    )

@@ -389,7 +389,10 @@ def _pieces(
     pieces_through = torch.cumsum(starts, 0)  # pieces starting at or before each row
     bound = triton.cdiv(total, rows_per_piece) + table_rows
     piece_starts = torch.full((bound + 1,), total, dtype=torch.int64, device=device)
-    piece_starts.scatter_reduce_(0, pieces_through - 1, row, reduce="amin")
+    # Indices within the table never reach the clamp (the bound holds); it keeps indices that
+    # were never written (launches recorded, not run: hstu_ops.gpu_compile) in the buffer.
+    piece = (pieces_through - 1).clamp_(max=bound - 1)
+    piece_starts.scatter_reduce_(0, piece, row, reduce="amin")
     pieces_before = torch.cat([pieces_through.new_zeros(1), pieces_through])
     return piece_starts, pieces_before[segment_starts]
 
