@@ -387,6 +387,30 @@ def test_only_the_needed_gradients_and_determinism(tt):
     torch.testing.assert_close(d_seq, 2.0 * problem["dout"])
 
 
+@pytest.mark.triton
+def test_index_value_checks_turned_off(tt, monkeypatch):
+    """Off, the offsets' and lengths' values are not read: seq_lengths that disagree with the
+    offsets (which the kernels never read) pass unrefused, and the output is unchanged."""
+    import hstu_ops
+    from hstu_ops import _index_checks
+
+    problem = make_problem([3, 5], 8, 6, 4, seed=2, targets=[1, 2])
+    want, _ = run(tt.triton_add_timestamp_positional_embeddings, problem, max_seq_len=10)
+    problem["seq_lengths"] = torch.tensor([4, 4])
+    with pytest.raises(ValueError, match=r"seq_lengths\[0\] = 4 does not match"):
+        run(tt.triton_add_timestamp_positional_embeddings, problem, max_seq_len=10)
+    monkeypatch.setattr(_index_checks, "_enabled", True)
+    hstu_ops.set_index_value_checks(False)
+    try:
+        got, _ = run(tt.triton_add_timestamp_positional_embeddings, problem, max_seq_len=10)
+        problem["seq_lengths"] = torch.tensor([4, 4, 4])
+        with pytest.raises(ValueError, match="seq_lengths"):  # shapes are still checked
+            run(tt.triton_add_timestamp_positional_embeddings, problem, max_seq_len=10)
+    finally:
+        hstu_ops.set_index_value_checks(True)
+    assert torch.equal(got, want)
+
+
 # --------------------------------------------------------------------------------------------
 # Errors (the same checks and messages for both kernels)
 # --------------------------------------------------------------------------------------------

@@ -103,8 +103,11 @@ def _check_inputs(
     num_targets: torch.Tensor | None,
     interleave_targets: bool,
     time_bucket_fn: str,
+    *,
+    values: bool = True,
 ) -> torch.Tensor:
-    """Validates the arguments (reading the offsets, lengths and targets); returns the lengths.
+    """Validates the arguments (reading the offsets, lengths and targets, unless ``values`` is
+    False: see :mod:`hstu_ops._index_checks`); returns the lengths.
 
     Shared by every kernel, so that all raise the same errors with the same messages.
     """
@@ -167,10 +170,14 @@ def _check_inputs(
                 f"{_OP}: {name} is on {x.device} but seq_embeddings is on "
                 f"{seq_embeddings.device}; all tensors must share a device"
             )
-    check_offsets(_OP, "seq_offsets", seq_offsets, total, "seq_embeddings")
+    check_offsets(_OP, "seq_offsets", seq_offsets, total, "seq_embeddings", values=values)
     batch = seq_offsets.numel() - 1
     lengths = seq_offsets[1:] - seq_offsets[:-1]
     _check_index_vector("seq_lengths", seq_lengths, batch)
+    if num_targets is not None:
+        _check_index_vector("num_targets", num_targets, batch)
+    if not values:
+        return lengths
     mismatch = (seq_lengths != lengths).nonzero()
     if mismatch.numel():
         b = int(mismatch[0, 0])
@@ -185,7 +192,6 @@ def _check_inputs(
             f"max_seq_len = {max_seq_len}"
         )
     if num_targets is not None:
-        _check_index_vector("num_targets", num_targets, batch)
         tokens_per_target = 2 if interleave_targets else 1
         bad = ((num_targets < 0) | (num_targets * tokens_per_target > lengths)).nonzero()
         if bad.numel():

@@ -50,6 +50,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hstu_ops._index_checks import index_value_checks
 from hstu_ops.pytorch.pt_position import TIME_BUCKET_INCREMENT, _check_inputs
 from hstu_ops.triton import _common
 from hstu_ops.triton._common import cast, sequence
@@ -294,8 +295,8 @@ def add_timestamp_positional_embeddings_fwd(
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Forward launcher: (out, position indices, time buckets); indices only if save_indices.
 
-    Inputs as validated by the reference's checks, last dimensions contiguous; max_len is the
-    longest sequence of the batch.
+    Inputs as validated by the reference's checks, last dimensions contiguous; max_len bounds
+    the sequence lengths (the grid's rows per sequence).
     """
     total, dim = seq_embeddings.shape
     out = torch.empty_like(seq_embeddings, memory_format=torch.contiguous_format)
@@ -504,6 +505,7 @@ def triton_add_timestamp_positional_embeddings(
         num_targets,
         interleave_targets,
         time_bucket_fn,
+        values=index_value_checks(),
     )
     for name, x in (
         ("seq_embeddings", seq_embeddings),
@@ -512,12 +514,18 @@ def triton_add_timestamp_positional_embeddings(
     ):
         _common.check_float_dtype(_OP, x.dtype, f"{x.dtype} for {name}")
     _common.check_device(_OP, seq_embeddings.device, INTERPRETED)
-    max_len = int(lengths.max()) if lengths.numel() else 0
+    # On a GPU the grid covers max_seq_len rows per sequence, known without reading the offsets
+    # back (programs past a sequence's end return at once); CPU offsets (the interpreter,
+    # which pays for every program) are read for free.
+    max_len = int(max_seq_len)
+    if seq_offsets.device.type == "cpu":
+        max_len = int(lengths.max()) if lengths.numel() else 0
     config = block_config or default_position_block_config(seq_embeddings.shape[1])
     if triton.cdiv(max_len, config.block_n) > 65535:
         raise ValueError(
             f"{_OP}: the TRITON kernel's grid holds at most 65535 blocks of {config.block_n} "
-            f"rows per sequence; the longest sequence has {max_len} rows"
+            f"rows per sequence; the grid covers {max_len} rows (on a GPU max_seq_len, under "
+            "the interpreter the longest sequence)"
         )
     problem = _Problem(
         alpha=float(alpha),
