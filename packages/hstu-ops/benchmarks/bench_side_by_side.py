@@ -164,6 +164,23 @@ class Record:
     rows: list[Row] = field(default_factory=list)
     largest_batch: dict = field(default_factory=dict)
     sweep: dict = field(default_factory=dict)
+    backward_over_forward: dict = field(default_factory=dict)
+    """"<family> <kernel> B=<batch> N=<tokens>" -> (forward + backward ms - forward ms) /
+    forward ms, for the families timed both ways (the goal for norm-mul-dropout: <= 1.5)."""
+
+
+FORWARD_PAIRS = (("attention-fwd", "attention"), ("norm-mul-dropout-fwd", "norm-mul-dropout"))
+
+
+def backward_over_forward(rows: list[Row]) -> dict[str, float]:
+    times = {(r.family, r.kernel, r.batch, r.tokens): r.ms for r in rows if r.ms}
+    ratios = {}
+    for (family, kernel, batch, tokens), forward in times.items():
+        for fwd, both in FORWARD_PAIRS:
+            total = times.get((both, kernel, batch, tokens))
+            if family == fwd and total:
+                ratios[f"{both} {kernel} B={batch} N={tokens}"] = (total - forward) / forward
+    return ratios
 
 
 # ------------------------------------------------------------------------------------------
@@ -738,6 +755,10 @@ def table(record: Record) -> str:
             f"{'%' if r.peak_fraction is not None else ''} | {num(r.vs_pytorch, '.2f')} "
             f"| {num(r.vs_reference, '.2f')} | {num(r.peak_mib, ',.0f')} | {r.note} |"
         )
+    if record.backward_over_forward:
+        lines += ["", "Backward over forward (ms of forward + backward, less the forward's, over "
+                  "the forward's): " + ", ".join(
+                      f"{k} {v:.2f}" for k, v in record.backward_over_forward.items())]  # fmt: skip
     if record.largest_batch:
         lines += ["", "Largest batch our Triton kernel ran (doubling): "
                   + ", ".join(f"{k} {v}" for k, v in record.largest_batch.items())]  # fmt: skip
@@ -853,6 +874,7 @@ def main(argv: list[str] | None = None) -> int:
                 for row in found:
                     record.rows.append(row)
                     print(format_row(row), flush=True)
+                record.backward_over_forward = backward_over_forward(record.rows)
                 save(record, args.out)
     if args.sweep:
         tokens = max(tokens_list)

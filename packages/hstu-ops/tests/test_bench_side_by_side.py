@@ -112,6 +112,14 @@ def test_tiny_run_compares_every_family_and_sweeps(tmp_path):
         assert next(iter(found["variants"])) == "default", family
         assert len(found["variants"]) == 2
         assert found["fastest"] in found["variants"] and found["fastest_ms"] > 0
+    ratios = record["backward_over_forward"]
+    assert set(ratios) == {f"{f} {k} B=1 N=8" for f in ("attention", "norm-mul-dropout")
+                           for k in ("triton", "pytorch")}  # fmt: skip
+    ms = {(r["family"], r["kernel"]): r["ms"] for r in rows}
+    forward = ms[("attention-fwd", "triton")]
+    assert ratios["attention triton B=1 N=8"] == pytest.approx(
+        (ms[("attention", "triton")] - forward) / forward
+    )
     table = (tmp_path / "side_by_side.md").read_text()
     assert table.count("\n| ") == len(rows) + 1  # the heading and a line per row
     assert "Sweep positional-embeddings (batch 1, 8 tokens): fastest" in table
