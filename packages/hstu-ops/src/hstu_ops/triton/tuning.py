@@ -88,7 +88,11 @@ def _norm_mul_dropout_variants(
         {"num_warps": max(1, default.num_warps // 2)},
         {"num_warps": min(32, default.num_warps * 2)},
         {"bwd_programs": max(1, default.bwd_programs // 2)},
+        # The backward's programs each loop over row blocks (their weight-gradient partials
+        # are per program): more of them keep more loads in flight, for a larger partial sum.
         {"bwd_programs": default.bwd_programs * 2},
+        {"bwd_programs": default.bwd_programs * 4},
+        {"bwd_programs": default.bwd_programs * 8},
     ]
     return _one_change_each(default, changes)
 
