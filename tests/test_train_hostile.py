@@ -68,6 +68,11 @@ def tree(root: Path) -> list[str]:
             "--checkpoint-seconds: must be finite, got inf",
         ),
         (["--dist-timeout-seconds", "inf"], {}, "--dist-timeout-seconds: must be finite, got inf"),
+        (["--steps", str(10**30)], {}, "--steps: 1,000,000,000,000,000,000,000,000,000,000 steps"),
+        (["--steps", "10000000", "--evals", "10000000"], {}, "--evals: must be at most 100,000"),
+        (["--set", "model.num_layers=1000000000"], {}, "the model needs at least"),
+        (["--min-history", "1000000000"], {}, "--min-history: no listen of the dataset can"),
+        (["--set", "model.loss_scale=-1"], {}, "loss_scale: must be > 0, got -1.0"),
     ],
 )
 def test_every_value_is_checked_before_anything_is_created(argv, env, said, tmp_path):

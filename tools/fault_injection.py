@@ -44,6 +44,7 @@ from fault_support import (
     kept,
     last_record,
     one_line,
+    refusals,
     snapshot,
     summary,
     synthesize,
@@ -561,11 +562,7 @@ class Scenarios:
             (["--config", "list.yaml"], {}, "list.yaml: model: expected a mapping"),
             (["--config", "string.toml"], {}, "expected int, got the string '3'"),
         ]
-        statuses, named = [], 0
-        for argv, env, message in cases:
-            result = train(*RUN, *argv, env=env, cwd=cwd)
-            statuses.append(result.returncode)
-            named += bool(one_line(result) and message in result.stderr)
+        statuses, named = refusals(cases, cwd)
         shown = subprocess.run(
             [*TRAIN, "--help"],
             capture_output=True,
@@ -639,6 +636,162 @@ class Scenarios:
             f"exit 0 with a warning counting the {count} repeated rows, each",
             f"statuses {statuses}, warned {warned}",
             statuses == [0, 0] and all(warned),
+        )
+
+    # Round three: only our own entries removed, every value checked first, saves cut short.
+
+    def users_entries_beside_checkpoints_are_kept(self) -> tuple[str, str, str, bool]:
+        checkpoints = self.work / "beside" / "C"
+        (checkpoints / "step-100").mkdir(parents=True)
+        (checkpoints / "step-100" / "notes.txt").write_text("mine")
+        (checkpoints / ".tmp-mywork").mkdir()
+        (checkpoints / ".tmp-mywork" / "draft.txt").write_text("mine")
+        (checkpoints / ".trash-can.txt").write_text("mine")
+        before = digest(checkpoints)
+        out = self.work / "beside" / "n"
+        result = train(*CHECKPOINTED, "--out", str(out), "--checkpoint-dir", str(checkpoints))
+        after = digest(checkpoints)
+        mine = all(after.get(path) == sha for path, sha in before.items())
+        steps = sorted(p.name for p in checkpoints.glob("step-[0-9]") if p.is_dir())
+        return (
+            "a --checkpoint-dir holding a user's step-100/notes.txt, .tmp-mywork/draft.txt and "
+            "a file .trash-can.txt, then a run that checkpoints and prunes there",
+            "exit 0, the user's three files kept byte for byte, the run's checkpoints beside them",
+            f"status {result.returncode}, {'kept' if mine else 'A FILE OF THE USER WAS LOST'}, "
+            f"checkpoints {steps}",
+            result.returncode == 0 and mine and steps == ["step-2", "step-4", "step-6"],
+        )
+
+    def values_that_cannot_run_are_refused_first(self) -> tuple[str, str, str, bool]:
+        cwd = self.work / "values"
+        cwd.mkdir()
+        (cwd / "inf.toml").write_text("[optimizer]\ndense_lr = inf\n")
+        (cwd / "twice.yaml").write_text("model:\n  num_layers: 2\n  num_layers: 5\n")
+        (cwd / "twice.json").write_text('{"optimizer": {"eps": 1e-8}, "optimizer": {}}')
+        cases = [
+            (["--config", "inf.toml"], {}, "dense_lr: must be finite, got inf"),
+            (["--set", "optimizer.sparse_lr=1e400"], {}, "sparse_lr: must be finite, got inf"),
+            ([], {"HSTU_OPTIMIZER__DENSE_LR": "inf"}, "dense_lr: must be finite, got inf"),
+            (["--config", "twice.yaml"], {}, "model.num_layers is given twice"),
+            (["--config", "twice.json"], {}, "optimizer is given twice"),
+            (["--set", "model.head_hidden_dim=200000000"], {}, "the model needs at least"),
+            (["--set", "train.batch_size=100000000"], {}, "more than the dataset can hold"),
+        ]
+        statuses, named = refusals(cases, cwd)
+        created = sorted(
+            p.name for p in cwd.iterdir() if p.suffix not in (".toml", ".yaml", ".json")
+        )
+        return (
+            "dense_lr = inf in a TOML config, --set sparse_lr=1e400, HSTU_OPTIMIZER__DENSE_LR=inf, "
+            "a key given twice in YAML and in JSON, a head 200,000,000 wide, a batch of "
+            "100,000,000",
+            "exit 2 and one line naming the value each, before anything is created (the head "
+            "counted on the meta device, not allocated)",
+            f"statuses {statuses}, {named} named, created {created}",
+            statuses == [2] * len(cases) and named == len(cases) and not created,
+        )
+
+    def folders_that_cannot_be_written_are_refused(self) -> tuple[str, str, str, bool]:
+        cwd = self.work / "unwritable"
+        cwd.mkdir()
+        (cwd / "file").write_text("mine")
+        out = train(*RUN, "--out", "file/run", cwd=cwd)
+        checkpoints = train(*RUN, "--out", "run", "--checkpoint-dir", "file/c", cwd=cwd)
+        statuses = [out.returncode, checkpoints.returncode]
+        named = all(
+            (one_line(r) or "").endswith("file is not a directory") for r in (out, checkpoints)
+        )
+        created = sorted(p.name for p in cwd.iterdir())
+        return (
+            "--out under a file, --checkpoint-dir under a file",
+            "exit 2, one line naming the file in the way, nothing created",
+            f"statuses {statuses}, {'named' if named else 'NOT NAMED'}, created {created}",
+            statuses == [2, 2] and named and created == ["file"],
+        )
+
+    def resume_on_other_data_is_refused(self) -> tuple[str, str, str, bool]:
+        root = self.work / "other_data"
+        synthesize(root)
+        out, checkpoints = self._stopped_run("other_data_run", "--data", str(root))
+        again = yambda_data(
+            "synth", "--users", "40", "--seed", "1", "--out", str(root), "--overwrite"
+        )
+        if again.returncode != 0:
+            raise RuntimeError(again.stderr)
+        before = digest(out, checkpoints)
+        argv = [*CHECKPOINTED, "--data", str(root), "--out", str(out)]
+        result = train(*argv, "--checkpoint-dir", str(checkpoints), "--resume", "auto")
+        line = one_line(result) or ""
+        named = "on other data" in line and "flat/50m/multi_event.parquet" in line
+        state = kept(before, out, checkpoints)
+        return (
+            "SIGKILL after the step-4 checkpoint of a run on --data, that data synthesized again "
+            "with another seed, then --resume auto",
+            "exit 2, one line naming the files that differ, nothing of the run rebuilt or changed",
+            f"status {result.returncode}, {'named' if named else 'NOT NAMED'}, {state}",
+            result.returncode == 2 and named and "kept" in state,
+        )
+
+    def file_size_limit_during_a_checkpoint(self) -> tuple[str, str, str, bool]:
+        root = self.work / "fsize"
+        synthesize(root)
+        checkpoints = root / "c"
+        command = [*TRAIN, *RUN, "--data", str(root), "--checkpoint-every", "3"]
+        command += ["--out", str(root / "run"), "--checkpoint-dir", str(checkpoints)]
+        result = subprocess.run(
+            ["bash", "-c", 'ulimit -f 20000 && exec "$@"', "limited", *command],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        lines = result.stderr.strip().splitlines()
+        said = bool(lines) and "file-size limit" in lines[-1]
+        traceback = "Traceback" in result.stderr
+        left = sorted(p.name for p in checkpoints.iterdir() if p.name.startswith(".tmp-"))
+        stop = last_record(root / "run" / "mlperf.log")["metadata"].get("status")
+        return (
+            "ulimit -f 20000 (20 MB), a run whose step-3 checkpoint is larger",
+            "exit 1, one line naming the limit, no traceback, no temporary left, run_stop aborted",
+            f"status {result.returncode}, {'said' if said else 'NOT SAID'}, "
+            f"{'A TRACEBACK' if traceback else 'no traceback'}, temporaries {left}, run_stop {stop}",
+            result.returncode == 1 and said and not traceback and not left and stop == "aborted",
+        )
+
+    def sigterm_during_a_checkpoint(self) -> tuple[str, str, str, bool]:
+        # The signal is sent from inside the save, where DCP writes the tensors: a moment a
+        # signal from outside hits only by chance.
+        wrapper = self.work / "signalled_train.py"
+        wrapper.write_text(
+            "import os, runpy, signal, sys\n"
+            "from torch.distributed.checkpoint.filesystem import FileSystemWriter\n"
+            "write_data = FileSystemWriter.write_data\n"
+            "def signalled(self, plan, planner):\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    return write_data(self, plan, planner)\n"
+            "FileSystemWriter.write_data = signalled\n"
+            "sys.argv = sys.argv[1:]\n"
+            "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+        )
+        out, checkpoints = self.work / "sigterm", self.work / "sigterm" / "c"
+        argv = [*CHECKPOINTED, "--out", str(out), "--checkpoint-dir", str(checkpoints)]
+        result = subprocess.run(
+            [sys.executable, str(wrapper), str(ROOT / "tools" / "train.py"), *argv],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        lines = result.stderr.strip().splitlines()
+        said = bool(lines) and "SIGTERM" in lines[-1] and "Traceback" not in result.stderr
+        left = sorted(p.name for p in checkpoints.iterdir() if p.name != ".lock")
+        resumed = summary(train(*argv, "--resume", "auto"))
+        same = resumed["weights_sha256"] == self.reference()["weights_sha256"]
+        return (
+            "SIGTERM while a checkpoint's tensors are written, then --resume auto",
+            "exit 143, one line, no partial save left; the resume ends with the undisturbed "
+            "run's weights",
+            f"status {result.returncode}, {'one line' if said else 'NOT ONE LINE'}, left {left}, "
+            + ("same weights" if same else "OTHER WEIGHTS"),
+            result.returncode == 143 and said and not left and same,
         )
 
 

@@ -73,6 +73,17 @@ def one_line(result: subprocess.CompletedProcess) -> str | None:
     return lines[0] if len(lines) == 1 else None
 
 
+def refusals(cases: list[tuple[list[str], dict, str]], cwd: Path) -> tuple[list[int], int]:
+    """A short run in `cwd` with each case's (options, environment, expected message): the
+    exit statuses, and how many said their message in one line."""
+    statuses, named = [], 0
+    for argv, env, message in cases:
+        result = train(*RUN, *argv, env=env, cwd=cwd)
+        statuses.append(result.returncode)
+        named += bool(one_line(result) and message in result.stderr)
+    return statuses, named
+
+
 def summary(result: subprocess.CompletedProcess) -> dict:
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     if not lines:

@@ -77,6 +77,7 @@ from mlperf_compliance import (
     RunTracker,
     dlrmv4_run_start_keys,
     eval_schedule,
+    first_eval_samples,
 )
 from yambda_data.loader import make_loader
 from yambda_data.schema import check_multi_event_header, mapping_path, multi_event_path
@@ -101,7 +102,14 @@ __all__ = [
 
 REFUSALS = (ConfigError, RunRefused, FileNotFoundError, FileExistsError)
 """What `train` raises for a bad input, before it created or changed anything."""
-FAILURES = (FloatingPointError, RankLostError, ckpt.CheckpointError, OSError, ValueError)
+FAILURES = (
+    FloatingPointError,
+    RankLostError,
+    ckpt.CheckpointError,
+    OSError,
+    ValueError,
+    yambda_data.StoreError,
+)
 """What `train` raises for a run that started and failed (its log ends with run_stop
 "aborted"); test REFUSALS first (a ConfigError is a ValueError)."""
 
@@ -165,35 +173,60 @@ def vocab_floor(config: RunConfig) -> dict[str, int]:
     }
 
 
-def most_train_samples(config: RunConfig) -> tuple[int, str]:
-    """More train samples than the dataset can have, known before it is read, and why: a
-    sample is a listen, so no more than the rows of a download's events file (its parquet
-    metadata) or the synthetic dataset's users times the listens it gives a user at most."""
+def data_bounds(config: RunConfig) -> tuple[int, int, str]:
+    """More train samples than the dataset can have, more events than a user of it can have,
+    and why, known before it is read: a sample is a listen, an event a row, so no more than
+    the rows of a download's events file (its parquet metadata); the synthetic dataset's users
+    times the listens it gives a user at most, and three events a listen at most (the listen,
+    a reaction, its undo)."""
     if config.data is not None:
         import polars as pl  # yambda-data's reader of the file; the count is in its metadata
 
         events = multi_event_path(config.data, config.size)
         rows = pl.scan_parquet(events).select(pl.len()).collect().item()
-        return rows, f"the {rows:,} rows of {events}"
+        return rows, rows, f"the {rows:,} rows of {events}"
     synth = config.synth_config()
-    most = synth.users * synth.max_events_per_user
-    return most, (
-        f"{synth.users:,} synthetic users of at most {synth.max_events_per_user:,} listens each"
-    )
+    listens = synth.max_events_per_user
+    why = f"{synth.users:,} synthetic users of at most {listens:,} listens each"
+    return synth.users * listens, 3 * listens, why
 
 
-def batch_refusal(config: RunConfig, hstu: HSTUConfig, world_size: int) -> str | None:
-    """Why no time window of the dataset can hold a global batch, told before the data is
-    prepared (the run checks the windows themselves once it has), or None."""
+EXACT_SAMPLES = 2**53
+"""The most train samples a run may ask for: the MLPerf eval schedule is computed in floating
+point, exact up to here."""
+
+
+def schedule_refusal(config: RunConfig, hstu: HSTUConfig, world_size: int) -> str | None:
+    """Why the steps, evaluations and global batch make no run, told before the data is
+    prepared (a dataset too small for them is found once it is), or None."""
     batch = hstu.train.batch_size * world_size
-    most, why = most_train_samples(config)
-    if batch <= most:
+    most, most_history, why = data_bounds(config)
+    if config.min_history >= most_history:
+        return (
+            f"--min-history: no listen of the dataset can have {config.min_history:,} earlier "
+            f"events ({why}); use a lower --min-history"
+        )
+    if batch > most:
+        return (
+            f"train.batch_size: a global batch of {batch:,} samples ({world_size} rank(s) x "
+            f"{hstu.train.batch_size:,}) is more than the dataset can hold ({why}); use a "
+            "smaller train.batch_size or more data"
+        )
+    if config.steps is None:  # the dataset's size, known once it is prepared
         return None
-    return (
-        f"train.batch_size: a global batch of {batch:,} samples ({world_size} rank(s) x "
-        f"{hstu.train.batch_size:,}) is more than the dataset can hold ({why}); use a smaller "
-        "train.batch_size or more data"
-    )
+    samples = config.steps * batch
+    if samples > EXACT_SAMPLES:
+        return (
+            f"--steps: {config.steps:,} steps of {batch:,} samples are more than the "
+            f"{EXACT_SAMPLES:,} train samples whose evaluation schedule is exact"
+        )
+    first = first_eval_samples(batch, train_samples=samples, eval_every_data_pct=1 / config.evals)
+    if first > samples:
+        return (
+            f"--steps: {samples:,} train samples in {config.evals} evaluation(s) at a global "
+            f"batch of {batch:,}: too short for a first evaluation (at {first:,})"
+        )
+    return None
 
 
 def memory_refusal(hstu: HSTUConfig, vocab: dict[str, int], ctx: Distributed) -> str | None:
@@ -325,7 +358,7 @@ def _train_run(run: ResolvedRun, log: Callable[[str], None] = _stderr) -> dict:
     with init_distributed(config.dist_timeout_seconds) as ctx, contextlib.ExitStack() as held:
         say = log if ctx.is_main else lambda message: None
         too_large = _agree(ctx, lambda: memory_refusal(hstu, vocab_floor(config), ctx))
-        too_large = too_large or batch_refusal(config, hstu, ctx.world_size)
+        too_large = too_large or schedule_refusal(config, hstu, ctx.world_size)
         if too_large:
             raise RunRefused(too_large)
         plan = _agree(ctx, lambda: claim_run(run, held))

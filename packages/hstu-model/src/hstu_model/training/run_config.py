@@ -77,6 +77,10 @@ sample counts pinned by the closed rules come from."""
 CLOSED_EVALS = 1000
 """Evaluations of a closed run: one every 0.1% of the train samples (eval_every_data_pct)."""
 
+MAX_EVALS = 100 * CLOSED_EVALS
+"""Evaluations a run may make at most: each reads the whole test split, and the run holds
+their schedule in memory."""
+
 CLOSED_SIZE = "5b"
 """The dataset whose sample counts the closed rules pin."""
 
@@ -226,6 +230,12 @@ class RunConfig:
             1 <= self.evals <= (self.steps or self.evals),
             "evals",
             f"need 1 <= evals <= steps ({self.steps}), got {self.evals}",
+        )
+        require(
+            self.evals <= MAX_EVALS,
+            "evals",
+            f"must be at most {MAX_EVALS:,} (a closed run makes {CLOSED_EVALS:,}), got "
+            f"{self.evals:,}",
         )
         require(self.min_history >= 1, "min_history", f"must be >= 1, got {self.min_history}")
         require(
