@@ -58,7 +58,7 @@ def test_bad_arguments_are_one_line_with_status_2(args, message, tmp_path):
 @pytest.mark.slow
 def test_cpu_smoke_writes_one_json_and_one_table(tmp_path):
     out = tmp_path / "out"
-    done = check(out, "--cpu-smoke", timeout=420)  # the smoke's stage timeouts: 330 s in all
+    done = check(out, "--cpu-smoke", timeout=420)  # the smoke's stage timeouts: 360 s in all
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert sorted(p.name for p in out.iterdir()) == [
         "gpu-check.json",
@@ -91,14 +91,14 @@ def test_cpu_smoke_writes_one_json_and_one_table(tmp_path):
     bench_rows = result["benchmarks"]["rows"]
     bench_families = {r["family"] for r in bench_rows}
     assert set(FAMILIES) | {"attention-fwd", "dense-step"} <= bench_families
-    # The training step on plain tables, first, at both of the tiny setting's lengths; its
-    # model's MLPs compiled (aot_eager on the CPU) last.
+    # The training step on plain tables first, then its model's MLPs compiled (aot_eager on
+    # the CPU) last.
     dense = [r for r in bench_rows if r["family"] == "dense-step"]
     eager = [r for r in dense if not r["shape"].endswith("compiled")]
     assert bench_rows[: len(eager)] == eager and bench_rows[-1] == dense[-1]
     assert {(r["kernel"], r["shape"]) for r in dense} == {
-        (kernel, shape) for kernel in ("pytorch", "triton") for shape in ("B=2 N=12", "B=2 N=16")
-    } | {("triton", "B=2 N=12 compiled")}
+        ("pytorch", "B=2 N=16"), ("triton", "B=2 N=16"), ("triton", "B=2 N=16 compiled")
+    }  # fmt: skip
     for row in dense:
         assert row["ms"] > 0 and "plain torch tables" in row["note"], row
         assert row["gpu_busy"] is None  # no device trace on the CPU
