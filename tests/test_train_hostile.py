@@ -255,3 +255,25 @@ def test_a_config_that_is_no_regular_file_is_refused_without_reading_it(kind, tm
     before = tree(tmp_path)
     refused(train(*RUN, "--config", str(config), cwd=tmp_path, timeout=300), "not a regular file")
     assert tree(tmp_path) == before
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A read-only tmpfs (mounting needs root; skipped where it cannot be made): even root
+    cannot write there."""
+    mount = tmp_path / "read-only"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.mark.parametrize("option", ["--out", "--checkpoint-dir"])
+def test_a_read_only_folder_is_refused_before_anything(option, read_only_folder, tmp_path):
+    argv = ["--out", str(tmp_path / "run"), option, str(read_only_folder / "sub")]
+    refused(train(*RUN, *argv, cwd=tmp_path), f"{read_only_folder} is not writable")
+    assert tree(tmp_path) == ["read-only"]
