@@ -66,16 +66,18 @@ def test_the_recomputed_step_keeps_less_for_its_backward(tiny_config, vocab):
     assert recomputed < 0.8 * plain, (recomputed, plain)
 
 
-def test_recomputation_is_on_by_default_and_free_in_the_closed_division():
-    # The reference's STU layers recompute in the backward by default; the function is the same
-    # either way, so a closed run may choose.
+def test_recomputation_is_on_for_yambda_5b_and_free_in_the_closed_division():
+    # The reference's Triton STU layers recompute in the backward; the function is the same
+    # either way, so a closed run may choose. The CPU presets keep their activations.
     assert preset("yambda-5b").model.recompute_layers
+    assert not preset("tiny").model.recompute_layers and not preset("small").model.recompute_layers
     config = preset("yambda-5b").replace(model={"recompute_layers": False})
     assert reference_departures(config) == []
 
 
 def test_evaluation_and_no_grad_do_not_recompute(tiny_config, vocab, monkeypatch):
-    model = PlainTableRanker(tiny_config.model, vocab).eval()
+    config = tiny_config.replace(model={"recompute_layers": True}).model
+    model = PlainTableRanker(config, vocab).eval()
     contextual = model.config.contextual_tables()
     batch = random_plain_batch([4, 2], vocab, seed=1, contextual_tables=contextual)
     calls = []

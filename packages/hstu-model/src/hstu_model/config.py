@@ -203,12 +203,15 @@ class ModelConfig:
     attention; CUDA/ROCm tensors); each op without it runs its pytorch reference."""
     features: FeatureNames = field(default_factory=FeatureNames)
     """Names of the input features."""
-    recompute_layers: bool = True
+    recompute_layers: bool = False
     """Training keeps only each STU layer's input for the backward, which runs the layer's
     forward again (activation recomputation): the layers' activations are most of what a step
     keeps for its backward (benchmarks/bench_saved_memory.py measures both ways). The function,
-    its values and gradients are unchanged (dropout draws the same masks again). On, as the
-    reference's STU layers recompute their normed input, uvqk and output in the backward."""
+    its values and gradients are unchanged (dropout draws the same masks again). The `yambda-5b`
+    preset turns it on, where GPU memory binds the batch (the reference's Triton STU layers
+    recompute their normed input, uvqk and output in the backward); off elsewhere, because on
+    the CPU it costs time (the `tiny` run trains about 30% slower with it) and saves memory
+    the host has, as the reference's PyTorch path recomputes nothing."""
 
     def __post_init__(self) -> None:
         _require_finite(self)
@@ -592,6 +595,7 @@ def yambda_5b() -> HSTUConfig:
             contextual_features=YAMBDA_5B_CONTEXTUAL_FEATURES,
             history_length=4086,
             max_seq_len=4096,
+            recompute_layers=True,
         ),
         optimizer=OptimizerConfig(),
         train=TrainConfig(batch_size=1024, eval_batch_size=1024, autocast_bf16=True),
