@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from storage_workloads._atomic import write_text_atomic
+from storage_workloads._records import JsonRecord
 from storage_workloads.checker import check_path
 from storage_workloads.checker.report import flatten
 from storage_workloads.checkpoint import NUM_CHECKPOINTS, CheckpointWorkload, to_checkpoint_config
@@ -124,7 +125,7 @@ def checkpoint_config(
 
 
 @dataclass(frozen=True)
-class CheckpointPhase:
+class CheckpointPhase(JsonRecord):
     """One phase of a checkpointing run (the writes or the reads): how many checkpoints, the
     seconds and GB/s (10^9 bytes) of each (``None``: not measured), and their means."""
 
@@ -133,9 +134,6 @@ class CheckpointPhase:
     gb_per_s: list[float | None]
     seconds_mean: float | None
     gb_per_s_mean: float | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 #: The keys of ``checkpoint-results.json`` of a run on the MLPerf DLIO fork, in order.

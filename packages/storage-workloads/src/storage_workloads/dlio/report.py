@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from storage_workloads._atomic import write_text_atomic
+from storage_workloads._records import JsonRecord
 from storage_workloads.checker import check_path
 from storage_workloads.dlio.checkpointing import _CHECKPOINT_SCHEMA
 from storage_workloads.dlio.launch import DlioError
@@ -54,7 +55,7 @@ CHECKPOINT_REPORT_CSV_COLUMNS: Final = (
 
 
 @dataclass(frozen=True)
-class TrainingRow:
+class TrainingRow(JsonRecord):
     """One training run of a report: from this package's ``results.json`` (``source``
     ``storage-workloads``) or DLIO's ``summary.json`` of an mlpstorage run (``dlio-summary``),
     each figure as the file has it (``None``: absent)."""
@@ -72,12 +73,9 @@ class TrainingRow:
     passed: Any
     verdict: Any
 
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclass(frozen=True)
-class CheckpointRow:
+class CheckpointRow(JsonRecord):
     """One checkpointing run of a report, from its ``checkpoint-results.json``."""
 
     run: str
@@ -93,9 +91,6 @@ class CheckpointRow:
     read_seconds_mean: Any
     read_gb_per_s_mean: Any
     verdict: Any
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from storage_workloads._atomic import write_text_atomic
 from storage_workloads._reading import malformed_json, not_utf8
+from storage_workloads._records import JsonRecord
 from storage_workloads.dlio.launch import DlioError
 
 #: The schema of ``results.json``.
@@ -49,7 +50,7 @@ class EpochFigures:
 
 
 @dataclass(frozen=True)
-class DlioOutput:
+class DlioOutput(JsonRecord):
     """A training run's figures from DLIO's output (:func:`parse_dlio_output`).
 
     Attributes:
@@ -77,9 +78,6 @@ class DlioOutput:
     host_memory_gb: Any
     start: Any
     end: Any
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
