@@ -18,8 +18,8 @@ from moto.server import ThreadedMotoServer
 
 from storage_workloads import OBJECT_WORKLOADS
 from storage_workloads.cli import main
-from storage_workloads.objresults import bucket_of
-from storage_workloads.s3 import ObjectStoreError, S3Target, get, prepare, run
+from storage_workloads.objresults import Errors, PhaseSummary, bucket_of
+from storage_workloads.s3 import ObjectStoreError, PrepareSummary, S3Target, get, prepare, run
 
 BUCKET = "bench"
 SEED = 11
@@ -66,7 +66,7 @@ def endpoint() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def prepared(endpoint: str) -> dict[str, Any]:
+def prepared(endpoint: str) -> PrepareSummary:
     """SMALL prepared once in BUCKET; the prepare summary."""
     return prepare(SMALL, S3Target(bucket=BUCKET, endpoint=endpoint), seed=SEED)
 
@@ -75,8 +75,10 @@ def _s3(endpoint: str) -> Any:
     return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
 
 
-def _check_consistent(summary: dict[str, Any]) -> None:
-    """Buckets add up to the totals, percentiles are ordered, the per-second log sums up."""
+def _check_consistent(phase: PhaseSummary | dict[str, Any]) -> None:
+    """Buckets add up to the totals, percentiles are ordered, the per-second log sums up, in
+    the JSON form (results.json's, or a returned summary's as_dict())."""
+    summary = phase.as_dict() if isinstance(phase, PhaseSummary) else phase
     totals, buckets = summary["totals"], summary["buckets"]
     assert sum(b["ops"] for b in buckets) == totals["ops"]
     assert sum(b["bytes"] for b in buckets) == totals["bytes"]
@@ -101,16 +103,16 @@ def _bucket_counts(sizes: list[int]) -> dict[str, int]:
 # -- prepare -----------------------------------------------------------------------------------
 
 
-def test_prepare_uploads_the_tree(endpoint: str, prepared: dict[str, Any]) -> None:
+def test_prepare_uploads_the_tree(endpoint: str, prepared: PrepareSummary) -> None:
     sizes = SMALL.object_sizes(SEED)
     assert SMALL.total_objects == 320
-    assert prepared["phase"] == "prepare" and prepared["op"] == "PUT"
-    assert prepared["bucket_created"] is True
-    assert (prepared["objects"], prepared["uploaded"], prepared["skipped"]) == (320, 320, 0)
-    assert prepared["errors"] == {"count": 0, "samples": []}
-    assert prepared["totals"]["ops"] == 320
-    assert prepared["totals"]["bytes"] == prepared["sizes"]["total_bytes"] == sum(sizes)
-    assert {b["bucket"]: b["ops"] for b in prepared["buckets"]} == _bucket_counts(sizes)
+    assert prepared.phase == "prepare" and prepared.op == "PUT"
+    assert prepared.bucket_created is True
+    assert (prepared.objects, prepared.uploaded, prepared.skipped) == (320, 320, 0)
+    assert prepared.errors == Errors(0, [])
+    assert prepared.totals.ops == 320
+    assert prepared.totals.bytes == prepared.sizes.total_bytes == sum(sizes)
+    assert {b.bucket: b.stats.ops for b in prepared.buckets} == _bucket_counts(sizes)
     _check_consistent(prepared)
 
     listed: dict[str, int] = {}
@@ -122,43 +124,43 @@ def test_prepare_uploads_the_tree(endpoint: str, prepared: dict[str, Any]) -> No
     assert {key.split("/")[1] for key in listed} == {f"scan.d1_w{i}.dir" for i in (1, 2, 3, 4)}
 
 
-def test_prepare_skips_what_is_there(endpoint: str, prepared: dict[str, Any]) -> None:
+def test_prepare_skips_what_is_there(endpoint: str, prepared: PrepareSummary) -> None:
     again = prepare(
         SMALL, S3Target(bucket=BUCKET, endpoint=endpoint), seed=SEED, skip_existing=True
     )
-    assert (again["uploaded"], again["skipped"], again["bucket_created"]) == (0, 320, False)
-    assert again["totals"]["ops"] == 0 and again["per_second"] == []
+    assert (again.uploaded, again.skipped, again.bucket_created) == (0, 320, False)
+    assert again.totals.ops == 0 and again.per_second == []
 
 
 # -- get ---------------------------------------------------------------------------------------
 
 
 def test_get_op_count_one_client_fetches_the_planned_objects(
-    endpoint: str, prepared: dict[str, Any]
+    endpoint: str, prepared: PrepareSummary
 ) -> None:
     w = SMALL.override(ops=200, clients=1)
     summary = get(w, S3Target(bucket=BUCKET, endpoint=endpoint), seed=SEED)
     sizes = SMALL.object_sizes(SEED)
     fetched = [sizes[i] for i in w.planned_get_indices(SEED)]
-    assert summary["mode"] == "ops" and summary["requested_ops"] == 200
-    assert summary["errors"]["count"] == 0
-    assert summary["totals"]["ops"] == 200
-    assert summary["totals"]["bytes"] == sum(fetched)
-    assert {b["bucket"]: b["ops"] for b in summary["buckets"]} == _bucket_counts(fetched)
+    assert summary.mode == "ops" and summary.requested_ops == 200
+    assert summary.errors.count == 0
+    assert summary.totals.ops == 200
+    assert summary.totals.bytes == sum(fetched)
+    assert {b.bucket: b.stats.ops for b in summary.buckets} == _bucket_counts(fetched)
     _check_consistent(summary)
 
 
-def test_get_timed_two_clients(endpoint: str, prepared: dict[str, Any]) -> None:
+def test_get_timed_two_clients(endpoint: str, prepared: PrepareSummary) -> None:
     w = SMALL.override(duration_s=1.0, clients=2, concurrency=3)
     summary = get(w, S3Target(bucket=BUCKET, endpoint=endpoint), seed=SEED)
-    totals = summary["totals"]
-    assert summary["mode"] == "duration" and summary["requested_duration_s"] == 1.0
-    assert summary["clients"] == 2 and summary["errors"]["count"] == 0
-    assert totals["ops"] > 10
-    assert 1.0 <= summary["elapsed_s"] < 10
-    assert SMALL.size_min * totals["ops"] <= totals["bytes"] <= SMALL.size_max * totals["ops"]
+    totals = summary.totals
+    assert summary.mode == "duration" and summary.requested_duration_s == 1.0
+    assert summary.clients == 2 and summary.errors.count == 0
+    assert totals.ops > 10
+    assert 1.0 <= summary.elapsed_s < 10
+    assert SMALL.size_min * totals.ops <= totals.bytes <= SMALL.size_max * totals.ops
     possible = set(_bucket_counts(SMALL.object_sizes(SEED)))
-    assert {b["bucket"] for b in summary["buckets"]} <= possible
+    assert {b.bucket for b in summary.buckets} <= possible
     _check_consistent(summary)
 
 
@@ -217,7 +219,7 @@ def test_get_on_a_missing_bucket_names_it(endpoint: str) -> None:
 
 
 def test_get_beyond_the_prepared_objects_names_the_missing_key(
-    endpoint: str, prepared: dict[str, Any]
+    endpoint: str, prepared: PrepareSummary
 ) -> None:
     with pytest.raises(ObjectStoreError, match="is missing") as exc:
         get(SMALL.override(num_objects=321, ops=5), S3Target(bucket=BUCKET, endpoint=endpoint))
@@ -240,7 +242,7 @@ def test_missing_credentials(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_a_client_process_that_dies_is_reported(
-    endpoint: str, prepared: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    endpoint: str, prepared: PrepareSummary, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\necho 'client exploded' >&2\nexit 7\n")
@@ -274,11 +276,14 @@ def test_cli_errors_are_one_line(
 def test_run_keeps_partial_results_when_get_fails(endpoint: str, tmp_path: Path) -> None:
     w = SMALL.override(num_objects=16, prefix="partial/", ops=4)
     target = S3Target(bucket=BUCKET, endpoint=endpoint)
-    run("prepare", w, target, out_dir=tmp_path / "p", seed=1)
+    prepared = run("prepare", w, target, out_dir=tmp_path / "p", seed=1)
     with pytest.raises(ObjectStoreError, match="obj_00000016"):
         run("get", w.override(num_objects=17), target, out_dir=tmp_path / "g", seed=1)
     assert not (tmp_path / "g").exists()  # nothing measured, nothing written
-    assert json.loads((tmp_path / "p" / "results.json").read_text())["phases"][0]["uploaded"] == 16
+    written = json.loads((tmp_path / "p" / "results.json").read_text())
+    assert written == prepared.as_dict() and written["phases"][0]["uploaded"] == 16
+    assert isinstance(prepared.phases[0], PrepareSummary) and prepared.phases[0].uploaded == 16
+    assert prepared.finished_at is not None and prepared.failed_ops == 0
 
 
 # -- op mixes, size distributions and warm-ups ------------------------------------------------
@@ -328,8 +333,10 @@ def _expected(w: Any, seed: int, data_seed: int | None = None) -> dict[str, Any]
     }
 
 
-def _check_mix(summary: dict[str, Any]) -> None:
-    """The per-op figures add up to the totals, each op's percentiles are ordered."""
+def _check_mix(phase: PhaseSummary | dict[str, Any]) -> None:
+    """The per-op figures add up to the totals, each op's percentiles are ordered, in the JSON
+    form, as _check_consistent."""
+    summary = phase.as_dict() if isinstance(phase, PhaseSummary) else phase
     by_op, totals = summary["by_op"], summary["totals"]
     assert summary["op"] == "MIX" and summary["buckets"] == []
     assert sum(e["totals"]["ops"] for e in by_op.values()) == totals["ops"]
@@ -361,73 +368,73 @@ def _listing(endpoint: str, prefix: str) -> dict[str, int]:
     return listed
 
 
-def test_mix_op_count_does_what_the_plan_says(endpoint: str, prepared: dict[str, Any]) -> None:
+def test_mix_op_count_does_what_the_plan_says(endpoint: str, prepared: PrepareSummary) -> None:
     w = SMALL.override(ops=300, clients=2, concurrency=3, mix=MIX, list_max_keys=7)
     summary = get(w, S3Target(bucket=BUCKET, endpoint=endpoint), seed=SEED)
     want = _expected(w, SEED)
-    assert summary["errors"]["count"] == 0 and summary["warmup"] is None
-    assert summary["mix"] == {"get": 50, "put": 20, "list": 10, "stat": 15, "delete": 5}
-    by_op = summary["by_op"]
+    assert summary.errors.count == 0 and summary.warmup is None
+    assert summary.mix == {"get": 50, "put": 20, "list": 10, "stat": 15, "delete": 5}
+    by_op = summary.by_op
     assert list(by_op) == ["GET", "PUT", "LIST", "STAT", "DELETE"]
-    assert {op: e["totals"]["ops"] for op, e in by_op.items()} == dict(want["ops"])
-    assert {op: e["totals"]["bytes"] for op, e in by_op.items()} == {
+    assert {op: e.totals.ops for op, e in by_op.items()} == dict(want["ops"])
+    assert {op: e.totals.bytes for op, e in by_op.items()} == {
         op: want["bytes"][op] for op in by_op
     }
-    assert by_op["DELETE"]["skipped"] == want["skipped"]["skipped"] > 0
-    assert sum(e["totals"]["ops"] for e in by_op.values()) + want["skipped"]["skipped"] == 300
-    assert by_op["LIST"]["keys_listed"] == want["keys"] == 7 * by_op["LIST"]["totals"]["ops"]
-    assert by_op["GET"]["weight"] == 50 and by_op["GET"]["share"] == 0.5
+    assert by_op["DELETE"].skipped == want["skipped"]["skipped"] > 0
+    assert sum(e.totals.ops for e in by_op.values()) + want["skipped"]["skipped"] == 300
+    assert by_op["LIST"].keys_listed == want["keys"] == 7 * by_op["LIST"].totals.ops
+    assert by_op["GET"].weight == 50 and by_op["GET"].share == 0.5
     _check_mix(summary)
 
     # PUTs went under the run's own prefix, DELETEs removed only those: the dataset is whole.
     sizes = SMALL.object_sizes(SEED)
     assert _listing(endpoint, "small/") == {SMALL.object_key(i): sizes[i] for i in range(320)}
-    put_prefix = summary["put_prefix"]
+    put_prefix = summary.put_prefix
     assert put_prefix.startswith("small-put/") and put_prefix.endswith("/")
     left = _listing(endpoint, put_prefix)
-    assert len(left) == summary["put_objects_left"] == want["left"]
+    assert len(left) == summary.put_objects_left == want["left"]
     assert all(SMALL.size_min <= size <= SMALL.size_max for size in left.values())
 
 
-def test_op_count_warmup_is_run_but_not_counted(endpoint: str, prepared: dict[str, Any]) -> None:
+def test_op_count_warmup_is_run_but_not_counted(endpoint: str, prepared: PrepareSummary) -> None:
     w = SMALL.override(ops=120, warmup_ops=90, clients=1, concurrency=3, mix=MIX)
     summary = get(w, S3Target(bucket=BUCKET, endpoint=endpoint), seed=SEED + 1)
     want = _expected(w, SEED + 1, data_seed=SEED)
-    warm = summary["warmup"]
-    assert warm["mode"] == "ops" and warm["requested_ops"] == 90
-    assert warm["errors"] == 0 and warm["ops"] == want["warm"]["ops"]
-    assert warm["ops"] + warm["skipped"] == 90 and sum(warm["by_op"].values()) == warm["ops"]
+    warm = summary.warmup
+    assert warm.mode == "ops" and warm.requested_ops == 90
+    assert warm.errors == 0 and warm.ops == want["warm"]["ops"]
+    assert warm.ops + warm.skipped == 90 and sum(warm.by_op.values()) == warm.ops
     # the counted figures are the plan's ops after the warm-up, not before or with it
-    assert {op: e["totals"]["ops"] for op, e in summary["by_op"].items()} == dict(want["ops"])
-    assert summary["by_op"]["GET"]["totals"]["bytes"] == want["bytes"]["GET"]
-    assert summary["by_op"]["DELETE"]["skipped"] == want["skipped"]["skipped"]
-    assert summary["put_objects_left"] == want["left"]
-    assert summary["errors"]["count"] == 0
+    assert {op: e.totals.ops for op, e in summary.by_op.items()} == dict(want["ops"])
+    assert summary.by_op["GET"].totals.bytes == want["bytes"]["GET"]
+    assert summary.by_op["DELETE"].skipped == want["skipped"]["skipped"]
+    assert summary.put_objects_left == want["left"]
+    assert summary.errors.count == 0
     _check_mix(summary)
 
 
-def test_timed_warmup_then_op_count(endpoint: str, prepared: dict[str, Any]) -> None:
+def test_timed_warmup_then_op_count(endpoint: str, prepared: PrepareSummary) -> None:
     w = SMALL.override(ops=40, warmup_period_s=1.0, clients=1, concurrency=2)
     summary = get(w, S3Target(bucket=BUCKET, endpoint=endpoint), seed=SEED)
-    warm = summary["warmup"]
-    assert warm["mode"] == "duration" and warm["requested_duration_s"] == 1.0
-    assert warm["elapsed_s"] >= 1.0 and warm["ops"] > 10 and warm["by_op"] == {"GET": warm["ops"]}
-    assert summary["op"] == "GET" and summary["totals"]["ops"] == 40  # exactly, warm-up aside
-    assert summary["elapsed_s"] < 1.0  # the window starts after the warm-up
-    assert summary["by_op"]["GET"]["totals"] == summary["totals"]
+    warm = summary.warmup
+    assert warm.mode == "duration" and warm.requested_duration_s == 1.0
+    assert warm.elapsed_s >= 1.0 and warm.ops > 10 and warm.by_op == {"GET": warm.ops}
+    assert summary.op == "GET" and summary.totals.ops == 40  # exactly, warm-up aside
+    assert summary.elapsed_s < 1.0  # the window starts after the warm-up
+    assert summary.by_op["GET"].totals == summary.totals
     _check_consistent(summary)
 
 
-def test_timed_warmup_then_timed_two_clients(endpoint: str, prepared: dict[str, Any]) -> None:
+def test_timed_warmup_then_timed_two_clients(endpoint: str, prepared: PrepareSummary) -> None:
     w = SMALL.override(duration_s=1.0, warmup_period_s=1.5, clients=2, concurrency=2)
     w = w.override(mix="get=3,stat=1")
     summary = get(w, S3Target(bucket=BUCKET, endpoint=endpoint), seed=SEED)
-    assert summary["warmup"]["elapsed_s"] >= 1.5 and summary["warmup"]["ops"] > 0
+    assert summary.warmup.elapsed_s >= 1.5 and summary.warmup.ops > 0
     # counted from the second common start: 1 s and the requests then in flight, not 2.5 s
-    assert 1.0 <= summary["elapsed_s"] < 2.0
-    assert len(summary["per_second"]) <= 3
-    assert summary["put_prefix"] is None and summary["put_objects_left"] == 0
-    assert summary["by_op"]["STAT"]["totals"]["ops"] > 0
+    assert 1.0 <= summary.elapsed_s < 2.0
+    assert len(summary.per_second) <= 3
+    assert summary.put_prefix is None and summary.put_objects_left == 0
+    assert summary.by_op["STAT"].totals.ops > 0
     _check_mix(summary)
 
 
@@ -438,7 +445,7 @@ def test_prepare_and_put_other_size_distributions(endpoint: str, kind: str) -> N
     target = S3Target(bucket=BUCKET, endpoint=endpoint)
     summary = prepare(w, target, seed=4)
     sizes = w.object_sizes(4)
-    assert summary["sizes"]["distribution"] == kind and summary["uploaded"] == 40
+    assert summary.sizes.distribution == kind and summary.uploaded == 40
     assert _listing(endpoint, f"{kind}/") == {w.object_key(i): sizes[i] for i in range(40)}
     if kind == "fixed":
         assert set(sizes) == {3000}
@@ -446,9 +453,9 @@ def test_prepare_and_put_other_size_distributions(endpoint: str, kind: str) -> N
         assert len(set(sizes)) > 30 and min(sizes) >= 1024 and max(sizes) <= 24_576
     puts = get(w.override(mix="get=1,put=1", ops=30), target, seed=4)
     want = _expected(w.override(mix="get=1,put=1", ops=30), 4)
-    assert puts["by_op"]["PUT"]["totals"]["bytes"] == want["bytes"]["PUT"] > 0
-    assert puts["by_op"]["GET"]["totals"]["bytes"] == want["bytes"]["GET"] > 0
-    assert len(_listing(endpoint, puts["put_prefix"])) == want["ops"]["PUT"]
+    assert puts.by_op["PUT"].totals.bytes == want["bytes"]["PUT"] > 0
+    assert puts.by_op["GET"].totals.bytes == want["bytes"]["GET"] > 0
+    assert len(_listing(endpoint, puts.put_prefix)) == want["ops"]["PUT"]
 
 
 def test_cli_run_with_a_mix_sizes_and_warmup(

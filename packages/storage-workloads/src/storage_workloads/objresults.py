@@ -3,15 +3,18 @@
 A :class:`Recorder` takes one record per completed operation (bytes moved, latency, completion
 time); recorders of threads and client processes merge exactly, keeping every latency, so the
 percentiles are exact (nearest rank), not estimated from a histogram. :func:`summarize` turns a
-recorder into a phase summary: totals and per-size-bucket ops/s, MiB/s, mean/p50/p90/p95/p99/max
-latency, plus the per-second log. :func:`summarize_ops` does the same for a phase of several
-operations (one recorder per op), with the figures of every op under ``by_op``.
-:func:`write_results` writes ``results.json``, ``results.csv`` and ``per_second.csv`` atomically.
+recorder into a :class:`PhaseSummary`: totals and per-size-bucket ops/s, MiB/s,
+mean/p50/p90/p95/p99/max latency (:class:`OpStats`), plus the per-second log.
+:func:`summarize_ops` does the same for a phase of several operations (one recorder per op),
+with the figures of every op under ``by_op`` (:class:`OpSummary`). :func:`write_results` writes
+``results.json``, ``results.csv`` and ``per_second.csv`` atomically from an
+:class:`ObjectResults`; its ``as_dict()`` is ``results.json``.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -20,9 +23,13 @@ from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
 from storage_workloads._atomic import write_text_atomic
+from storage_workloads._records import JsonRecord, json_data
+
+if TYPE_CHECKING:
+    from storage_workloads.objects import ObjectWorkload
 
 __all__ = [
     "BUCKET_SCHEMES",
@@ -32,7 +39,15 @@ __all__ = [
     "SCHEMA",
     "SIZED_OPS",
     "Bucket",
+    "BucketStats",
+    "Errors",
+    "HostInfo",
+    "ObjectResults",
+    "OpStats",
+    "OpSummary",
+    "PhaseSummary",
     "Recorder",
+    "SecondCount",
     "bucket_of",
     "percentile",
     "summarize",
@@ -219,26 +234,190 @@ class Recorder:
         return sum(self.nbytes.values())
 
 
-def _stats(latencies: Sequence[float], nbytes: int, elapsed_s: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class OpStats(JsonRecord):
+    """The figures of a set of completed ops: their count and bytes, ops/s and MiB/s over the
+    phase's time, and the mean, nearest-rank percentiles (:data:`PERCENTILES`) and maximum of
+    their latencies in ms (``None`` without ops)."""
+
+    ops: int
+    bytes: int
+    ops_per_s: float
+    mib_per_s: float
+    mean_ms: float | None
+    p50_ms: float | None
+    p90_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+
+    def percentile_ms(self, p: int) -> float | None:
+        """The ``p``-th percentile of :data:`PERCENTILES`, in ms."""
+        if p not in PERCENTILES:
+            raise ValueError(f"p must be one of {PERCENTILES}, got {p}")
+        value: float | None = getattr(self, f"p{p}_ms")
+        return value
+
+
+@dataclass(frozen=True)
+class BucketStats:
+    """The ops of one size bucket (:class:`Bucket`): its label and bounds, and their figures."""
+
+    bucket: str
+    low_bytes: int
+    high_bytes: int | None
+    stats: OpStats
+
+    def as_dict(self) -> dict[str, Any]:
+        """A row of the results: the bucket, then its figures beside it."""
+        return {
+            "bucket": self.bucket,
+            "low_bytes": self.low_bytes,
+            "high_bytes": self.high_bytes,
+            **self.stats.as_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class SecondCount(JsonRecord):
+    """The ops that completed in one second after the phase's start, and their bytes."""
+
+    second: int
+    ops: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Errors(JsonRecord):
+    """The failed ops: how many, and the first distinct messages."""
+
+    count: int
+    samples: list[str]
+
+
+@dataclass(frozen=True)
+class OpSummary:
+    """One op of a phase (:func:`summarize_ops`): its weight and share of the mix, its figures
+    over the phase's time, its failures, the ops drawn but not issued, the keys its pages
+    listed (LIST only, else ``None``), its size buckets (GET and PUT) and per-second log."""
+
+    weight: int
+    share: float
+    totals: OpStats
+    errors: Errors
+    skipped: int
+    keys_listed: int | None
+    buckets: list[BucketStats]
+    per_second: list[SecondCount]
+
+    def as_dict(self) -> dict[str, Any]:
+        """Its entry of ``by_op`` (``keys_listed`` only for LIST)."""
+        entry = {name: json_data(getattr(self, name)) for name in _OP_HEAD}
+        if self.keys_listed is not None:
+            entry["keys_listed"] = self.keys_listed
+        entry["buckets"] = json_data(self.buckets)
+        entry["per_second"] = json_data(self.per_second)
+        return entry
+
+
+_OP_HEAD: Final = ("weight", "share", "totals", "errors", "skipped")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseSummary:
+    """One phase of a run (:func:`summarize`, :func:`summarize_ops`): its name and op (``MIX``
+    for several), its time from the common start to its end, the bucket scheme, its figures
+    and failures, its size buckets and per-second log, and for a phase of ops its figures by
+    op (``None`` otherwise). A phase of a run adds its own fields in a subclass; in the JSON
+    form they stand between ``errors`` and ``buckets``."""
+
+    phase: str
+    op: str
+    elapsed_s: float
+    bucket_scheme: str
+    totals: OpStats
+    errors: Errors
+    buckets: list[BucketStats]
+    per_second: list[SecondCount]
+    by_op: dict[str, OpSummary] | None = None
+
+    @property
+    def failed_ops(self) -> int:
+        """The phase's failed ops (a subclass adds those of its uncounted ops)."""
+        return self.errors.count
+
+    @property
+    def error_samples(self) -> list[str]:
+        """The first distinct messages of :attr:`failed_ops`."""
+        return list(self.errors.samples)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The phase as ``results.json`` holds it (``by_op`` only for a phase of ops)."""
+        names = [f.name for f in dataclasses.fields(self)]
+        own = [n for n in names if n not in _PHASE_HEAD and n not in _PHASE_TAIL]
+        tail = _PHASE_TAIL if self.by_op is not None else _PHASE_TAIL[:-1]
+        return {name: json_data(getattr(self, name)) for name in (*_PHASE_HEAD, *own, *tail)}
+
+
+_PHASE_HEAD: Final = ("phase", "op", "elapsed_s", "bucket_scheme", "totals", "errors")
+_PHASE_TAIL: Final = ("buckets", "per_second", "by_op")
+
+Summary = TypeVar("Summary", bound=PhaseSummary)
+
+
+def _stats(latencies: Sequence[float], nbytes: int, elapsed_s: float) -> OpStats:
     values = sorted(latencies)
     n = len(values)
-    row: dict[str, Any] = {
-        "ops": n,
-        "bytes": nbytes,
-        "ops_per_s": n / elapsed_s if elapsed_s > 0 else 0.0,
-        "mib_per_s": nbytes / (1 << 20) / elapsed_s if elapsed_s > 0 else 0.0,
-    }
-    if n:
-        row["mean_ms"] = math.fsum(values) / n * 1e3
-        for p in PERCENTILES:
-            row[f"p{p}_ms"] = percentile(values, p) * 1e3
-        row["max_ms"] = values[-1] * 1e3
-    else:
-        row["mean_ms"] = None
-        for p in PERCENTILES:
-            row[f"p{p}_ms"] = None
-        row["max_ms"] = None
-    return row
+    ops_per_s = n / elapsed_s if elapsed_s > 0 else 0.0
+    mib_per_s = nbytes / (1 << 20) / elapsed_s if elapsed_s > 0 else 0.0
+    if not n:
+        return OpStats(n, nbytes, ops_per_s, mib_per_s, None, None, None, None, None, None)
+    return OpStats(
+        n,
+        nbytes,
+        ops_per_s,
+        mib_per_s,
+        mean_ms=math.fsum(values) / n * 1e3,
+        **{f"p{p}_ms": percentile(values, p) * 1e3 for p in PERCENTILES},
+        max_ms=values[-1] * 1e3,
+    )
+
+
+class _Measurement(NamedTuple):
+    """The fields of a :class:`PhaseSummary` (and of an :class:`OpSummary`) that a recorder
+    measured."""
+
+    totals: OpStats
+    errors: Errors
+    buckets: list[BucketStats]
+    per_second: list[SecondCount]
+
+
+def _measured(recorder: Recorder, elapsed_s: float, sized: bool) -> _Measurement:
+    buckets = [
+        BucketStats(
+            recorder.buckets[b].label,
+            recorder.buckets[b].low,
+            recorder.buckets[b].high,
+            _stats(recorder.latencies[b], recorder.nbytes[b], elapsed_s),
+        )
+        for b in (sorted(recorder.latencies) if sized else ())
+    ]
+    all_latencies: array = array("d")
+    for lat in recorder.latencies.values():
+        all_latencies.extend(lat)
+    last = max(recorder.per_second, default=-1)
+    per_second = [
+        SecondCount(s, ops, nb)
+        for s in range(last + 1)
+        for ops, nb in [recorder.per_second.get(s, (0, 0))]
+    ]
+    return _Measurement(
+        totals=_stats(all_latencies, recorder.total_bytes, elapsed_s),
+        errors=Errors(recorder.errors, list(recorder.error_samples)),
+        buckets=buckets,
+        per_second=per_second,
+    )
 
 
 def summarize(
@@ -248,47 +427,26 @@ def summarize(
     op: str,
     elapsed_s: float,
     sized: bool = True,
-    **extra: Any,
-) -> dict[str, Any]:
+    kind: type[Summary] = PhaseSummary,  # type: ignore[assignment]
+    **fields: Any,
+) -> Summary:
     """The summary of one phase: ``totals``, ``buckets`` (by size) and ``per_second``.
 
     Rates are over ``elapsed_s``, the time from the common start to the end of the phase, for
     the totals and for every bucket alike (so the buckets' ops/s add up to the total). The
     per-second log covers every second from 0 to the last completion, zeros included; its
     last second is usually partial. ``sized=False`` leaves ``buckets`` empty (ops that move no
-    object, or a mix of ops). ``extra`` keys are added to the summary as they are.
+    object, or a mix of ops). ``kind`` is the summary's class, a :class:`PhaseSummary` or a
+    subclass whose own ``fields`` are given.
     """
-    buckets = []
-    for b in sorted(recorder.latencies) if sized else ():
-        info = recorder.buckets[b]
-        buckets.append(
-            {
-                "bucket": info.label,
-                "low_bytes": info.low,
-                "high_bytes": info.high,
-                **_stats(recorder.latencies[b], recorder.nbytes[b], elapsed_s),
-            }
-        )
-    all_latencies: array = array("d")
-    for lat in recorder.latencies.values():
-        all_latencies.extend(lat)
-    last = max(recorder.per_second, default=-1)
-    per_second = [
-        {"second": s, "ops": ops, "bytes": nb}
-        for s in range(last + 1)
-        for ops, nb in [recorder.per_second.get(s, (0, 0))]
-    ]
-    return {
-        "phase": phase,
-        "op": op,
-        "elapsed_s": elapsed_s,
-        "bucket_scheme": recorder.scheme,
-        "totals": _stats(all_latencies, recorder.total_bytes, elapsed_s),
-        "errors": {"count": recorder.errors, "samples": list(recorder.error_samples)},
-        **extra,
-        "buckets": buckets,
-        "per_second": per_second,
-    }
+    return kind(
+        phase=phase,
+        op=op,
+        elapsed_s=elapsed_s,
+        bucket_scheme=recorder.scheme,
+        **_measured(recorder, elapsed_s, sized)._asdict(),
+        **fields,
+    )
 
 
 def summarize_ops(
@@ -298,16 +456,18 @@ def summarize_ops(
     elapsed_s: float,
     weights: Mapping[str, int],
     skipped: Mapping[str, int] | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
+    kind: type[Summary] = PhaseSummary,  # type: ignore[assignment]
+    **fields: Any,
+) -> Summary:
     """The summary of a phase of one or more ops, one recorder per op (``GET``, ``PUT``, ...).
 
     The top level is :func:`summarize` of all the ops merged; its ``op`` is the op's name when
     there is one, else ``MIX``, and it has size buckets only for a single GET or PUT. ``by_op``
-    holds, for every op of ``weights`` in their order, its ``weight`` and ``share`` of the
-    total weight, its ``totals``, ``errors``, ``skipped`` (ops drawn but not issued: a DELETE
-    with nothing of the run's own to delete), ``buckets`` (GET and PUT) and ``per_second``;
-    LIST also has ``keys_listed``. All rates are over the phase's ``elapsed_s``.
+    holds, for every op of ``weights`` in their order, its :class:`OpSummary`: its ``weight``
+    and ``share`` of the total weight, its ``totals``, ``errors``, ``skipped`` (ops drawn but
+    not issued: a DELETE with nothing of the run's own to delete), ``buckets`` (GET and PUT)
+    and ``per_second``; LIST also has ``keys_listed``. All rates are over the phase's
+    ``elapsed_s``. ``kind`` and ``fields`` as for :func:`summarize`.
     """
     if not weights or set(recorders) - set(weights):
         raise ValueError(
@@ -319,28 +479,28 @@ def summarize_ops(
         merged.merge(rec)
     names = list(weights)
     op = names[0] if len(names) == 1 else "MIX"
-    summary = summarize(
-        merged, phase=phase, op=op, elapsed_s=elapsed_s, sized=op in SIZED_OPS, **extra
-    )
     total_weight = sum(weights.values())
-    by_op: dict[str, Any] = {}
+    by_op: dict[str, OpSummary] = {}
     for name in names:
         rec = recorders.get(name) or Recorder(scheme)
-        part = summarize(rec, phase=phase, op=name, elapsed_s=elapsed_s, sized=name in SIZED_OPS)
-        entry: dict[str, Any] = {
-            "weight": weights[name],
-            "share": weights[name] / total_weight,
-            "totals": part["totals"],
-            "errors": part["errors"],
-            "skipped": (skipped or {}).get(name, 0),
-        }
-        if name == "LIST":
-            entry["keys_listed"] = rec.items
-        entry["buckets"] = part["buckets"]
-        entry["per_second"] = part["per_second"]
-        by_op[name] = entry
-    summary["by_op"] = by_op
-    return summary
+        part = _measured(rec, elapsed_s, sized=name in SIZED_OPS)._asdict()
+        by_op[name] = OpSummary(
+            weight=weights[name],
+            share=weights[name] / total_weight,
+            skipped=(skipped or {}).get(name, 0),
+            keys_listed=rec.items if name == "LIST" else None,
+            **part,
+        )
+    return summarize(
+        merged,
+        phase=phase,
+        op=op,
+        elapsed_s=elapsed_s,
+        sized=op in SIZED_OPS,
+        kind=kind,
+        by_op=by_op,
+        **fields,
+    )
 
 
 def _fmt(value: Any) -> str:
@@ -351,7 +511,7 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _op_parts(phase: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def _op_parts(phase: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     """The (op, figures) of a phase's rows: the phase itself, then each op of a mix."""
     parts = [(phase["op"], phase)]
     by_op = phase.get("by_op") or {}
@@ -360,7 +520,7 @@ def _op_parts(phase: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return parts
 
 
-def _results_csv(results: dict[str, Any]) -> str:
+def _results_csv(results: Mapping[str, Any]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(RESULTS_CSV_COLUMNS)
@@ -374,7 +534,7 @@ def _results_csv(results: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-def _per_second_csv(results: dict[str, Any]) -> str:
+def _per_second_csv(results: Mapping[str, Any]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(PER_SECOND_CSV_COLUMNS)
@@ -388,13 +548,57 @@ def _per_second_csv(results: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-def write_results(out_dir: str | os.PathLike[str], results: dict[str, Any]) -> dict[str, Path]:
-    """Write ``per_second.csv``, ``results.csv`` and ``results.json`` into ``out_dir``.
+@dataclass(frozen=True)
+class HostInfo(JsonRecord):
+    """The machine that ran the clients: its node name and Python version."""
+
+    node: str
+    python: str
+
+
+@dataclass(frozen=True)
+class ObjectResults(JsonRecord):
+    """An object-storage run (``storage_workloads.s3.run``), as ``results.json`` holds it
+    (:meth:`as_dict`, :data:`SCHEMA`): the command, the workload, where it ran (endpoint,
+    bucket, prefix), the seed and bucket scheme, when it started and finished (``None``: it did
+    not), the host, and each phase it ran."""
+
+    schema: str
+    command: str
+    workload: ObjectWorkload
+    endpoint: str
+    bucket: str
+    prefix: str
+    seed: int
+    bucket_scheme: str
+    started_at: str
+    finished_at: str | None
+    host: HostInfo
+    phases: list[PhaseSummary]
+
+    @property
+    def failed_ops(self) -> int:
+        """The failed ops of every phase, the warm-ups' included."""
+        return sum(phase.failed_ops for phase in self.phases)
+
+    @property
+    def error_samples(self) -> list[str]:
+        """The failures' first distinct messages, phase by phase."""
+        return [sample for phase in self.phases for sample in phase.error_samples]
+
+
+def write_results(
+    out_dir: str | os.PathLike[str], results: ObjectResults | Mapping[str, Any]
+) -> dict[str, Path]:
+    """Write ``per_second.csv``, ``results.csv`` and ``results.json`` into ``out_dir``, from an
+    :class:`ObjectResults` or its :meth:`~ObjectResults.as_dict`.
 
     Each file is written to a temporary file in ``out_dir``, synced and renamed over the
     target, so a reader never sees a partial file; ``results.json`` comes last, so its
     presence means the set is complete. Returns the paths by file name.
     """
+    if isinstance(results, ObjectResults):
+        results = results.as_dict()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     texts = {

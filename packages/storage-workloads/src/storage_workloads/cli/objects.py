@@ -17,7 +17,7 @@ from storage_workloads.objects import (
     object_workload,
     parse_mix,
 )
-from storage_workloads.objresults import BUCKET_SCHEMES, PERCENTILES
+from storage_workloads.objresults import BUCKET_SCHEMES, PERCENTILES, ObjectResults, OpStats
 
 _UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
 
@@ -306,36 +306,35 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _table(results: dict[str, Any]) -> str:
+def _table(results: ObjectResults) -> str:
     lines = []
     head = ["bucket", "ops", "ops/s", "MiB/s", "mean", *[f"p{p}" for p in PERCENTILES], "max"]
-    for phase in results["phases"]:
-        warmup = phase.get("warmup")
+    for phase in results.phases:
+        warmup = getattr(phase, "warmup", None)  # a get phase's (GetSummary); prepare has none
         if warmup:
             lines.append(
-                f"{phase['phase']} warm-up: {warmup['ops']:,} ops in {warmup['elapsed_s']:.2f} s "
-                f"({warmup['errors']:,} failed), not counted below"
+                f"{phase.phase} warm-up: {warmup.ops:,} ops in {warmup.elapsed_s:.2f} s "
+                f"({warmup.errors:,} failed), not counted below"
             )
-        lines.append(
-            f"{phase['phase']} ({phase['op']}), {phase['elapsed_s']:.2f} s, latency in ms:"
-        )
-        by_op = phase.get("by_op") or {}
+        lines.append(f"{phase.phase} ({phase.op}), {phase.elapsed_s:.2f} s, latency in ms:")
+        by_op = phase.by_op or {}
+        parts: list[tuple[str, OpStats]]
         if len(by_op) > 1:  # a mix: one row per op
-            parts = [{"bucket": op, **entry["totals"]} for op, entry in by_op.items()]
+            parts = [(op, entry.totals) for op, entry in by_op.items()]
             first = "op"
         else:
-            parts, first = phase["buckets"], "bucket"
+            parts, first = [(b.bucket, b.stats) for b in phase.buckets], "bucket"
         rows = [[first, *head[1:]]]
-        for row in [*parts, {"bucket": "all", **phase["totals"]}]:
+        for label, stats in [*parts, ("all", phase.totals)]:
             rows.append(
                 [
-                    row["bucket"],
-                    f"{row['ops']:,}",
-                    f"{row['ops_per_s']:,.1f}",
-                    f"{row['mib_per_s']:,.1f}",
-                    _ms(row["mean_ms"]),
-                    *[_ms(row[f"p{p}_ms"]) for p in PERCENTILES],
-                    _ms(row["max_ms"]),
+                    label,
+                    f"{stats.ops:,}",
+                    f"{stats.ops_per_s:,.1f}",
+                    f"{stats.mib_per_s:,.1f}",
+                    _ms(stats.mean_ms),
+                    *[_ms(stats.percentile_ms(p)) for p in PERCENTILES],
+                    _ms(stats.max_ms),
                 ]
             )
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
@@ -381,19 +380,9 @@ def _run(args: argparse.Namespace) -> int:
         log=log,
     )
     print(_table(results))
-    failed = sum(
-        phase["errors"]["count"] + ((phase.get("warmup") or {}).get("errors") or 0)
-        for phase in results["phases"]
-    )
+    failed = results.failed_ops
     if failed:
-        samples = [
-            sample
-            for phase in results["phases"]
-            for sample in [
-                *phase["errors"]["samples"],
-                *(phase.get("warmup") or {}).get("error_samples", []),
-            ]
-        ]
+        samples = results.error_samples
         print(
             f"{PROG}: {failed:,} operations failed, for example: {samples[0]}",
             file=sys.stderr,

@@ -9,13 +9,18 @@ import os
 import platform
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
+from storage_workloads._records import JsonRecord
 from storage_workloads.objects import ObjectWorkload
 from storage_workloads.objresults import (
     BUCKET_SCHEMES,
     SCHEMA,
+    HostInfo,
+    ObjectResults,
+    PhaseSummary,
     Recorder,
     summarize,
     summarize_ops,
@@ -39,6 +44,81 @@ Command = Literal["prepare", "get", "run"]
 COMMANDS: Final = ("prepare", "get", "run")
 
 
+@dataclass(frozen=True)
+class ObjectSizes(JsonRecord):
+    """The sizes of a prepared dataset: the distribution they were drawn from, their total,
+    mean, standard deviation, minimum and maximum, and the mean the workload expects."""
+
+    distribution: str
+    total_bytes: int
+    mean: float
+    stdev: float
+    min: int
+    max: int
+    expected_mean: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrepareSummary(PhaseSummary):
+    """The prepare phase (:func:`prepare`): besides its figures, the dataset's objects, how
+    many were uploaded and skipped (already there), whether the bucket was created, the
+    clients and threads, and the objects' sizes."""
+
+    objects: int
+    uploaded: int
+    skipped: int
+    bucket_created: bool
+    clients: int
+    concurrency: int
+    sizes: ObjectSizes
+
+
+@dataclass(frozen=True)
+class WarmupSummary(JsonRecord):
+    """The uncounted warm-up before a get phase: what was asked (``ops`` or ``duration``), its
+    time, ops, bytes, failures and their first messages, ops skipped, and ops by op."""
+
+    mode: str
+    requested_ops: int | None
+    requested_duration_s: float | None
+    elapsed_s: float
+    ops: int
+    bytes: int
+    errors: int
+    error_samples: list[str]
+    skipped: int
+    by_op: dict[str, int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GetSummary(PhaseSummary):
+    """The get phase (:func:`get`): besides its figures by op, how long it ran (``ops`` or
+    ``duration``, as asked), the dataset's objects, the clients and threads, the mix, the
+    warm-up (``None``: none), and where its PUTs went and how many are left (``None``: no
+    PUTs)."""
+
+    mode: str
+    requested_ops: int | None
+    requested_duration_s: float | None
+    objects: int
+    clients: int
+    concurrency: int
+    mix: dict[str, int]
+    warmup: WarmupSummary | None
+    put_prefix: str | None
+    put_objects_left: int
+
+    @property
+    def failed_ops(self) -> int:
+        """The phase's failed ops, its warm-up's included."""
+        return super().failed_ops + (self.warmup.errors if self.warmup else 0)
+
+    @property
+    def error_samples(self) -> list[str]:
+        """The first distinct failure messages, the counted ops' before the warm-up's."""
+        return super().error_samples + (self.warmup.error_samples if self.warmup else [])
+
+
 def _check_scheme(bucket_scheme: str) -> None:
     if bucket_scheme not in BUCKET_SCHEMES:
         raise ValueError(f"bucket_scheme must be one of {BUCKET_SCHEMES}, got {bucket_scheme!r}")
@@ -57,7 +137,7 @@ def prepare(
     skip_existing: bool = False,
     bucket_scheme: str = "pow2",
     log: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+) -> PrepareSummary:
     """Create the bucket if missing and upload the dataset; the phase summary (op ``PUT``).
 
     Object ``i`` gets key ``workload.object_key(i)`` and ``workload.object_sizes(seed)[i]``
@@ -102,21 +182,22 @@ def prepare(
         phase="prepare",
         op="PUT",
         elapsed_s=elapsed,
+        kind=PrepareSummary,
         objects=n,
         uploaded=rec.ops,
         skipped=n - len(todo),
         bucket_created=created,
         clients=workload.clients,
         concurrency=workload.concurrency,
-        sizes={
-            "distribution": workload.size_distribution,
-            "total_bytes": sum(sizes),
-            "mean": statistics.fmean(sizes),
-            "stdev": statistics.pstdev(sizes) if n > 1 else 0.0,
-            "min": min(sizes),
-            "max": max(sizes),
-            "expected_mean": workload.expected_object_bytes,
-        },
+        sizes=ObjectSizes(
+            distribution=workload.size_distribution,
+            total_bytes=sum(sizes),
+            mean=statistics.fmean(sizes),
+            stdev=statistics.pstdev(sizes) if n > 1 else 0.0,
+            min=min(sizes),
+            max=max(sizes),
+            expected_mean=workload.expected_object_bytes,
+        ),
     )
     _say(log, _one_line(summary))
     return summary
@@ -131,25 +212,25 @@ def _mix_text(workload: ObjectWorkload) -> str:
     return ",".join(f"{op}={weight}" for op, weight in workload.mix)
 
 
-def _warmup_summary(workload: ObjectWorkload, measured: _Measured) -> dict[str, Any] | None:
+def _warmup_summary(workload: ObjectWorkload, measured: _Measured) -> WarmupSummary | None:
     warm = measured.warmup
     if warm is None:
         return None
-    return {
-        "mode": "ops" if workload.warmup_ops is not None else "duration",
-        "requested_ops": workload.warmup_ops,
-        "requested_duration_s": workload.warmup_period_s,
-        "elapsed_s": measured.warmup_elapsed_s,
-        "ops": warm.ops,
-        "bytes": sum(rec.total_bytes for rec in warm.recorders.values()),
-        "errors": sum(rec.errors for rec in warm.recorders.values()),
-        "error_samples": [s for rec in warm.recorders.values() for s in rec.error_samples][:10],
-        "skipped": sum(warm.skipped.values()),
-        "by_op": {
+    return WarmupSummary(
+        mode="ops" if workload.warmup_ops is not None else "duration",
+        requested_ops=workload.warmup_ops,
+        requested_duration_s=workload.warmup_period_s,
+        elapsed_s=measured.warmup_elapsed_s,
+        ops=warm.ops,
+        bytes=sum(rec.total_bytes for rec in warm.recorders.values()),
+        errors=sum(rec.errors for rec in warm.recorders.values()),
+        error_samples=[s for rec in warm.recorders.values() for s in rec.error_samples][:10],
+        skipped=sum(warm.skipped.values()),
+        by_op={
             op.upper(): warm.recorders[op.upper()].ops if op.upper() in warm.recorders else 0
             for op, _ in workload.mix
         },
-    }
+    )
 
 
 def get(
@@ -159,7 +240,7 @@ def get(
     seed: int = 0,
     bucket_scheme: str = "pow2",
     log: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+) -> GetSummary:
     """Run the workload's mix over a prepared dataset (GETs only by default); the phase summary.
 
     ``clients`` processes with ``concurrency`` threads each; thread ``t`` of client ``c`` draws
@@ -234,7 +315,7 @@ def get(
     if warmup is not None:
         _say(
             log,
-            f"warm-up: {warmup['ops']:,} ops in {warmup['elapsed_s']:.2f} s, not counted",
+            f"warm-up: {warmup.ops:,} ops in {warmup.elapsed_s:.2f} s, not counted",
         )
     summary = summarize_ops(
         measured.part.recorders,
@@ -242,6 +323,7 @@ def get(
         elapsed_s=measured.elapsed_s,
         weights={op.upper(): weight for op, weight in workload.mix},
         skipped=measured.part.skipped,
+        kind=GetSummary,
         mode="ops" if workload.ops is not None else "duration",
         requested_ops=workload.ops,
         requested_duration_s=None if workload.ops is not None else workload.duration_s,
@@ -257,16 +339,16 @@ def get(
     return summary
 
 
-def _one_line(summary: dict[str, Any]) -> str:
-    t = summary["totals"]
+def _one_line(summary: PhaseSummary) -> str:
+    t = summary.totals
     line = (
-        f"{summary['phase']}: {t['ops']:,} {summary['op']} ops, {t['bytes'] / 2**20:,.1f} MiB in "
-        f"{summary['elapsed_s']:.2f} s: {t['ops_per_s']:,.1f} ops/s, {t['mib_per_s']:,.1f} MiB/s"
+        f"{summary.phase}: {t.ops:,} {summary.op} ops, {t.bytes / 2**20:,.1f} MiB in "
+        f"{summary.elapsed_s:.2f} s: {t.ops_per_s:,.1f} ops/s, {t.mib_per_s:,.1f} MiB/s"
     )
-    if t["ops"]:
-        line += f", p50 {t['p50_ms']:.2f} ms, p99 {t['p99_ms']:.2f} ms"
-    if summary["errors"]["count"]:
-        line += f", {summary['errors']['count']:,} errors"
+    if t.ops:
+        line += f", p50 {t.p50_ms:.2f} ms, p99 {t.p99_ms:.2f} ms"
+    if summary.errors.count:
+        line += f", {summary.errors.count:,} errors"
     return line
 
 
@@ -284,12 +366,12 @@ def run(
     skip_existing: bool = False,
     bucket_scheme: str = "pow2",
     log: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+) -> ObjectResults:
     """Run ``prepare``, ``get`` or ``run`` (prepare then get) and write the results files.
 
-    Returns the results (the content of ``results.json``). The files are written even when a
-    phase fails part-way through its operations; a prepare with failed uploads stops ``run``
-    before its get phase with an :class:`ObjectStoreError`.
+    Returns the results (:meth:`ObjectResults.as_dict` is ``results.json``). The files are
+    written even when a phase fails part-way through its operations; a prepare with failed
+    uploads stops ``run`` before its get phase with an :class:`ObjectStoreError`.
     """
     if command not in COMMANDS:
         raise ValueError(f"command must be one of {COMMANDS}, got {command!r}")
@@ -299,23 +381,29 @@ def run(
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ObjectStoreError(f"--out {out} exists and is not a directory")
-    results: dict[str, Any] = {
-        "schema": SCHEMA,
-        "command": command,
-        "workload": workload.as_dict(),
-        "endpoint": target.endpoint_name,
-        "bucket": target.bucket,
-        "prefix": workload.prefix,
-        "seed": seed,
-        "bucket_scheme": bucket_scheme,
-        "started_at": _now(),
-        "finished_at": None,
-        "host": {"node": platform.node(), "python": platform.python_version()},
-        "phases": [],
-    }
+    started_at = _now()
+    host = HostInfo(node=platform.node(), python=platform.python_version())
+    phases: list[PhaseSummary] = []
+
+    def results(finished_at: str | None) -> ObjectResults:
+        return ObjectResults(
+            schema=SCHEMA,
+            command=command,
+            workload=workload,
+            endpoint=target.endpoint_name,
+            bucket=target.bucket,
+            prefix=workload.prefix,
+            seed=seed,
+            bucket_scheme=bucket_scheme,
+            started_at=started_at,
+            finished_at=finished_at,
+            host=host,
+            phases=list(phases),
+        )
+
     try:
         if command in ("prepare", "run"):
-            phase = prepare(
+            prepared = prepare(
                 workload,
                 target,
                 seed=seed,
@@ -323,28 +411,25 @@ def run(
                 bucket_scheme=bucket_scheme,
                 log=log,
             )
-            results["phases"].append(phase)
-            failed = phase["errors"]["count"]
+            phases.append(prepared)
+            failed = prepared.errors.count
             if command == "run" and failed:
-                samples = "; ".join(phase["errors"]["samples"][:3])
+                samples = "; ".join(prepared.errors.samples[:3])
                 raise ObjectStoreError(
-                    f"prepare failed for {failed:,} of {phase['objects']:,} objects, so the get "
+                    f"prepare failed for {failed:,} of {prepared.objects:,} objects, so the get "
                     f"phase did not run: {samples}"
                 )
         if command in ("get", "run"):
-            results["phases"].append(
-                get(workload, target, seed=seed, bucket_scheme=bucket_scheme, log=log)
-            )
+            phases.append(get(workload, target, seed=seed, bucket_scheme=bucket_scheme, log=log))
     except BaseException:
-        if results["phases"]:  # keep what was measured; the error is what the caller sees
-            results["finished_at"] = _now()
+        if phases:  # keep what was measured; the error is what the caller sees
             with contextlib.suppress(OSError):
-                write_results(out, results)
+                write_results(out, results(_now()))
         raise
-    results["finished_at"] = _now()
+    done = results(_now())
     try:
-        paths = write_results(out, results)
+        paths = write_results(out, done)
     except OSError as exc:
         raise ObjectStoreError(f"cannot write the results to {out}: {exc}") from None
     _say(log, f"results: {paths['results.json']}")
-    return results
+    return done
