@@ -7,6 +7,7 @@ import pytest
 import torch
 from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor
 
+import hstu_ops
 from hstu_model import HSTURanker, Trainer, preset, time_features
 from hstu_model.config import YAMBDA_5B_VOCAB
 from hstu_model.testing import random_batch
@@ -171,6 +172,36 @@ def test_native_and_pytorch_kernels_agree(tiny_config, make_batch, build):
     assert got_grads.keys() == ref_grads.keys()
     for name, grad in ref_grads.items():
         torch.testing.assert_close(got_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_the_model_runs_the_kernel_its_decision_gives_each_op(
+    tiny_config, make_batch, vocab, monkeypatch
+):
+    """The decision is a value: the model runs, per op, the kernel it names (here NATIVE with
+    the attention refused, as a run's self-check would), and re-resolves nothing."""
+    config = tiny_config.replace(model={"kernel": "native"}).model
+    decision = hstu_ops.KernelDecision.given("native").refusing({"hstu_mha": "made wrong here"})
+    ran: dict[str, set] = {}
+    for op in ("complete_cumsum", "concat_1d_jagged", "hstu_mha", "hstu_compute_uqvk"):
+        real = getattr(hstu_ops, op)
+
+        def recorded(*args, real=real, op=op, **kwargs):
+            ran.setdefault(op, set()).add(kwargs["kernel"])
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(hstu_ops, op, recorded)
+    model = HSTURanker(config, vocab, kernels=decision)
+    batch = make_batch([0, 4, 11, 3], seed=4)
+    model(batch.uih, batch.candidates)
+    assert ran == {
+        "complete_cumsum": {hstu_ops.Kernel.NATIVE},
+        "concat_1d_jagged": {hstu_ops.Kernel.NATIVE},
+        "hstu_mha": {hstu_ops.Kernel.PYTORCH},
+        "hstu_compute_uqvk": {hstu_ops.Kernel.PYTORCH},  # no NATIVE kernel: its reference
+    }
+    assert decision.choice("hstu_mha").reason == "made wrong here"
+    with pytest.raises(ValueError, match=r"a decision for triton, but model\.kernel is native"):
+        HSTURanker(config, vocab, kernels=hstu_ops.KernelDecision.given("triton"))
 
 
 @pytest.mark.parametrize("kernel", ["pytorch", "native"])

@@ -45,12 +45,10 @@ def _restore_default_kernel():
 
 @pytest.fixture
 def fresh_kernel_checks(monkeypatch):
-    """No refused kernels and no self-check verdicts, for the test only: both are kept per
-    process, and a refusal changes which kernel every later call runs."""
-    import hstu_ops._kernel
+    """No self-check verdicts, for the test only: they are kept per process, and a later
+    check would reuse a verdict reached on a kernel a test made wrong."""
     import hstu_ops.selfcheck
 
-    monkeypatch.setattr(hstu_ops._kernel, "_refused", {})
     monkeypatch.setattr(hstu_ops.selfcheck, "_verdicts", {})
 
 

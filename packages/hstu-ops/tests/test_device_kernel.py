@@ -1,12 +1,12 @@
-"""hstu_ops.device_kernel and fallback: what `auto` picks per device, the refusals, and the
-kernel each op runs for a family."""
+"""hstu_ops.device_kernel, choose and decide_kernel: what `auto` picks per device, the
+refusals, and the kernel each op runs for a family, with the reason where it is another."""
 
 from __future__ import annotations
 
 import pytest
 
 import hstu_ops
-from hstu_ops import Kernel, KernelUnavailableError, device_kernel
+from hstu_ops import Kernel, KernelChoice, KernelDecision, KernelUnavailableError, device_kernel
 
 
 @pytest.fixture
@@ -72,11 +72,19 @@ def test_an_unknown_kernel_is_refused():
     assert [k.value for k in Kernel] == ["auto", "pytorch", "native", "triton"]
 
 
-def test_each_op_runs_the_family_where_it_has_it_else_its_reference():
-    assert hstu_ops.fallback("hstu_mha", Kernel.NATIVE) is Kernel.NATIVE
-    assert hstu_ops.fallback("hstu_compute_uqvk", Kernel.NATIVE) is Kernel.PYTORCH
-    assert hstu_ops.fallback("concat_1d_jagged", Kernel.TRITON) is Kernel.PYTORCH
-    assert hstu_ops.fallback("hstu_compute_uqvk", Kernel.TRITON) is Kernel.TRITON
+def test_each_op_runs_the_family_where_it_has_it_else_its_reference_with_the_reason():
+    assert hstu_ops.choose("hstu_mha", Kernel.NATIVE) == KernelChoice(
+        "hstu_mha", Kernel.NATIVE, Kernel.NATIVE
+    )
+    assert hstu_ops.choose("hstu_compute_uqvk", "native") == KernelChoice(
+        "hstu_compute_uqvk", Kernel.NATIVE, Kernel.PYTORCH, "hstu_compute_uqvk has no NATIVE kernel"
+    )
+    assert hstu_ops.choose("concat_1d_jagged", Kernel.TRITON).reason == (
+        "concat_1d_jagged has no TRITON kernel"
+    )
+    assert hstu_ops.choose("hstu_compute_uqvk", Kernel.TRITON).used is Kernel.TRITON
+    with pytest.raises(ValueError, match=r"addmm: resolve Kernel\.AUTO"):
+        hstu_ops.choose("addmm", "auto")
     hstu_ops.set_default_kernel("native")
     try:  # the process default follows the same rule
         assert hstu_ops._kernel.resolve_kernel("hstu_compute_output", None) is Kernel.PYTORCH
@@ -87,15 +95,49 @@ def test_each_op_runs_the_family_where_it_has_it_else_its_reference():
         hstu_ops.set_default_kernel("auto")
 
 
-def test_a_refused_kernel_runs_the_reference_wherever_it_is_chosen(fresh_kernel_checks):
-    """One rule for a model's family, the process default and a kernel passed to the op."""
-    hstu_ops._kernel.refuse_kernel("addmm", Kernel.TRITON, "wrong on this device")
-    assert hstu_ops.fallback("addmm", Kernel.TRITON) is Kernel.PYTORCH
-    assert hstu_ops._kernel.resolve_kernel("addmm", "triton") is Kernel.PYTORCH
-    hstu_ops.set_default_kernel("triton")
-    assert hstu_ops._kernel.resolve_kernel("addmm", None) is Kernel.PYTORCH
-    # The refusal is the op's alone, and a kernel the op lacks is still an error.
-    assert hstu_ops.fallback("layer_norm", Kernel.TRITON) is Kernel.TRITON
-    assert hstu_ops._kernel.resolve_kernel("layer_norm", None) is Kernel.TRITON
+def test_a_decision_holds_one_choice_per_op_for_the_family_the_device_runs(no_interpreter):
+    decision = hstu_ops.decide_kernel("auto", "cpu")
+    assert (decision.requested, decision.family, decision.device_type) == (
+        Kernel.AUTO,
+        Kernel.NATIVE,
+        "cpu",
+    )
+    assert [c.op for c in decision.choices] == list(hstu_ops.OP_KERNELS)
+    for op, kernels in hstu_ops.OP_KERNELS.items():
+        choice = decision.choice(op)
+        assert choice == hstu_ops.choose(op, Kernel.NATIVE) and decision.kernel(op) is choice.used
+        assert (choice.reason is None) == (Kernel.NATIVE in kernels)
+    assert {c.op for c in decision.fallbacks()} == {
+        op for op, kernels in hstu_ops.OP_KERNELS.items() if Kernel.NATIVE not in kernels
+    }
+    with pytest.raises(KernelUnavailableError):  # refused as device_kernel refuses it
+        hstu_ops.decide_kernel("triton", "cpu")
+
+
+def test_a_refused_op_runs_its_reference_with_the_reason_and_the_others_keep_theirs():
+    decision = KernelDecision.given("triton")
+    assert decision.device_type is None and decision.requested is Kernel.TRITON
+    refused = decision.refusing({"addmm": "wrong on this device", "complete_cumsum": "unused"})
+    assert refused.choice("addmm") == KernelChoice(
+        "addmm", Kernel.TRITON, Kernel.PYTORCH, "wrong on this device"
+    )
+    # An op without the family keeps its own reason; the others are untouched.
+    assert refused.choice("complete_cumsum").reason == "complete_cumsum has no TRITON kernel"
+    assert refused.kernel("layer_norm") is Kernel.TRITON
+    assert decision.kernel("addmm") is Kernel.TRITON, "a decision is a value"
+    with pytest.raises(ValueError, match="unknown op 'addm'"):
+        decision.refusing({"addm": "typo"})
+    # Nothing is kept per process: a kernel passed to the op runs as asked.
+    assert hstu_ops._kernel.resolve_kernel("addmm", "triton") is Kernel.TRITON
     with pytest.raises(ValueError, match="addmm has no NATIVE kernel"):
         hstu_ops._kernel.resolve_kernel("addmm", "native")
+
+
+def test_a_decision_needs_every_op_once_for_its_family():
+    choices = KernelDecision.given("pytorch").choices
+    with pytest.raises(ValueError, match="one choice for every op"):
+        KernelDecision(Kernel.PYTORCH, Kernel.PYTORCH, None, choices[1:])
+    with pytest.raises(ValueError, match="every choice must be for native"):
+        KernelDecision(Kernel.NATIVE, Kernel.NATIVE, None, choices)
+    with pytest.raises(ValueError, match="unknown kernel 'cuda'"):
+        KernelDecision.given("cuda")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hstu_model._atomic import atomic_write_text
-from hstu_ops import Kernel
+from hstu_ops import Kernel, kernel_family
 
 
 class ConfigError(ValueError):
@@ -265,14 +265,10 @@ class ModelConfig:
             "task_weights",
             f"must be >= 0 and not all 0, got {self.task_weights}",
         )
-        families = [k.value for k in Kernel if k is not Kernel.AUTO]
-        _require(
-            self.kernel in families,
-            "kernel",
-            f"unknown kernel {self.kernel!r}; expected {', '.join(families)} (auto is resolved "
-            "for a device by hstu_ops.device_kernel first)",
-        )
-        object.__setattr__(self, "kernel", Kernel(self.kernel))
+        try:  # hstu-ops owns what a family is
+            object.__setattr__(self, "kernel", kernel_family(self.kernel))
+        except ValueError as error:
+            raise ConfigError(f"kernel: {error}") from None
 
     def _check_contextual_features(self) -> None:
         features = self.contextual_features

@@ -122,6 +122,10 @@ class ContextualProjection(nn.Module):
         return torch.einsum("bcd,cde->bce", x, self.weight) + self.bias
 
 
+_REFERENCE_KERNELS = hstu_ops.KernelDecision.given(hstu_ops.Kernel.PYTORCH)
+"""Every op on its PyTorch reference: what a layer runs when given no decision."""
+
+
 class STULayer(nn.Module):
     """One sequential transduction unit, as the DLRMv4 reference's STULayer computes it.
 
@@ -167,8 +171,7 @@ class STULayer(nn.Module):
         seq_offsets: torch.Tensor,
         max_seq_len: int,
         num_targets: torch.Tensor,
-        attention_kernel: hstu_ops.Kernel = hstu_ops.Kernel.PYTORCH,
-        layer_kernel: hstu_ops.Kernel = hstu_ops.Kernel.PYTORCH,
+        kernels: hstu_ops.KernelDecision = _REFERENCE_KERNELS,
     ) -> torch.Tensor:
         cfg = self.config
         heads, dqk, dv = cfg.num_heads, cfg.attention_dim, cfg.linear_dim
@@ -182,7 +185,7 @@ class STULayer(nn.Module):
             dv,
             self.uvqk_weight.to(x.dtype),
             self.uvqk_bias.to(x.dtype),
-            kernel=layer_kernel,
+            kernel=kernels.kernel("hstu_compute_uqvk"),
         )
         attn = hstu_ops.hstu_mha(
             max_seq_len,
@@ -198,7 +201,7 @@ class STULayer(nn.Module):
             # The reference's layers treat the contextual tokens as ordinary causal tokens:
             # they see each other (in order) but not the history.
             contextual_seq_len=0,
-            kernel=attention_kernel,
+            kernel=kernels.kernel("hstu_mha"),
         )
         return hstu_ops.hstu_compute_output(
             attn.reshape(-1, heads * dv),
@@ -214,7 +217,7 @@ class STULayer(nn.Module):
             training=self.training,
             concat_ux=True,
             group_norm=False,
-            kernel=layer_kernel,
+            kernel=kernels.kernel("hstu_compute_output"),
         )
 
 
@@ -279,6 +282,10 @@ class RankerBase(nn.Module, abc.ABC):
     (registered as `embedding_collection`, whose `embeddings` maps each table's name to its
     `nn.Embedding`, so every subclass has the same state-dict keys), and `_lookup` embeds the
     ids of a batch with it.
+
+    Each hstu-ops op runs the kernel that `kernels` (an `hstu_ops.KernelDecision` of
+    `config.kernel`, made once by whoever picked the family, e.g. a run on its device) gives
+    it; without one, `config.kernel` as given (`KernelDecision.given`).
     """
 
     def __init__(
@@ -286,18 +293,18 @@ class RankerBase(nn.Module, abc.ABC):
         config: ModelConfig,
         vocab_sizes: Mapping[str, int],
         device: torch.device | None = None,
+        kernels: hstu_ops.KernelDecision | None = None,
     ) -> None:
         super().__init__()
         self.config = config
         self.features = config.features
-        self.kernel = config.kernel
-        # Each op runs the chosen family where it has it, else its PyTorch reference.
-        self.jagged_kernel = hstu_ops.fallback("concat_1d_jagged", self.kernel)
-        """complete_cumsum and 1-D jagged concat."""
-        self.layer_kernel = hstu_ops.fallback("hstu_compute_uqvk", self.kernel)
-        """hstu_compute_uqvk / hstu_compute_output and the positional embeddings."""
-        self.attention_kernel = hstu_ops.fallback("hstu_mha", self.kernel)
-        """hstu_mha."""
+        if kernels is None:
+            kernels = hstu_ops.KernelDecision.given(config.kernel)
+        elif kernels.family is not config.kernel:
+            raise ValueError(
+                f"kernels: a decision for {kernels.family}, but model.kernel is {config.kernel}"
+            )
+        self.kernels = kernels
         d, hidden = config.embedding_dim, config.preprocessor_hidden_dim
         self.tables = embedding_tables(config.features, vocab_sizes, config.contextual_features)
         self.contextual_keys: tuple[str, ...] = (
@@ -523,23 +530,22 @@ class RankerBase(nn.Module, abc.ABC):
             num_targets,
             interleave_targets=False,
             time_bucket_fn="sqrt",
-            kernel=self.layer_kernel,
+            kernel=self.kernels.kernel("add_timestamp_positional_embeddings"),
         )
         x = F.dropout(x, cfg.input_dropout, self.training)
 
         max_seq_len = int(seq_lengths.max())
         recompute = cfg.recompute_layers and self.training and torch.is_grad_enabled()
         for layer in self.layers:
-            args = (x, seq_offsets, max_seq_len, num_targets)
-            kernels = (self.attention_kernel, self.layer_kernel)
+            args = (x, seq_offsets, max_seq_len, num_targets, self.kernels)
             if recompute:
                 # Non-reentrant: the recomputation sees the same autocast state, and the saved
                 # random state draws the same dropout masks again.
                 x = torch.utils.checkpoint.checkpoint(
-                    layer, *args, *kernels, use_reentrant=False, preserve_rng_state=True
+                    layer, *args, use_reentrant=False, preserve_rng_state=True
                 )
             else:
-                x = layer(*args, *kernels)
+                x = layer(*args)
 
         candidate_rows = (
             seq_offsets[1:].unsqueeze(1)
@@ -554,12 +560,16 @@ class RankerBase(nn.Module, abc.ABC):
         self, batch_size: int, history_lengths: torch.Tensor, num_history: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Row of `tokens` for each sequence position, and the sequence offsets."""
-        cfg, kernel = self.config, self.jagged_kernel
+        cfg = self.config
+        cumsum, concat = (
+            self.kernels.kernel("complete_cumsum"),
+            self.kernels.kernel("concat_1d_jagged"),
+        )
         device = history_lengths.device
         ones = torch.ones(batch_size, dtype=torch.int64, device=device)
-        ctx_offsets = hstu_ops.complete_cumsum(ones * cfg.contextual_seq_len, kernel=kernel)
-        hist_offsets = hstu_ops.complete_cumsum(history_lengths.to(torch.int64), kernel=kernel)
-        cand_offsets = hstu_ops.complete_cumsum(ones * cfg.num_candidates, kernel=kernel)
+        ctx_offsets = hstu_ops.complete_cumsum(ones * cfg.contextual_seq_len, kernel=cumsum)
+        hist_offsets = hstu_ops.complete_cumsum(history_lengths.to(torch.int64), kernel=cumsum)
+        cand_offsets = hstu_ops.complete_cumsum(ones * cfg.num_candidates, kernel=cumsum)
         num_ctx = batch_size * cfg.contextual_seq_len
         rows = torch.arange(num_ctx + num_history + batch_size * cfg.num_candidates, device=device)
         merged, offsets = hstu_ops.concat_1d_jagged(
@@ -567,10 +577,10 @@ class RankerBase(nn.Module, abc.ABC):
             ctx_offsets,
             rows[num_ctx : num_ctx + num_history],
             hist_offsets,
-            kernel=kernel,
+            kernel=concat,
         )
         return hstu_ops.concat_1d_jagged(
-            merged, offsets, rows[num_ctx + num_history :], cand_offsets, kernel=kernel
+            merged, offsets, rows[num_ctx + num_history :], cand_offsets, kernel=concat
         )
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

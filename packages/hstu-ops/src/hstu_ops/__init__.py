@@ -1,11 +1,12 @@
 """HSTU kernels: PyTorch references, native (C++/CUDA/HIP) ops and Triton kernels.
 
 Every op takes ``kernel=`` (a :class:`Kernel`, or None for the process default set with
-:func:`set_default_kernel`); :data:`OP_KERNELS` says which kernels each op has,
-:func:`fallback` which one it runs for a family, :func:`device_kernel` which family a
-device runs (``Kernel.AUTO`` resolved, a family it cannot run refused), and :func:`verify_if_auto`
-checks AUTO's Triton kernels on a GPU before a run uses them (:mod:`hstu_ops.selfcheck`, which
-also holds the report of every kernel against its reference). The PYTORCH kernels in
+:func:`set_default_kernel`); :data:`OP_KERNELS` says which kernels each op has, :func:`choose`
+which one it runs for a family and why, :func:`decide_kernel` a model's kernels on a device
+(a :class:`KernelDecision`: ``Kernel.AUTO`` resolved, a family the device cannot run refused),
+and :func:`verify_decision` checks AUTO's Triton kernels on a GPU before a run uses them
+(:mod:`hstu_ops.selfcheck`, which also holds the report of every kernel against its
+reference). The PYTORCH kernels in
 :mod:`hstu_ops.pytorch` are the specification; the NATIVE kernels come from the compiled
 extension and are also reachable as ``torch.ops.hstu_ops.*`` once it is loaded (by the first
 op or ``native_available()``). The TRITON kernels (:mod:`hstu_ops.triton`) are imported on
@@ -23,10 +24,14 @@ from typing import TYPE_CHECKING, Any
 from hstu_ops._kernel import (
     OP_KERNELS,
     Kernel,
+    KernelChoice,
+    KernelDecision,
     KernelUnavailableError,
+    choose,
+    decide_kernel,
     device_kernel,
-    fallback,
     get_default_kernel,
+    kernel_family,
     set_default_kernel,
     unavailable_reason,
 )
@@ -53,7 +58,7 @@ if TYPE_CHECKING:
     from hstu_ops.mm import addmm
     from hstu_ops.norms import layer_norm, rms_norm, swish_layer_norm
     from hstu_ops.position import add_timestamp_positional_embeddings
-    from hstu_ops.selfcheck import verify_if_auto, verify_kernel
+    from hstu_ops.selfcheck import verify_decision, verify_if_auto, verify_kernel
 
 __version__ = "0.1.0"
 
@@ -81,6 +86,7 @@ _LAZY = {
     "add_timestamp_positional_embeddings": "hstu_ops.position",
     "selfcheck": "hstu_ops.selfcheck",
     "set_index_value_checks": "hstu_ops._index_checks",
+    "verify_decision": "hstu_ops.selfcheck",
     "verify_if_auto": "hstu_ops.selfcheck",
     "verify_kernel": "hstu_ops.selfcheck",
 }
@@ -104,22 +110,26 @@ def __dir__() -> list[str]:
 __all__ = [
     "OP_KERNELS",
     "Kernel",
+    "KernelChoice",
+    "KernelDecision",
     "KernelUnavailableError",
     "NativeExtensionError",
     "TritonUnavailableError",
     "__version__",
     "add_timestamp_positional_embeddings",
     "addmm",
+    "choose",
     "complete_cumsum",
     "concat_1d_jagged",
     "concat_2D_jagged",
+    "decide_kernel",
     "device_kernel",
-    "fallback",
     "get_default_kernel",
     "hstu_compute_output",
     "hstu_compute_uqvk",
     "hstu_mha",
     "jagged_dense_bmm_broadcast_add",
+    "kernel_family",
     "layer_norm",
     "native_available",
     "native_build_info",
@@ -134,6 +144,7 @@ __all__ = [
     "triton_available",
     "triton_interpreter_problem",
     "unavailable_reason",
+    "verify_decision",
     "verify_if_auto",
     "verify_kernel",
 ]

@@ -4,38 +4,44 @@ Every op has a ``PYTORCH`` kernel, the readable reference in :mod:`hstu_ops.pyto
 also have a ``NATIVE`` kernel (C++/CUDA/HIP, registered under ``torch.ops.hstu_ops``) or a
 ``TRITON`` kernel (:mod:`hstu_ops.triton`, imported only when first used).
 
-One rule picks an op's kernel (:func:`fallback`): the chosen family where the op has it and
-this process has not refused it for the op, else its ``PYTORCH`` reference. It applies to the
-process default (:func:`set_default_kernel`, used by ops called with ``kernel=None``), to a
-model's choice and to a kernel passed to an op alike, so a process or a model may choose
-``NATIVE`` and still call ops that only exist as references. A kernel passed to an op
-explicitly that the op does not have is an error.
+One rule picks what an op runs for a family (:func:`choose`): that family where the op has it
+and nothing refused it, else its ``PYTORCH`` reference, with the reason (a
+:class:`KernelChoice`). It applies to the process default (:func:`set_default_kernel`, used by
+ops called with ``kernel=None``) and to a model's family alike, so a process or a model may
+choose ``NATIVE`` and still call ops that only exist as references. A kernel passed to an op
+explicitly that the op does not have is an error; one it has runs.
 
-``AUTO`` is a choice for a whole model on a device, not for an op: :func:`device_kernel` makes
-it ``TRITON`` on a GPU and ``NATIVE`` on the CPU, and refuses (:class:`KernelUnavailableError`)
-a family the device cannot run (:func:`unavailable_reason`); it is cheap and runs nothing.
-Before a run on a GPU uses what AUTO chose, :func:`hstu_ops.selfcheck.verify_if_auto` checks the
-Triton kernels there against their references at tiny shapes, once per process and device; an
-op whose kernel fails is refused (:func:`refuse_kernel`), which is what sends it to its
-reference, and the run says so on stderr. A refusal holds for the whole process: a process
-trains on one device, and the reference is right on every device. An explicit family is the
-user's choice and is never checked.
+A model's kernels are one value, a :class:`KernelDecision`: the family asked, the family it
+means on the device, and every op's :class:`KernelChoice`. :func:`decide_kernel` makes it for
+a device: ``AUTO`` is ``TRITON`` on a GPU and ``NATIVE`` on the CPU, and a family the device
+cannot run is refused (:class:`KernelUnavailableError`, :func:`unavailable_reason`); it is
+cheap and runs nothing. Before a run on a GPU uses what AUTO chose,
+:func:`hstu_ops.selfcheck.verify_decision` checks the Triton kernels there against their
+references at tiny shapes and returns the decision with each op that failed sent to its
+reference, the finding as its reason (:meth:`KernelDecision.refusing`). An explicit family is
+the user's choice and is never checked. The decision holds no process state: the model that
+takes it runs what it says.
 """
 
 from __future__ import annotations
 
 import enum
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 __all__ = [
     "GPU_DEVICE_TYPES",
     "OP_KERNELS",
     "Kernel",
+    "KernelChoice",
+    "KernelDecision",
     "KernelUnavailableError",
+    "choose",
+    "decide_kernel",
     "device_kernel",
-    "fallback",
     "get_default_kernel",
-    "refuse_kernel",
+    "kernel_family",
     "resolve_kernel",
     "set_default_kernel",
     "triton_interpreting",
@@ -96,6 +102,20 @@ def _coerce(kernel: Kernel | str, what: str) -> Kernel:
     raise ValueError(f"{what}: unknown kernel {kernel!r}; expected one of {names}")
 
 
+def kernel_family(kernel: Kernel | str) -> Kernel:
+    """``kernel`` as a family ops run (PYTORCH, NATIVE or TRITON, by value or name); ValueError
+    for an unknown name and for AUTO, which only a device resolves (:func:`decide_kernel`)."""
+    families = [k for k in Kernel if k is not Kernel.AUTO]
+    chosen = next((k for k in families if kernel == k), None)
+    if chosen is None:
+        expected = ", ".join(families)
+        raise ValueError(
+            f"unknown kernel {kernel!r}; expected {expected} (auto is resolved for a device "
+            "by hstu_ops.decide_kernel first)"
+        )
+    return chosen
+
+
 def set_default_kernel(kernel: Kernel | str) -> None:
     """Sets the kernel used by ops called with ``kernel=None`` (process-wide)."""
     global _default_kernel
@@ -110,39 +130,110 @@ def get_default_kernel() -> Kernel:
     return _default_kernel
 
 
-_refused: dict[tuple[str, Kernel], str] = {}
-"""(op, family) -> why: the kernels this process runs no more (see :func:`refuse_kernel`)."""
+@dataclass(frozen=True)
+class KernelChoice:
+    """What ``op`` runs for the family ``requested``: ``used``, and ``reason``, why that is not
+    ``requested`` (None when it is)."""
+
+    op: str
+    requested: Kernel
+    used: Kernel
+    reason: str | None = None
 
 
-def refuse_kernel(op: str, kernel: Kernel, reason: str) -> None:
-    """From now on, in this process, ``op`` runs its PYTORCH reference where ``kernel`` is
-    chosen for it (:func:`fallback`); ``reason`` says why (the self-check's finding)."""
-    _refused[(op, kernel)] = reason
+def choose(op: str, family: Kernel | str, refused: str | None = None) -> KernelChoice:
+    """The one rule: ``op`` runs ``family`` where it has it (:data:`OP_KERNELS`) and
+    ``refused`` (why it may not, e.g. a self-check's finding) is None, else its PYTORCH
+    reference, with the reason."""
+    family = _coerce(family, op)
+    if family is Kernel.AUTO:
+        raise ValueError(f"{op}: resolve Kernel.AUTO for a device first (decide_kernel)")
+    if family not in OP_KERNELS[op]:
+        return KernelChoice(op, family, Kernel.PYTORCH, f"{op} has no {family.name} kernel")
+    if refused is not None and family is not Kernel.PYTORCH:
+        return KernelChoice(op, family, Kernel.PYTORCH, refused)
+    return KernelChoice(op, family, family)
 
 
-def fallback(op: str, kernel: Kernel) -> Kernel:
-    """The kernel ``op`` runs for the family ``kernel``: that one where the op has it
-    (:data:`OP_KERNELS`) and this process has not refused it (:func:`refuse_kernel`), else its
-    PYTORCH reference."""
-    if kernel in OP_KERNELS[op] and (op, kernel) not in _refused:
-        return kernel
-    return Kernel.PYTORCH
+@dataclass(frozen=True)
+class KernelDecision:
+    """The kernels of a model, decided once: ``requested`` (as asked, maybe AUTO), ``family``
+    (what it means on the device), ``device_type`` (None for a family taken as given, with no
+    device in view) and ``choices``, one :class:`KernelChoice` per op of :data:`OP_KERNELS`.
+
+    Made by :func:`decide_kernel` or :meth:`given`; :meth:`refusing` sends ops to their
+    reference. A value: a model takes it and runs, per op, ``kernel(op)``."""
+
+    requested: Kernel
+    family: Kernel
+    device_type: str | None
+    choices: tuple[KernelChoice, ...]
+    _by_op: dict[str, KernelChoice] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_op = {choice.op: choice for choice in self.choices}
+        if sorted(by_op) != sorted(OP_KERNELS) or len(by_op) != len(self.choices):
+            raise ValueError("KernelDecision: needs one choice for every op of OP_KERNELS")
+        if any(choice.requested is not self.family for choice in self.choices):
+            raise ValueError(f"KernelDecision: every choice must be for {self.family}")
+        object.__setattr__(self, "_by_op", by_op)
+
+    @classmethod
+    def given(cls, family: Kernel | str) -> KernelDecision:
+        """``family`` as the user gave it, for every op, unchecked (no device in view)."""
+        family = kernel_family(family)
+        choices = tuple(choose(op, family) for op in OP_KERNELS)
+        return cls(family, family, None, choices)
+
+    def kernel(self, op: str) -> Kernel:
+        """The kernel ``op`` runs."""
+        return self._by_op[op].used
+
+    def choice(self, op: str) -> KernelChoice:
+        return self._by_op[op]
+
+    def fallbacks(self) -> tuple[KernelChoice, ...]:
+        """The ops that run another kernel than the family, each with its reason."""
+        return tuple(c for c in self.choices if c.used is not c.requested)
+
+    def refusing(self, reasons: Mapping[str, str]) -> KernelDecision:
+        """This decision with each op of ``reasons`` sent to its PYTORCH reference, for that
+        reason (an op without the family keeps its own reason)."""
+        for op in reasons:
+            if op not in OP_KERNELS:
+                raise ValueError(f"refusing: unknown op {op!r}")
+        choices = tuple(
+            choose(c.op, self.family, reasons[c.op])
+            if c.op in reasons and c.used is not Kernel.PYTORCH
+            else c
+            for c in self.choices
+        )
+        return replace(self, choices=choices)
+
+
+def decide_kernel(kernel: Kernel | str, device_type: str) -> KernelDecision:
+    """The kernels of a model on a ``device_type`` device: :func:`device_kernel`'s family
+    (KernelUnavailableError when the device cannot run it), every op under :func:`choose`."""
+    asked = _coerce(kernel, "kernel")
+    family = device_kernel(asked, device_type)
+    choices = tuple(choose(op, family) for op in OP_KERNELS)
+    return KernelDecision(asked, family, device_type, choices)
 
 
 def resolve_kernel(op: str, kernel: Kernel | str | None) -> Kernel:
-    """Picks the kernel for one call of ``op``: ``kernel``, or the process default when it is
-    None, under :func:`fallback`.
+    """Picks the kernel for one call of ``op``: ``kernel``, or, when it is None, what
+    :func:`choose` makes of the process default.
 
     Raises ValueError, naming the op and its kernels, for an explicit kernel it does not have.
     """
-    available = OP_KERNELS[op]
     if kernel is None:
-        return fallback(op, _default_kernel)
+        return choose(op, _default_kernel).used
     chosen = _coerce(kernel, op)
+    available = OP_KERNELS[op]
     if chosen not in available:
         names = ", ".join(k.name for k in available)
         raise ValueError(f"{op} has no {chosen.name} kernel; kernels available for {op}: {names}")
-    return fallback(op, chosen)
+    return chosen
 
 
 class KernelUnavailableError(ValueError):
@@ -169,7 +260,7 @@ def device_kernel(kernel: Kernel | str, device_type: str) -> Kernel:
     """The family ``kernel`` means on a ``device_type`` device ("cpu", "cuda"): AUTO is TRITON
     on a GPU and NATIVE on the CPU (PYTORCH elsewhere). KernelUnavailableError when it cannot
     run there. Runs no kernel: a run verifies AUTO's choice on its device with
-    :func:`hstu_ops.selfcheck.verify_if_auto`."""
+    :func:`hstu_ops.selfcheck.verify_decision`."""
     asked = _coerce(kernel, "kernel")
     chosen = asked
     if asked is Kernel.AUTO:

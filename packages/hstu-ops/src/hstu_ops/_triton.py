@@ -12,17 +12,12 @@ import importlib
 import importlib.metadata
 import re
 import sys
-from collections.abc import Callable
 from types import ModuleType
-
-from hstu_ops._kernel import Kernel, resolve_kernel
 
 __all__ = [
     "TritonUnavailableError",
     "load_triton_module",
-    "select_kernel",
     "triton_available",
-    "triton_function",
     "triton_interpreter_problem",
 ]
 
@@ -53,25 +48,6 @@ def load_triton_module(op: str, module: str) -> ModuleType:
             f"{op}: the TRITON kernel could not be loaded: importing {name} failed with "
             f"{type(exc).__name__}: {exc}"
         ) from exc
-
-
-def triton_function(op: str, module: str) -> Callable:
-    """The TRITON kernel of ``op``: ``hstu_ops.triton.<module>.triton_<op>``, imported on first
-    use (TritonUnavailableError without triton)."""
-    return getattr(load_triton_module(op, module), f"triton_{op}")
-
-
-def select_kernel(
-    op: str,
-    kernel: Kernel | str | None,
-    reference: Callable,
-    module: str,
-) -> Callable:
-    """The function of an op with a PYTORCH and a TRITON kernel that ``kernel`` selects (see
-    :func:`hstu_ops._kernel.resolve_kernel`): ``reference`` or :func:`triton_function`."""
-    if resolve_kernel(op, kernel) is Kernel.TRITON:
-        return triton_function(op, module)
-    return reference
 
 
 def triton_available() -> bool:

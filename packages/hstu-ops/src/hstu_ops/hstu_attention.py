@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from hstu_ops._kernel import Kernel, resolve_kernel
+from hstu_ops._dispatch import dispatch
+from hstu_ops._kernel import Kernel
 from hstu_ops._native import native_ops
-from hstu_ops._triton import load_triton_module
 from hstu_ops.pytorch.pt_hstu_attention import _check_inputs, pytorch_hstu_mha
 
 __all__ = ["hstu_mha"]
@@ -65,29 +65,13 @@ def hstu_mha(
     Returns:
         [total, heads, hidden_dim].
     """
-    chosen = resolve_kernel(_OP, kernel)
-    if chosen is Kernel.NATIVE:
-        ops = _native_ops_for(q, k, v)
-        _check_inputs(
-            max_seq_len, q, k, v, seq_offsets, dropout_pr, num_targets, max_attn_len,
-            contextual_seq_len,
-        )  # fmt: skip
-        _check_native_support(q, seq_offsets, num_targets, dropout_pr, training)
-        return ops.hstu_mha_fwd(
-            int(max_seq_len),
-            float(alpha),
-            q,
-            k,
-            v,
-            seq_offsets,
-            bool(causal),
-            num_targets,
-            int(max_attn_len),
-            int(contextual_seq_len),
-        )
-    impl = pytorch_hstu_mha
-    if chosen is Kernel.TRITON:
-        impl = load_triton_module(_OP, "triton_hstu_attention").triton_hstu_mha
+    _, impl = dispatch(
+        _OP,
+        kernel,
+        pytorch=pytorch_hstu_mha,
+        native=_native_hstu_mha,
+        triton="triton_hstu_attention",
+    )
     return impl(
         max_seq_len,
         alpha,
@@ -101,6 +85,24 @@ def hstu_mha(
         num_targets=num_targets,
         max_attn_len=max_attn_len,
         contextual_seq_len=contextual_seq_len,
+    )
+
+
+def _native_hstu_mha(
+    max_seq_len: int, alpha: float, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    seq_offsets: torch.Tensor, causal: bool, dropout_pr: float, training: bool,
+    num_targets: torch.Tensor | None, max_attn_len: int, contextual_seq_len: int,
+) -> torch.Tensor:  # fmt: skip
+    """The NATIVE kernel, called as the reference is (every argument given)."""
+    ops = _native_ops_for(q, k, v)
+    _check_inputs(
+        max_seq_len, q, k, v, seq_offsets, dropout_pr, num_targets, max_attn_len,
+        contextual_seq_len,
+    )  # fmt: skip
+    _check_native_support(q, seq_offsets, num_targets, dropout_pr, training)
+    scalars = (int(max_attn_len), int(contextual_seq_len))
+    return ops.hstu_mha_fwd(
+        int(max_seq_len), float(alpha), q, k, v, seq_offsets, bool(causal), num_targets, *scalars
     )
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from hstu_ops._kernel import Kernel, resolve_kernel
-from hstu_ops._triton import select_kernel, triton_function
+from hstu_ops._dispatch import dispatch
+from hstu_ops._kernel import Kernel
 from hstu_ops.pytorch.pt_hstu_compute import (
     pytorch_hstu_compute_output,
     pytorch_hstu_compute_uqvk,
@@ -58,7 +58,9 @@ def hstu_compute_uqvk(
         u [N, num_heads * hidden_dim] (after the SiLU), q and k [N, num_heads, attn_dim], v
         [N, num_heads, hidden_dim]; q, k, v are views into one projection.
     """
-    impl = select_kernel("hstu_compute_uqvk", kernel, pytorch_hstu_compute_uqvk, _TRITON_MODULE)
+    _, impl = dispatch(
+        "hstu_compute_uqvk", kernel, pytorch=pytorch_hstu_compute_uqvk, triton=_TRITON_MODULE
+    )
     return impl(
         x,
         norm_weight,
@@ -115,9 +117,12 @@ def hstu_compute_output(
     Returns:
         [N, out] in x's dtype.
     """
-    op = "hstu_compute_output"
-    chosen = resolve_kernel(op, kernel)
-    common = dict(
+    chosen, impl = dispatch(
+        "hstu_compute_output", kernel, pytorch=pytorch_hstu_compute_output, triton=_TRITON_MODULE
+    )
+    # Only the Triton kernel can leave y out of what the backward keeps.
+    extra = {"recompute_y_in_backward": recompute_y_in_backward} if chosen is Kernel.TRITON else {}
+    return impl(
         attn=attn,
         u=u,
         x=x,
@@ -131,8 +136,5 @@ def hstu_compute_output(
         group_norm=group_norm,
         num_heads=num_heads,
         linear_dim=linear_dim,
+        **extra,
     )
-    if chosen is Kernel.TRITON:
-        impl = triton_function(op, _TRITON_MODULE)
-        return impl(**common, recompute_y_in_backward=recompute_y_in_backward)
-    return pytorch_hstu_compute_output(**common)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from hstu_ops._kernel import Kernel, resolve_kernel
+from hstu_ops._dispatch import dispatch
+from hstu_ops._kernel import Kernel
 from hstu_ops._native import native_ops
-from hstu_ops._triton import select_kernel, triton_function
 from hstu_ops.pytorch import pt_jagged, pt_jagged_2d
 
 __all__ = [
@@ -34,10 +34,17 @@ def complete_cumsum(lengths: torch.Tensor, *, kernel: Kernel | str | None = None
     lengths: 1-D int32 or int64, no negative entry; the result has the same dtype (int32 sums
     that overflow are an error).
     """
-    k = resolve_kernel("complete_cumsum", kernel)
-    if k is Kernel.NATIVE:
-        return native_ops("complete_cumsum", lengths.device).complete_cumsum(lengths)
-    return pt_jagged.pytorch_complete_cumsum(lengths)
+    _, impl = dispatch(
+        "complete_cumsum",
+        kernel,
+        pytorch=pt_jagged.pytorch_complete_cumsum,
+        native=_native_complete_cumsum,
+    )
+    return impl(lengths)
+
+
+def _native_complete_cumsum(lengths: torch.Tensor) -> torch.Tensor:
+    return native_ops("complete_cumsum", lengths.device).complete_cumsum(lengths)
 
 
 def concat_1d_jagged(
@@ -54,11 +61,18 @@ def concat_1d_jagged(
     and offsets_b share dtype (int32/int64) and length B + 1. Returns ``(values, offsets)``
     with ``values`` of shape [rows_a + rows_b, *row] and ``offsets = offsets_a + offsets_b``.
     """
-    k = resolve_kernel("concat_1d_jagged", kernel)
-    if k is Kernel.NATIVE:
-        ops = native_ops("concat_1d_jagged", values_a.device)
-        return ops.concat_1d_jagged(values_a, offsets_a, values_b, offsets_b)
-    return pt_jagged.pytorch_concat_1d_jagged(values_a, offsets_a, values_b, offsets_b)
+    _, impl = dispatch(
+        "concat_1d_jagged",
+        kernel,
+        pytorch=pt_jagged.pytorch_concat_1d_jagged,
+        native=_native_concat_1d_jagged,
+    )
+    return impl(values_a, offsets_a, values_b, offsets_b)
+
+
+def _native_concat_1d_jagged(values_a, offsets_a, values_b, offsets_b):
+    ops = native_ops("concat_1d_jagged", values_a.device)
+    return ops.concat_1d_jagged(values_a, offsets_a, values_b, offsets_b)
 
 
 def split_1d_jagged(
@@ -74,11 +88,17 @@ def split_1d_jagged(
     Returns ``(values_a, values_b, offsets_b)`` with ``offsets_b = offsets - offsets_a``, so
     ``concat_1d_jagged(values_a, offsets_a, values_b, offsets_b) == (values, offsets)``.
     """
-    k = resolve_kernel("split_1d_jagged", kernel)
-    if k is Kernel.NATIVE:
-        ops = native_ops("split_1d_jagged", values.device)
-        return ops.split_1d_jagged(values, offsets, offsets_a)
-    return pt_jagged.pytorch_split_1d_jagged(values, offsets, offsets_a)
+    _, impl = dispatch(
+        "split_1d_jagged",
+        kernel,
+        pytorch=pt_jagged.pytorch_split_1d_jagged,
+        native=_native_split_1d_jagged,
+    )
+    return impl(values, offsets, offsets_a)
+
+
+def _native_split_1d_jagged(values, offsets, offsets_a):
+    return native_ops("split_1d_jagged", values.device).split_1d_jagged(values, offsets, offsets_a)
 
 
 # --------------------------------------------------------------------------------------------
@@ -114,9 +134,13 @@ def concat_2D_jagged(
         [rows_left + rows_right, D]; its offsets are offsets_left + offsets_right.
     """
     op = "concat_2D_jagged"
-    chosen = resolve_kernel(op, kernel)
+    chosen, impl = dispatch(
+        op, kernel, pytorch=pt_jagged_2d.pytorch_concat_2D_jagged, triton="triton_jagged"
+    )
     pt_jagged_2d.check_rows_per_program(op, rows_per_program)
-    args = (
+    # The tiling choice is the Triton kernel's alone (the reference checks it above).
+    extra = {"rows_per_program": rows_per_program} if chosen is Kernel.TRITON else {}
+    return impl(
         max_seq_len,
         values_left,
         values_right,
@@ -124,10 +148,8 @@ def concat_2D_jagged(
         max_len_right,
         offsets_left,
         offsets_right,
+        **extra,
     )
-    if chosen is Kernel.TRITON:
-        return triton_function(op, "triton_jagged")(*args, rows_per_program=rows_per_program)
-    return pt_jagged_2d.pytorch_concat_2D_jagged(*args)
 
 
 def split_2D_jagged(
@@ -157,9 +179,12 @@ def split_2D_jagged(
         ``(values_left [rows_left, D], values_right [rows_right, D])``.
     """
     op = "split_2D_jagged"
-    chosen = resolve_kernel(op, kernel)
+    chosen, impl = dispatch(
+        op, kernel, pytorch=pt_jagged_2d.pytorch_split_2D_jagged, triton="triton_jagged"
+    )
     pt_jagged_2d.check_rows_per_program(op, rows_per_program)
-    args = (
+    extra = {"rows_per_program": rows_per_program} if chosen is Kernel.TRITON else {}
+    return impl(
         max_seq_len,
         values,
         total_len_left,
@@ -168,10 +193,8 @@ def split_2D_jagged(
         max_len_right,
         offsets_left,
         offsets_right,
+        **extra,
     )
-    if chosen is Kernel.TRITON:
-        return triton_function(op, "triton_jagged")(*args, rows_per_program=rows_per_program)
-    return pt_jagged_2d.pytorch_split_2D_jagged(*args)
 
 
 def jagged_dense_bmm_broadcast_add(
@@ -194,6 +217,10 @@ def jagged_dense_bmm_broadcast_add(
     Returns:
         [total, N] in jagged's dtype, accumulated in float32 (16-bit inputs) and rounded once.
     """
-    reference = pt_jagged_2d.pytorch_jagged_dense_bmm_broadcast_add
-    impl = select_kernel("jagged_dense_bmm_broadcast_add", kernel, reference, "triton_jagged")
+    _, impl = dispatch(
+        "jagged_dense_bmm_broadcast_add",
+        kernel,
+        pytorch=pt_jagged_2d.pytorch_jagged_dense_bmm_broadcast_add,
+        triton="triton_jagged",
+    )
     return impl(max_seq_len, seq_offsets, jagged, dense, bias)

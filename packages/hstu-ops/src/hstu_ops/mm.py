@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from hstu_ops._dispatch import dispatch
 from hstu_ops._kernel import Kernel
-from hstu_ops._triton import select_kernel
 from hstu_ops.pytorch.pt_mm import pytorch_addmm
 
 __all__ = ["addmm"]
@@ -35,4 +35,5 @@ def addmm(
     Returns:
         [M, N]; differentiable in all three arguments.
     """
-    return select_kernel("addmm", kernel, pytorch_addmm, "triton_addmm")(input, mat1, mat2)
+    _, impl = dispatch("addmm", kernel, pytorch=pytorch_addmm, triton="triton_addmm")
+    return impl(input, mat1, mat2)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from hstu_ops._dispatch import dispatch
 from hstu_ops._kernel import Kernel
-from hstu_ops._triton import select_kernel
 from hstu_ops.pytorch.pt_norms import (
     pytorch_layer_norm,
     pytorch_rms_norm,
@@ -44,7 +44,7 @@ def layer_norm(
     Returns:
         The shape and dtype of x.
     """
-    impl = select_kernel("layer_norm", kernel, pytorch_layer_norm, _TRITON_MODULE)
+    _, impl = dispatch("layer_norm", kernel, pytorch=pytorch_layer_norm, triton=_TRITON_MODULE)
     return impl(x, weight, bias, eps)
 
 
@@ -61,7 +61,9 @@ def swish_layer_norm(
     Arguments and result as :func:`layer_norm` (weight and bias are those of the norm inside
     the gate).
     """
-    impl = select_kernel("swish_layer_norm", kernel, pytorch_swish_layer_norm, _TRITON_MODULE)
+    _, impl = dispatch(
+        "swish_layer_norm", kernel, pytorch=pytorch_swish_layer_norm, triton=_TRITON_MODULE
+    )
     return impl(x, weight, bias, eps)
 
 
@@ -78,5 +80,5 @@ def rms_norm(
     is no bias, eps is added to the mean square, and the weight is applied before the one
     rounding to the dtype of x.
     """
-    impl = select_kernel("rms_norm", kernel, pytorch_rms_norm, _TRITON_MODULE)
+    _, impl = dispatch("rms_norm", kernel, pytorch=pytorch_rms_norm, triton=_TRITON_MODULE)
     return impl(x, weight, eps)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from hstu_ops._dispatch import dispatch
 from hstu_ops._kernel import Kernel
-from hstu_ops._triton import select_kernel
 from hstu_ops.pytorch.pt_position import pytorch_add_timestamp_positional_embeddings
 
 __all__ = ["add_timestamp_positional_embeddings"]
@@ -61,8 +61,8 @@ def add_timestamp_positional_embeddings(
         [total, D] in the dtype of seq_embeddings; differentiable in seq_embeddings and both
         tables.
     """
-    impl = select_kernel(
-        _OP, kernel, pytorch_add_timestamp_positional_embeddings, "triton_position"
+    _, impl = dispatch(
+        _OP, kernel, pytorch=pytorch_add_timestamp_positional_embeddings, triton="triton_position"
     )
     return impl(
         alpha,

@@ -5,11 +5,12 @@ One owner of the cases, the tolerances and the error measure, used twice:
 - :func:`check`: the report of every non-reference kernel (TRITON, NATIVE) of every op family
   in float32 and bfloat16 (``tools/gpu/correctness.py`` writes it as JSON);
 - :func:`verify_kernel`: the quick check at :data:`TINY` shapes that ``Kernel.AUTO`` runs on a
-  GPU before a run uses the Triton kernels (:func:`verify_if_auto`). Each op is checked once per
-  process and device; an op that fails is refused (:func:`hstu_ops._kernel.refuse_kernel`):
-  from then on it runs its PYTORCH reference in this process (:func:`hstu_ops.fallback`), and
-  one line on stderr names the op, the dtype and the error or exception. An explicit family is
-  the user's choice and is not checked.
+  GPU before a run uses the Triton kernels (:func:`verify_decision`). Each op is checked once per
+  process and device (the verdicts are kept, so a second check is free); an op that fails is
+  named with its finding, and one line on stderr names the op, the dtype and the error or
+  exception. :func:`verify_decision` returns the run's :class:`hstu_ops.KernelDecision` with
+  those ops on their PYTORCH reference, the finding as the reason. An explicit family is the
+  user's choice and is not checked.
 
 Each case runs an op on fixed random inputs in float32 and in bfloat16: its outputs, and the
 gradients of every floating input under one fixed random cotangent per output. The reference is
@@ -36,9 +37,9 @@ import torch
 from hstu_ops._kernel import (
     OP_KERNELS,
     Kernel,
-    _coerce,
+    KernelDecision,
+    decide_kernel,
     device_kernel,
-    refuse_kernel,
     unavailable_reason,
 )
 
@@ -53,6 +54,7 @@ __all__ = [
     "case_error",
     "check",
     "error",
+    "verify_decision",
     "verify_if_auto",
     "verify_kernel",
 ]
@@ -346,12 +348,12 @@ def verify_kernel(
     report: Callable[[str], None] = _print_to_stderr,
 ) -> dict[str, str]:
     """Checks the ``kernel`` family's ops on ``device`` at :data:`TINY` shapes, in float32 and
-    bfloat16, and refuses each op that fails: from then on it runs its PYTORCH reference in
-    this process (:func:`hstu_ops.fallback`), and ``report`` gets one line naming the op, the
-    dtype and the error or exception. ``ops`` limits the check to those ops (default: every op
-    with the kernel). Each op is checked once per process and device.
+    bfloat16; for each op that fails ``report`` gets one line naming the op, the dtype and the
+    error or exception. ``ops`` limits the check to those ops (default: every op with the
+    kernel). Each op is checked once per process and device.
 
-    Returns ``{op: why}`` for the ops asked that this device's check refused.
+    Returns ``{op: why}`` for the ops asked that fail on this device (nothing is refused here:
+    :func:`verify_decision` makes a run's decision of it).
     KernelUnavailableError when the device cannot run the family at all; ValueError for an op
     without the kernel.
     """
@@ -375,12 +377,34 @@ def verify_kernel(
             why = "; ".join(problems[op]) or None
             verdicts[op] = why
             if why is not None:
-                refuse_kernel(op, kernel, why)
                 report(
                     f"hstu-ops: {op} runs its PYTORCH reference on {device}: its {kernel.name} "
                     f"kernel failed the self-check ({why})"
                 )
     return {op: verdicts[op] for op in asked if verdicts[op] is not None}
+
+
+def verify_decision(
+    decision: KernelDecision,
+    device: torch.device | str,
+    *,
+    report: Callable[[str], None] = _print_to_stderr,
+) -> KernelDecision:
+    """What ``Kernel.AUTO`` adds for a run on ``device``: where the decision is AUTO meaning
+    TRITON (a GPU), the Triton kernels are verified there first (:func:`verify_kernel`), and
+    the decision comes back with each op that failed on its PYTORCH reference, the self-check's
+    finding as its reason. An explicit family is the user's choice and is not checked (nor is
+    AUTO where it means NATIVE or PYTORCH): the decision comes back as it was."""
+    if decision.requested is not Kernel.AUTO or decision.family is not Kernel.TRITON:
+        return decision
+    device = torch.device(device)
+    failed = verify_kernel(Kernel.TRITON, device, report=report)
+    return decision.refusing(
+        {
+            op: f"its TRITON kernel failed the self-check on {_resolved_device(device)} ({why})"
+            for op, why in failed.items()
+        }
+    )
 
 
 def verify_if_auto(
@@ -389,13 +413,8 @@ def verify_if_auto(
     *,
     report: Callable[[str], None] = _print_to_stderr,
 ) -> dict[str, str]:
-    """What ``Kernel.AUTO`` adds for a run on ``device``: where AUTO means TRITON (a GPU), the
-    Triton kernels are verified there first (:func:`verify_kernel`), so an op whose kernel fails
-    runs its reference instead. An explicit family is the user's choice and is not checked (nor
-    is AUTO where it means NATIVE or PYTORCH). Returns the refused ops, ``{op: why}``."""
+    """Until the training run hands its decision down (:func:`verify_decision`): the ops that
+    fail the check where ``kernel`` is AUTO meaning TRITON on ``device``, ``{op: why}``."""
     device = torch.device(device)
-    if _coerce(kernel, "verify_if_auto") is not Kernel.AUTO:
-        return {}
-    if device_kernel(Kernel.AUTO, device.type) is not Kernel.TRITON:
-        return {}
-    return verify_kernel(Kernel.TRITON, device, report=report)
+    decision = verify_decision(decide_kernel(kernel, device.type), device, report=report)
+    return {c.op: c.reason for c in decision.fallbacks() if c.requested in OP_KERNELS[c.op]}
