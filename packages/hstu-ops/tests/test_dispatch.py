@@ -1,4 +1,4 @@
-"""hstu_ops._dispatch.dispatch: every op of every family picks its function through it, with
+"""hstu_ops._kernel.dispatch: every op of every family picks its function through it, with
 the kernels OP_KERNELS lists for it; a fallback carries its reason; the kernel it picks agrees
 with the reference at odd shapes."""
 
@@ -11,7 +11,7 @@ import torch
 
 import hstu_ops
 from hstu_ops import OP_KERNELS, Kernel, choose, selfcheck
-from hstu_ops._dispatch import dispatch
+from hstu_ops._kernel import dispatch
 from hstu_ops.pytorch.pt_norms import pytorch_layer_norm
 
 OP_MODULES = ("hstu_attention", "hstu_compute", "jagged", "mm", "norms", "position")

@@ -9,7 +9,8 @@ and nothing refused it, else its ``PYTORCH`` reference, with the reason (a
 :class:`KernelChoice`). It applies to the process default (:func:`set_default_kernel`, used by
 ops called with ``kernel=None``) and to a model's family alike, so a process or a model may
 choose ``NATIVE`` and still call ops that only exist as references. A kernel passed to an op
-explicitly that the op does not have is an error; one it has runs.
+explicitly that the op does not have is an error; one it has runs. Every op of every family
+picks its function the same way, :func:`dispatch`.
 
 A model's kernels are one value, a :class:`KernelDecision`: the family asked, the family it
 means on the device, and every op's :class:`KernelChoice`. :func:`decide_kernel` makes it for
@@ -27,8 +28,10 @@ from __future__ import annotations
 
 import enum
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+
+from hstu_ops._triton import load_triton_module
 
 __all__ = [
     "GPU_DEVICE_TYPES",
@@ -40,6 +43,7 @@ __all__ = [
     "choose",
     "decide_kernel",
     "device_kernel",
+    "dispatch",
     "get_default_kernel",
     "kernel_family",
     "resolve_kernel",
@@ -234,6 +238,34 @@ def resolve_kernel(op: str, kernel: Kernel | str | None) -> Kernel:
         names = ", ".join(k.name for k in available)
         raise ValueError(f"{op} has no {chosen.name} kernel; kernels available for {op}: {names}")
     return chosen
+
+
+def dispatch(
+    op: str,
+    kernel: Kernel | str | None,
+    *,
+    pytorch: Callable,
+    native: Callable | None = None,
+    triton: str | None = None,
+) -> tuple[Kernel, Callable]:
+    """The kernel ``op`` runs for ``kernel`` (see :func:`resolve_kernel`) and its function:
+    ``pytorch`` (the reference), ``native`` (a function with the reference's arguments that
+    calls the compiled extension), or ``triton_<op>`` of ``hstu_ops.triton.<triton>`` (imported
+    on first use, :func:`hstu_ops._triton.load_triton_module`).
+
+    The kernels given must be those :data:`hstu_ops.OP_KERNELS` lists for ``op`` (the tests
+    hold every op to it); a chosen kernel given none is a RuntimeError naming the op.
+    """
+    chosen = resolve_kernel(op, kernel)
+    if chosen is Kernel.TRITON:
+        if triton is None:
+            raise RuntimeError(f"{op}: OP_KERNELS lists a TRITON kernel that the op does not give")
+        return chosen, getattr(load_triton_module(op, triton), f"triton_{op}")
+    if chosen is Kernel.NATIVE:
+        if native is None:
+            raise RuntimeError(f"{op}: OP_KERNELS lists a NATIVE kernel that the op does not give")
+        return chosen, native
+    return chosen, pytorch
 
 
 class KernelUnavailableError(ValueError):

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from hstu_ops._dispatch import dispatch
-from hstu_ops._kernel import Kernel
+from hstu_ops._kernel import Kernel, dispatch
 from hstu_ops._native import native_ops
 from hstu_ops.pytorch.pt_hstu_attention import _check_inputs, pytorch_hstu_mha
 

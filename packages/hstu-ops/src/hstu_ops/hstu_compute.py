@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from hstu_ops._dispatch import dispatch
-from hstu_ops._kernel import Kernel
+from hstu_ops._kernel import Kernel, dispatch
 from hstu_ops.pytorch.pt_hstu_compute import (
     pytorch_hstu_compute_output,
     pytorch_hstu_compute_uqvk,

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from hstu_ops._dispatch import dispatch
-from hstu_ops._kernel import Kernel
+from hstu_ops._kernel import Kernel, dispatch
 from hstu_ops._native import native_ops
 from hstu_ops.pytorch import pt_jagged, pt_jagged_2d
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from hstu_ops._dispatch import dispatch
-from hstu_ops._kernel import Kernel
+from hstu_ops._kernel import Kernel, dispatch
 from hstu_ops.pytorch.pt_position import pytorch_add_timestamp_positional_embeddings
 
 __all__ = ["add_timestamp_positional_embeddings"]
