@@ -200,6 +200,10 @@ def test_debug_prints_the_traceback_only_on_request(
     monkeypatch.setenv("DLRMV4_DEBUG", "1")
     assert main(argv) == 2
     assert "FileNotFoundError" in capsys.readouterr().err
+    for off in ("false", "0", "no", "off", ""):
+        monkeypatch.setenv("DLRMV4_DEBUG", off)
+        assert main(argv) == 2
+        assert "Traceback" not in capsys.readouterr().err, off
 
 
 def test_module_exit_status_of_a_missing_log(tmp_path: Path) -> None:

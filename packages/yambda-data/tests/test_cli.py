@@ -496,9 +496,10 @@ def test_debug_prints_the_traceback_only_on_request(tmp_path, capsys, monkeypatc
         err = capsys.readouterr().err
         assert err.startswith("Traceback") and "FileNotFoundError" in err, err
         assert err.splitlines()[-1].startswith("yambda-data validate: error:")
-    monkeypatch.setenv("DLRMV4_DEBUG", "0")
-    assert main(argv) == 2
-    assert "Traceback" not in capsys.readouterr().err
+    for off in ("0", "false", "no", "off", ""):
+        monkeypatch.setenv("DLRMV4_DEBUG", off)
+        assert main(argv) == 2
+        assert "Traceback" not in capsys.readouterr().err, off
     assert main(["--debug", *argv]) == 2  # before the command too
     assert "Traceback" in capsys.readouterr().err
 

@@ -3,21 +3,20 @@
 Exit status: 0 the verdict is PASS (a compliant log, a valid result set), 1 the verdict is FAIL,
 2 no verdict: a usage or I/O error (a bad argument, an unknown ruleset, a missing or unreadable
 log or directory). An error is one line on stderr; its traceback is printed too only with
-``--debug`` or the environment variable ``DLRMV4_DEBUG=1``.
+``--debug`` or the environment variable ``DLRMV4_DEBUG=1`` (the convention of :mod:`dlrmv4_cli`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import subprocess
 import sys
-import traceback
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
+import dlrmv4_cli
+from dlrmv4_cli import DEBUG_ENV, EXIT_FAILED, EXIT_REFUSED, OneLineParser, debug_requested
 from mlperf_compliance.checker import CheckResult, check_log, check_ruleset
 from mlperf_compliance.reference import score_reference
 from mlperf_compliance.score import score_results
@@ -26,42 +25,21 @@ __all__ = ["DEBUG_ENV", "EXIT_ERROR", "EXIT_FAIL", "EXIT_PASS", "main"]
 
 FORMATS = ("text", "json")
 EXIT_PASS = 0
-EXIT_FAIL = 1
-EXIT_ERROR = 2
-DEBUG_ENV = "DLRMV4_DEBUG"
-"""The environment variable that, set to 1, makes an error print its traceback too."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """An argument error is one line (what is wrong and where help is), exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def debug_requested() -> bool:
-    """Whether ``DLRMV4_DEBUG`` asks for tracebacks (any value but empty, 0, false, no, off)."""
-    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+EXIT_FAIL = EXIT_FAILED
+EXIT_ERROR = EXIT_REFUSED
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="mlperf-compliance",
         description="MLPerf compliance tools for DLRMv4 logs. Exit status: 0 PASS, 1 FAIL, 2 a "
         f"usage or I/O error (one line on stderr; the traceback with --debug or {DEBUG_ENV}=1).",
     )
-    parser.add_argument(
-        "--debug", action="store_true", help=f"print the traceback of an error (or {DEBUG_ENV}=1)"
-    )
+    dlrmv4_cli.add_debug_option(parser)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--debug",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help=f"print the traceback of an error (or {DEBUG_ENV}=1)",
-    )
+    dlrmv4_cli.add_debug_option(common, subcommand=True)
     commands = parser.add_subparsers(
-        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+        dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser
     )
     check = commands.add_parser(
         "check",
@@ -155,24 +133,18 @@ def _print_check(result: CheckResult, log: str, verbose: bool) -> None:
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, subprocess.TimeoutExpired):
         return f"the compliance checker ran longer than {exc.timeout:g} s"
-    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-    if isinstance(exc, ValueError | OSError):
-        return text or type(exc).__name__
-    return f"unexpected {type(exc).__name__}: {text}"
+    return dlrmv4_cli.describe(exc)
 
 
 def _error(command: str, exc: BaseException, fmt: str, debug: bool, **fields: object) -> int:
     """Report an error (no verdict): JSON on stdout with ``--format json``, one line on stderr
     (after the traceback when debugging); exit status 2."""
     message = _one_line(exc)
-    if debug:
-        traceback.print_exception(exc)
     if fmt == "json":
         print(json.dumps({**fields, "passed": False, "error": message}, indent=2))
-    unexpected = not debug and not isinstance(exc, ValueError | OSError)
-    hint = f" (traceback: --debug or {DEBUG_ENV}=1)" if unexpected else ""
-    print(f"mlperf-compliance {command}: error: {message}{hint}", file=sys.stderr)
-    return EXIT_ERROR
+    return dlrmv4_cli.report_error(
+        f"mlperf-compliance {command}", exc, debug=debug, message=message
+    )
 
 
 def _check(args: argparse.Namespace, debug: bool) -> int:
@@ -228,17 +200,15 @@ _COMMANDS: dict[str, Any] = {"check": _check, "score": _score}
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status: 0 PASS, 1 FAIL, 2 a usage or I/O error."""
     args = _parser().parse_args(argv)  # an argument error exits with status 2
-    debug = bool(getattr(args, "debug", False)) or debug_requested()
+    debug = debug_requested(getattr(args, "debug", False))
     try:
         status = _COMMANDS[args.command](args, debug)
         sys.stdout.flush()
         return status
     except KeyboardInterrupt:
-        print(f"mlperf-compliance {args.command}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as SIGPIPE would
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush)
-        return 128 + signal.SIGPIPE
+        return dlrmv4_cli.interrupted(f"mlperf-compliance {args.command}")
+    except BrokenPipeError:
+        return dlrmv4_cli.reader_gone()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,24 +10,25 @@ creates or changes a file. Exit status:
   invalid input file, a write that failed (``yambda-data <command>: error: ...``).
 
 Each error is one line on stderr, naming the flag, file, field or value at fault; a Python
-traceback is printed too only with ``--debug`` or the environment variable ``DLRMV4_DEBUG=1``.
+traceback is printed too only with ``--debug`` or the environment variable ``DLRMV4_DEBUG=1`` (the
+convention of :mod:`dlrmv4_cli`).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import signal
 import sys
 import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import polars as pl
 
+import dlrmv4_cli
+from dlrmv4_cli import DEBUG_ENV, EXIT_FAILED, OneLineParser, debug_requested
 from yambda_data._cli_common import _check_creatable, _check_dir_arg, _check_int, _Failed, _progress
 from yambda_data._cli_reports import POOL_NAMES as POOL_NAMES
 from yambda_data._cli_reports import _inspect, _verify
@@ -47,41 +48,19 @@ from yambda_data.synth import YAMBDA_USERS, SynthConfig, SynthPaths, synthesize,
 
 __all__ = ["DEBUG_ENV", "main"]
 
-DEBUG_ENV = "DLRMV4_DEBUG"
-"""The environment variable that, set to 1, makes an error print its traceback too."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """An argument error is one line (what is wrong and where help is), exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def debug_requested() -> bool:
-    """Whether ``DLRMV4_DEBUG`` asks for tracebacks (any value but empty, 0, false, no, off)."""
-    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
-
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="yambda-data",
         description="Yambda dataset tools: download, synthetic data, validation, preprocessing. "
         "Exit status: 0 done or the data passed, 1 validate/verify found the data wrong, 2 a "
         f"usage, input or I/O error (one line on stderr; the traceback with --debug or "
         f"{DEBUG_ENV}=1).",
     )
-    parser.add_argument(
-        "--debug", action="store_true", help=f"print the traceback of an error (or {DEBUG_ENV}=1)"
-    )
+    dlrmv4_cli.add_debug_option(parser)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--debug",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help=f"print the traceback of an error (or {DEBUG_ENV}=1)",
-    )
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    dlrmv4_cli.add_debug_option(common, subcommand=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     def add(name: str, **kwargs: Any) -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], **kwargs)
@@ -386,10 +365,7 @@ _EXPECTED = (
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, pl.exceptions.PolarsError):
         return f"{type(exc).__name__}: {first_line(str(exc))}"
-    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-    if isinstance(exc, _EXPECTED):
-        return text or type(exc).__name__
-    return f"unexpected {type(exc).__name__}: {text}"
+    return dlrmv4_cli.describe(exc, _EXPECTED)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -398,31 +374,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     stderr; ``--debug`` or ``DLRMV4_DEBUG=1`` adds its traceback."""
     parser = _parser()
     args = parser.parse_args(argv)  # an argument error exits with status 2
-    debug = bool(getattr(args, "debug", False)) or debug_requested()
+    debug = debug_requested(getattr(args, "debug", False))
     prefix = f"yambda-data {args.command}"
     try:
         _COMMANDS[args.command](args)
         sys.stdout.flush()
-    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as SIGPIPE would
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush)
-        return 128 + signal.SIGPIPE
+    except BrokenPipeError:
+        return dlrmv4_cli.reader_gone()
     except _Failed as exc:
         if debug:
             traceback.print_exception(exc.__cause__ or exc)
         print(f"{prefix}: FAILED: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     except KeyboardInterrupt:
-        print(f"{prefix}: interrupted", file=sys.stderr)
-        return 130
+        return dlrmv4_cli.interrupted(prefix)
     # every error is one line, its traceback on request (a reader's panic is no Exception)
     except (Exception, pl.exceptions.PanicException) as exc:
-        if debug:
-            traceback.print_exc()
-        hint = (
-            "" if debug or isinstance(exc, _EXPECTED) else f" (traceback: --debug or {DEBUG_ENV}=1)"
+        return dlrmv4_cli.report_error(
+            prefix, exc, debug=debug, expected=_EXPECTED, message=_one_line(exc)
         )
-        print(f"{prefix}: error: {_one_line(exc)}{hint}", file=sys.stderr)
-        return 2
     return 0
 
 

@@ -24,8 +24,8 @@ Exit status: 0 on success (``check``: CLOSED or OPEN; ``run``: the AU threshold 
 no failed operation), 1 when the command completed with a negative outcome (``check``:
 INVALID; ``run``: AU below the threshold; ``datagen``: the files on disk do not match;
 ``object``: some operations failed), 2 when it could not run (bad arguments, DLIO missing or
-failing, unreachable endpoint, ...), 130 when interrupted. Errors are one line on stderr (DLIO
-failures add the tail of its log), never a traceback.
+failing, unreachable endpoint, ...), 130 when interrupted (the statuses of :mod:`dlrmv4_cli`).
+Errors are one line on stderr (DLIO failures add the tail of its log), never a traceback.
 
 Each subcommand has its parser builder (``_add_<command>``) and handler (``_cmd_<command>``)
 in one module: :mod:`~storage_workloads.cli.workloads` (list, show, size, check),
@@ -36,12 +36,11 @@ in one module: :mod:`~storage_workloads.cli.workloads` (list, show, size, check)
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+import dlrmv4_cli
 from storage_workloads.cli.objects import _add_object, _list, _run
 from storage_workloads.cli.options import PROG
 from storage_workloads.cli.report import _add_report, _cmd_report
@@ -120,18 +119,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return status
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as SIGPIPE would
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (the exit's flush)
-        return 128 + signal.SIGPIPE
+        return dlrmv4_cli.interrupted(PROG)
+    except BrokenPipeError:
+        return dlrmv4_cli.reader_gone()
     except Exception as exc:  # one line (DLIO: plus its log's tail), never a traceback
         from storage_workloads.s3 import ObjectStoreError
 
         if isinstance(
             exc, ObjectStoreError | UnknownWorkloadError | DlioError | ValueError | TypeError
         ):
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            print(dlrmv4_cli.error_line(PROG, str(exc)), file=sys.stderr)
         else:
-            print(f"{PROG}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+            print(dlrmv4_cli.error_line(PROG, f"{type(exc).__name__}: {exc}"), file=sys.stderr)
+        return dlrmv4_cli.EXIT_REFUSED
