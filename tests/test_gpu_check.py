@@ -50,7 +50,7 @@ def test_bad_arguments_are_one_line_with_status_2(args, message, tmp_path):
     (tmp_path / "a-file").write_text("x")
     done = check(*(a.format(tmp=tmp_path) for a in args))
     assert done.returncode == 2, done
-    assert done.stderr == f"check.sh: {message.format(tmp=tmp_path)} (see check.sh --help)\n"
+    assert done.stderr == f"check.sh: error: {message.format(tmp=tmp_path)} (see check.sh --help)\n"
     assert done.stdout == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 

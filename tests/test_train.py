@@ -552,6 +552,14 @@ def test_errors_print_one_line_and_status_2_unless_debugging(tmp_path):
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert result.stderr.startswith("train.py: error: --data ")
+    off = subprocess.run(  # every command line reads "false" as off
+        [sys.executable, str(ROOT / "tools" / "train.py"), *data],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "DLRMV4_DEBUG": "false"},
+    )
+    assert (off.returncode, off.stderr) == (2, result.stderr)
     debug = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "train.py"), *data],
         capture_output=True,

@@ -45,19 +45,11 @@ import typing
 from pathlib import Path
 from typing import NoReturn
 
+import dlrmv4_cli
+
 # The run's one entry; its names load their modules when first used, so --help and a refused
 # argument answer before torch is imported.
 import hstu_model.training as training
-
-DEBUG_VARIABLE = "DLRMV4_DEBUG"
-"""Set to 1 for tracebacks with errors, as --debug does."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """Reports a bad argument as one line (`train.py: error: ...`, status 2), no usage block."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -86,7 +78,9 @@ def _value_parser(parse: typing.Callable[[str], object]) -> typing.Callable[[str
 def build_parser() -> argparse.ArgumentParser:
     """One option per RunConfig field (its flag, default, type, choices and help come from the
     field), and --debug."""
-    p = OneLineParser(description=__doc__, formatter_class=HelpFormatter)
+    p = dlrmv4_cli.OneLineParser(
+        description=__doc__, formatter_class=HelpFormatter, help_command=""
+    )
     types = training.field_types()
     for spec in dataclasses.fields(training.RunConfig):
         meta, kind = spec.metadata, types[spec.name]
@@ -105,11 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         if meta["metavar"] is not None:
             option["metavar"] = meta["metavar"]
         p.add_argument(training.flag(spec.name), **option)
-    p.add_argument(
-        "--debug",
-        action="store_true",
-        help=f"print a traceback with an error (also with {DEBUG_VARIABLE}=1)",
-    )
+    dlrmv4_cli.add_debug_option(p)
     return p
 
 
@@ -137,7 +127,7 @@ def parse_args(argv: list[str] | None = None) -> training.ResolvedRun:
 
 
 def debugging(argv: list[str]) -> bool:
-    return "--debug" in argv or os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
+    return dlrmv4_cli.debug_requested("--debug" in argv)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -161,16 +151,15 @@ def exit_for(error: BaseException) -> NoReturn:
         print(f"train.py: {where}{error}", file=sys.stderr)
         sys.exit(error.code)
     if isinstance(error, KeyboardInterrupt):  # before the run started
-        print("train.py: interrupted", file=sys.stderr)
-        sys.exit(128 + signal.SIGINT)
+        sys.exit(dlrmv4_cli.interrupted("train.py"))
     if debugging(sys.argv[1:]) or not isinstance(error, Exception):
         raise error
     if isinstance(error, training.REFUSALS):  # refused before anything was written
-        print(f"train.py: error: {flag_message(error)}", file=sys.stderr)
-        sys.exit(2)
+        print(dlrmv4_cli.error_line("train.py", flag_message(error)), file=sys.stderr)
+        sys.exit(dlrmv4_cli.EXIT_REFUSED)
     if isinstance(error, training.FAILURES):  # started and failed: the log says aborted
         print(f"train.py: {error}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(dlrmv4_cli.EXIT_FAILED)
     raise error
 
 

@@ -69,7 +69,18 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PURE_PACKAGES = ("hstu-model", "yambda-data", "mlperf-compliance", "storage-workloads")
+# This runs in a Python where nothing of the repository may be installed yet; the error
+# convention's package has no dependencies, so its source serves.
+sys.path.insert(0, str(ROOT / "packages" / "dlrmv4-cli" / "src"))
+import dlrmv4_cli  # noqa: E402
+
+PURE_PACKAGES = (
+    "dlrmv4-cli",
+    "hstu-model",
+    "yambda-data",
+    "mlperf-compliance",
+    "storage-workloads",
+)
 PROGRESS = re.compile(r"^([.sFExX]+)(\s+\[\s*\d+%\])?$")
 """A progress line of `pytest -q`."""
 STAGE_TIMEOUTS = {  # seconds on an H100 / on two CPU cores, in the order the stages run
@@ -835,8 +846,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parse(argv)
     except UsageError as e:
-        print(f"check.sh: {e} (see check.sh --help)", file=sys.stderr)
-        return 2
+        print(dlrmv4_cli.usage_line("check.sh", str(e)), file=sys.stderr)
+        return dlrmv4_cli.EXIT_REFUSED
     args.out_dir.mkdir(parents=True, exist_ok=True)
 
     def on_term(signum, frame):
@@ -848,7 +859,7 @@ def main(argv: list[str] | None = None) -> int:
         return check.run()
     except (KeyboardInterrupt, Stop):
         check.say("stopped: the results so far are written")
-        return 130
+        return dlrmv4_cli.EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -13,10 +13,11 @@ with a note when EXPECTED does not exist (no values recorded for that size yet).
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
+
+import dlrmv4_cli
 
 WINDOW_SECONDS = 86_400
 """Width of the streaming windows (yambda-data's default, which train.py uses)."""
@@ -154,15 +155,18 @@ def main(argv: list[str]) -> int:
     commands = {"prepare": (prepare, (3, 4)), "check": (check, (5,)), "record": (record, (5,))}
     if not argv or argv[0] not in commands or len(argv) - 1 not in commands[argv[0]][1]:
         print(__doc__, file=sys.stderr)
-        return 2
+        return dlrmv4_cli.EXIT_REFUSED
     function, _ = commands[argv[0]]
     try:
         return function(*argv[1:]) or 0
     except (OSError, ValueError) as error:  # bad input or a failed write: one line, status 2
-        if os.environ.get("DLRMV4_DEBUG", "") not in ("", "0", "false", "no", "off"):
+        if dlrmv4_cli.debug_requested():
             raise
-        print(f"{Path(sys.argv[0]).name} {argv[0]}: error: {error}", file=sys.stderr)
-        return 2
+        print(
+            dlrmv4_cli.error_line(f"{Path(sys.argv[0]).name} {argv[0]}", str(error)),
+            file=sys.stderr,
+        )
+        return dlrmv4_cli.EXIT_REFUSED
 
 
 if __name__ == "__main__":
