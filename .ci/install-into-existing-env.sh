@@ -38,7 +38,7 @@ pins=$(mktemp)
 trap 'rm -f "$pins"' EXIT
 "$python" -c 'from importlib.metadata import version; print("torch==" + version("torch"))' >"$pins"
 
-packages=(dlrmv4-cli hstu-ops hstu-model yambda-data mlperf-compliance storage-workloads)
+packages=(dlrmv4-cli hstu-ops hstu-model yambda-data mlperf-compliance storage-workloads dlrmv4-train)
 if [ "$offline" = 1 ]; then
   # pybind11's CMake files wherever that Python finds pybind11 (not only in its site-packages).
   if cmake_dir=$("$python" -c 'import pybind11; print(pybind11.get_cmake_dir())' 2>/dev/null); then
@@ -99,6 +99,6 @@ fi
 if [ "$offline" = 1 ]; then
   "$python" -c 'import hstu_ops; print("native ops:", hstu_ops.native_build_info())'
 else
-  "$python" -c 'import dlrmv4_cli, hstu_ops, hstu_model, yambda_data, mlperf_compliance, storage_workloads; print("native ops:", hstu_ops.native_build_info())'
+  "$python" -c 'import dlrmv4_cli, hstu_ops, hstu_model, yambda_data, mlperf_compliance, storage_workloads, dlrmv4_train; print("native ops:", hstu_ops.native_build_info())'
 fi
 echo "installed into the existing environment; torch kept: $torch_after"

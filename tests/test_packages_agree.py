@@ -8,8 +8,8 @@ alone). The run hashes into the model's sizes (`model_crosses`); this test keeps
 from drifting apart.
 """
 
+from dlrmv4_train.run_config import model_crosses
 from hstu_model.config import YAMBDA_5B_CONTEXTUAL_FEATURES, preset
-from hstu_model.training.run_config import model_crosses
 from yambda_data import CROSS_FEATURES
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import hstu_model
+from dlrmv4_train.run import RunRefused
 from hstu_model import checkpoint as ck
-from hstu_model.training.run import RunRefused
 from mlperf_compliance import check_log, read_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,7 +192,7 @@ def test_short_run_reports_and_logs(first_run, capsys):
     for key in ("init_start", "init_stop", "run_start", "eval_accuracy", "run_stop"):
         assert key in keys
     assert keys.count("run_start") == 1 and keys.count("run_stop") == 1
-    assert {r["metadata"]["file"] for r in records} == {"hstu_model/training/run.py"}
+    assert {r["metadata"]["file"] for r in records} == {"dlrmv4_train/run.py"}
     assert keys.index("global_batch_size") < keys.index("opt_base_learning_rate")
     accuracies = [r for r in records if r["key"] == "eval_accuracy"]
     assert [r["metadata"]["samples_count"] for r in accuracies] == [6 * 256, 12 * 256]
@@ -244,7 +244,7 @@ def test_the_run_cuts_its_samples_with_the_history_strategy(strategy, tmp_path, 
     """The training and evaluation loaders get the run's SampleConfig: interleaved (the
     reference's) by default, with the model's history_length; its batches' histories then hold
     at most history_length // 3 events of each pool."""
-    import hstu_model.training.run as run_module
+    import dlrmv4_train.run as run_module
 
     seen = []
 
@@ -952,7 +952,7 @@ def test_a_dead_rank_stops_the_other_within_bounded_time(tmp_path):
 def test_a_run_resolves_its_config_once(tmp_path, monkeypatch):
     """The preset, the config file, the HSTU_* variables and the --set items are read once,
     into the ResolvedRun the whole run is given."""
-    from hstu_model.training import run_config
+    from dlrmv4_train import run_config
 
     calls = []
     real = run_config.resolve_config
@@ -974,7 +974,7 @@ def test_a_run_hands_its_kernel_choice_to_the_check_before_it_builds_its_model(
     """hstu_ops.verify_if_auto decides what to check (the Triton kernels where auto means them);
     the run gives it the option as asked and the device its model trains on, before the model
     exists, so that a refused op is what the model runs."""
-    import hstu_model.training.run as run_module
+    import dlrmv4_train.run as run_module
     import hstu_ops
 
     events = []

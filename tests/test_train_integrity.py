@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import hstu_model
-from hstu_model.training import folder_lock
-from hstu_model.training.run import RunConfig, RunRefused, flag
-from hstu_model.training.run_folders import newest_unfinished_run
+from dlrmv4_train import folder_lock
+from dlrmv4_train.run import RunConfig, RunRefused, flag
+from dlrmv4_train.run_folders import newest_unfinished_run
 from mlperf_compliance import read_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +68,7 @@ def crashed_run(tmp_path, monkeypatch, step: int = 3, extra: tuple = ()) -> list
 
 HOLDER = """
 import sys, time
-from hstu_model.training import folder_lock
+from dlrmv4_train import folder_lock
 folder_lock.lock_folder(sys.argv[1], "test")
 print("locked", flush=True)
 time.sleep(600)
@@ -184,7 +184,7 @@ def test_a_second_process_on_the_run_folder_or_checkpoints_is_refused_naming_the
 
 FORKING_HOLDER = """
 import os, sys, time
-from hstu_model.training import folder_lock
+from dlrmv4_train import folder_lock
 folder_lock.lock_folder(sys.argv[1], "test")
 child = os.fork()
 if child == 0:

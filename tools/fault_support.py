@@ -18,7 +18,7 @@ YAMBDA_DATA = [sys.executable, "-m", "yambda_data"]
 RUN = ["--users", "40", "--steps", "6", "--evals", "1", "--workers", "0"]
 CHECKPOINTED = [*RUN, "--checkpoint-every", "2", "--keep-checkpoints", "5"]
 LOCK_FILE = ".lock"
-"""A run's lock file (hstu_model.training.folder_lock): its content names the last holder."""
+"""A run's lock file (dlrmv4_train.folder_lock): its content names the last holder."""
 
 
 def train(

@@ -29,7 +29,7 @@ training on its slice of every global batch (N times the preset's batch size).
 `--checkpoint-dir DIR` saves crash-exact checkpoints every `--checkpoint-every` steps and/or
 `--checkpoint-seconds` seconds; `--resume auto` continues from the newest complete one and ends
 bit-identical to a run that was never interrupted (compare `weights_sha256`). The run itself is
-hstu_model.training.run (see its docstring); this script only reads the command line, whose
+dlrmv4_train.run (see its docstring); this script only reads the command line, whose
 options are RunConfig's fields.
 """
 
@@ -49,7 +49,7 @@ import dlrmv4_cli
 
 # The run's one entry; its names load their modules when first used, so --help and a refused
 # argument answer before torch is imported.
-import hstu_model.training as training
+import dlrmv4_train as training
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

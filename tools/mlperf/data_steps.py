@@ -54,7 +54,7 @@ def prepare(data_dir: str, size: str, prepared: str, min_history: str | None = N
     """Preprocess and build the store exactly as train.py does with the same min_history (its
     default unless given), so that it reuses them."""
     import yambda_data
-    from hstu_model.training.run import MIN_HISTORY
+    from dlrmv4_train.run_config import MIN_HISTORY
 
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)

@@ -1,5 +1,3 @@
-import threading
-
 import numpy as np
 import pytest
 import torch
@@ -7,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hstu_model import binary_auc
+from hstu_model.testing import ThreadRanks
 
 
 def pairwise_auc(scores, labels):
@@ -111,99 +110,6 @@ def test_binned_auc_of_the_ranks_adds_up_to_the_whole():
             rank.update(logits[part], labels[part])
     assert np.array_equal(ranks[0].positives + ranks[1].positives, whole.positives)
     assert np.array_equal(ranks[0].negatives + ranks[1].negatives, whole.negatives)
-
-
-class ThreadRanks:
-    """`n` ranks as threads, with stand-ins for the collectives of `Distributed`: `sum_array`
-    (the elementwise sum of every rank's array) and `concat` (every rank's array, concatenated
-    in rank order)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self._barrier = threading.Barrier(n, timeout=60)
-        self._parts: list[np.ndarray | None] = [None] * n
-
-    def _exchange(self, rank: int, values: np.ndarray) -> list[np.ndarray]:
-        self._parts[rank] = np.array(values, copy=True)
-        self._barrier.wait()
-        parts = list(self._parts)
-        self._barrier.wait()  # nobody overwrites a part before everyone read them
-        return parts
-
-    def sum_array(self, rank: int):
-        return lambda values: np.sum(self._exchange(rank, values), axis=0)
-
-    def concat(self, rank: int):
-        return lambda values: np.concatenate(self._exchange(rank, values))
-
-    def run(self, work) -> list:
-        """work(rank) on every rank at once; the ranks' results."""
-        results: list = [None] * self.n
-        errors: list[BaseException] = []
-
-        def target(rank: int) -> None:
-            try:
-                results[rank] = work(rank)
-            except BaseException as error:  # re-raised in the caller
-                errors.append(error)
-                self._barrier.abort()
-
-        threads = [threading.Thread(target=target, args=(r,)) for r in range(self.n)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if errors:
-            raise errors[0]
-        return results
-
-
-def test_recorder_of_two_ranks_writes_what_one_process_does(tmp_path):
-    """Two ranks, each recording its half of every global batch and the mean loss (as the
-    training loop passes them), write the same metrics.csv as one recorder that sees the whole
-    batches; after `sync` both ranks hold the lifetime counts of the whole."""
-    from hstu_model.training.recorder import MetricsRecorder
-
-    steps, half = 7, 16
-    rng = np.random.default_rng(1)
-    logits = rng.normal(size=(steps, 2 * half))
-    labels = rng.integers(0, 2, (steps, 2 * half))
-    labels[0, :2] = [0, 1]
-    losses = rng.uniform(0.1, 0.2, steps)
-
-    def record(recorder, part):
-        for step in range(1, steps + 1):
-            i = step - 1
-            recorder.train_step(step, losses[i], logits[i, part], labels[i, part])
-        recorder.sync()
-        recorder.evaluation(steps, 0.6, 0.5, 0.9)
-        recorder.close()
-        return recorder.lifetime_auc.state_dict()
-
-    quiet = {"every": 3, "log": lambda message: None}
-    for name in ("one", "two"):
-        (tmp_path / name).mkdir()
-    one = MetricsRecorder(tmp_path / "one", steps, 2 * half, **quiet)
-    whole = record(one, slice(None))
-
-    ranks = ThreadRanks(2)
-
-    def rank_records(rank):
-        recorder = MetricsRecorder(
-            tmp_path / "two",
-            steps,
-            2 * half,
-            write=rank == 0,
-            reduce=ranks.sum_array(rank),
-            **quiet,
-        )
-        return record(recorder, slice(rank * half, (rank + 1) * half))
-
-    counts = ranks.run(rank_records)
-    rows = (tmp_path / "two" / "metrics.csv").read_text()
-    assert rows == (tmp_path / "one" / "metrics.csv").read_text()
-    assert "6,192,train,lifetime_auc," in rows and "7,224,train,lifetime_auc," in rows
-    assert counts == [whole, whole]
 
 
 def test_eval_loss_weighs_batches_by_their_samples(tiny_config, build, make_batch):

@@ -1,13 +1,16 @@
 """Random batches in the models' input formats, for tests and benchmarks: `random_batch` as
 `HSTURanker` takes them (KeyedJaggedTensors, needs TorchRec), `random_plain_batch` as
-`PlainTableRanker` takes them (plain tensors), the same numbers for the same arguments."""
+`PlainTableRanker` takes them (plain tensors), the same numbers for the same arguments; and
+`ThreadRanks`, ranks as threads with stand-ins for the collectives a multi-rank run uses."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from hstu_model.config import TINY_CONTEXTUAL_FEATURES, FeatureNames
@@ -166,3 +169,48 @@ def slice_batch(batch: Batch, start: int, stop: int) -> Batch:
         _slice_kjt(batch.candidates, start, stop),
         batch.labels[start:stop],
     )
+
+
+class ThreadRanks:
+    """`n` ranks as threads, with stand-ins for the collectives of `Distributed`: `sum_array`
+    (the elementwise sum of every rank's array) and `concat` (every rank's array, concatenated
+    in rank order)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._barrier = threading.Barrier(n, timeout=60)
+        self._parts: list[np.ndarray | None] = [None] * n
+
+    def _exchange(self, rank: int, values: np.ndarray) -> list[np.ndarray]:
+        self._parts[rank] = np.array(values, copy=True)
+        self._barrier.wait()
+        parts = list(self._parts)
+        self._barrier.wait()  # nobody overwrites a part before everyone read them
+        return parts
+
+    def sum_array(self, rank: int):
+        return lambda values: np.sum(self._exchange(rank, values), axis=0)
+
+    def concat(self, rank: int):
+        return lambda values: np.concatenate(self._exchange(rank, values))
+
+    def run(self, work) -> list:
+        """work(rank) on every rank at once; the ranks' results."""
+        results: list = [None] * self.n
+        errors: list[BaseException] = []
+
+        def target(rank: int) -> None:
+            try:
+                results[rank] = work(rank)
+            except BaseException as error:  # re-raised in the caller
+                errors.append(error)
+                self._barrier.abort()
+
+        threads = [threading.Thread(target=target, args=(r,)) for r in range(self.n)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+        return results

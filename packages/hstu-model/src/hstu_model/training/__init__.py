@@ -1,12 +1,7 @@
-"""Training machinery and the end-to-end run, one import for a command line.
-
-- `Trainer` (`hstu_model.training.trainer`): the optimizer step and evaluation.
-- What a run is asked to do, resolved once (`hstu_model.training.run_config`: `RunConfig`,
-  `resolve_run`, `flag`; it imports neither torch nor TorchRec, so a command line can parse and
-  check its arguments, and answer --help, at once).
-- The run (`hstu_model.training.run`: `train` and the errors that decide its exit status,
-  `REFUSALS`, `FAILURES`, `RunInterrupted`; it needs yambda-data and mlperf-compliance, the
-  `train` extra of this package).
+"""Training machinery: the optimizer step and evaluation (`hstu_model.training.trainer`:
+`Trainer`) and the process group a multi-rank run shares (`hstu_model.training.distributed`).
+The end-to-end run on Yambda with an MLPerf log is assembled elsewhere (the dlrmv4-train
+package); this package works with any data that comes as its batches.
 
 Every name loads its module when first used.
 """
@@ -17,55 +12,17 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hstu_model.config import ConfigError
-    from hstu_model.training.run import FAILURES, REFUSALS, RunInterrupted, RunRefused, train
-    from hstu_model.training.run_config import (
-        ResolvedRun,
-        RunConfig,
-        RunConfigError,
-        field_types,
-        flag,
-        resolve_run,
-    )
     from hstu_model.training.trainer import Batch, EvalResult, Trainer, seed_everything
 
-_LAZY = {
-    **dict.fromkeys(("Batch", "EvalResult", "Trainer", "seed_everything"), "trainer"),
-    **dict.fromkeys(
-        ("ResolvedRun", "RunConfig", "RunConfigError", "field_types", "flag", "resolve_run"),
-        "run_config",
-    ),
-    **dict.fromkeys(("FAILURES", "REFUSALS", "RunInterrupted", "RunRefused", "train"), "run"),
-}
+_LAZY = dict.fromkeys(("Batch", "EvalResult", "Trainer", "seed_everything"), "trainer")
 """Public names -> the module of this package that holds them."""
 
-__all__ = [
-    "FAILURES",
-    "REFUSALS",
-    "Batch",
-    "ConfigError",
-    "EvalResult",
-    "ResolvedRun",
-    "RunConfig",
-    "RunConfigError",
-    "RunInterrupted",
-    "RunRefused",
-    "Trainer",
-    "field_types",
-    "flag",
-    "resolve_run",
-    "seed_everything",
-    "train",
-]
+__all__ = ["Batch", "EvalResult", "Trainer", "seed_everything"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "ConfigError":
-        module = importlib.import_module("hstu_model.config")
-    elif name in _LAZY:
-        module = importlib.import_module(f"hstu_model.training.{_LAZY[name]}")
-    else:
+    if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(module, name)
+    value = getattr(importlib.import_module(f"hstu_model.training.{_LAZY[name]}"), name)
     globals()[name] = value
     return value

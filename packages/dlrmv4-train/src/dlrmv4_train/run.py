@@ -36,18 +36,10 @@ import torch
 
 import hstu_ops
 import yambda_data
-from hstu_model import checkpoint as ckpt
-from hstu_model._atomic import atomic_write_text
-from hstu_model._quiet import quiet_fx_tracing_notice
-from hstu_model.config import ID_TABLES, ConfigError, HSTUConfig
-from hstu_model.memory import available_memory, format_bytes, training_memory
-from hstu_model.model import HSTURanker
-from hstu_model.sharding import shard_model
-from hstu_model.training.distributed import Distributed, RankLostError, init_distributed
-from hstu_model.training.fork_memory import exclude_from_forks
-from hstu_model.training.progress import Progress
-from hstu_model.training.recorder import MetricsRecorder
-from hstu_model.training.run_config import (
+from dlrmv4_train.fork_memory import exclude_from_forks
+from dlrmv4_train.progress import Progress
+from dlrmv4_train.recorder import MetricsRecorder
+from dlrmv4_train.run_config import (
     MIN_HISTORY,
     REFERENCE_MIN_HISTORY,
     RUN_IDENTITY,
@@ -59,7 +51,7 @@ from hstu_model.training.run_config import (
     model_crosses,
     resolve_run,
 )
-from hstu_model.training.run_folders import (
+from dlrmv4_train.run_folders import (
     CONFIG,
     DATA_FILES,
     RUN_FILES,
@@ -69,6 +61,14 @@ from hstu_model.training.run_folders import (
     data_fingerprint,
     data_root,
 )
+from hstu_model import checkpoint as ckpt
+from hstu_model._atomic import atomic_write_text
+from hstu_model._quiet import quiet_fx_tracing_notice
+from hstu_model.config import ID_TABLES, ConfigError, HSTUConfig
+from hstu_model.memory import available_memory, format_bytes, training_memory
+from hstu_model.model import HSTURanker
+from hstu_model.sharding import shard_model
+from hstu_model.training.distributed import Distributed, RankLostError, init_distributed
 from hstu_model.training.trainer import Trainer, seed_everything
 from mlperf_compliance import (
     DLRMv4RunConfig,
@@ -394,7 +394,7 @@ def _train_run(run: ResolvedRun, log: Callable[[str], None] = _stderr) -> dict:
             ckpt.rewind_file(log_path, resume.extra["mlperf_log_bytes"])
             ckpt.rewind_file(out / "metrics.csv", resume.extra["metrics"]["csv_bytes"])
         # Records name their source file relative to the installed packages, not this machine.
-        package_root = Path(__file__).resolve().parents[2]
+        package_root = Path(__file__).resolve().parents[1]
         mllog = MLPerfLogger(
             log_path, root_dir=str(package_root), resume=resume is not None, rank=ctx.rank
         )

@@ -1,5 +1,5 @@
 """What a run records besides the MLPerf log: metric scalars (CSV, TensorBoard) and at the end a
-PNG of the curves (the progress on stderr is `hstu_model.training.progress`).
+PNG of the curves (the progress on stderr is `dlrmv4_train.progress`).
 
 `metrics.csv` has one row per record: `step, samples, split, name, value` (split "train" or
 "eval"). It is append-only, so a resumed run cuts it back to its size at the checkpoint (like

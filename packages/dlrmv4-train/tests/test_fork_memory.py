@@ -4,7 +4,7 @@ import sys
 import pytest
 import torch
 
-from hstu_model.training.fork_memory import MIN_BYTES, exclude_from_forks
+from dlrmv4_train.fork_memory import MIN_BYTES, exclude_from_forks
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_DONTFORK")
 

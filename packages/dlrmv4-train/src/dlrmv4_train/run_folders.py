@@ -22,9 +22,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlrmv4_train import folder_lock
+from dlrmv4_train.run_config import ResolvedRun, RunConfig, flag
 from hstu_model import checkpoint as ckpt
-from hstu_model.training import folder_lock
-from hstu_model.training.run_config import ResolvedRun, RunConfig, flag
 from yambda_data.schema import mapping_path, multi_event_path
 
 __all__ = [

@@ -1,8 +1,8 @@
-"""hstu_model.training.progress: the same facts as lines (logs) and as a bar (a terminal)."""
+"""dlrmv4_train.progress: the same facts as lines (logs) and as a bar (a terminal)."""
 
 import io
 
-from hstu_model.training.progress import Progress, format_duration
+from dlrmv4_train.progress import Progress, format_duration
 
 
 def run(progress: Progress) -> None:
