@@ -100,6 +100,7 @@ __all__ = [
     "train",
 ]
 
+
 REFUSALS = (ConfigError, RunRefused, FileNotFoundError, FileExistsError)
 """What `train` raises for a bad input, before it created or changed anything."""
 FAILURES = (
@@ -118,7 +119,7 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def rng_neutral(batches: Iterable) -> Iterator:
+def rng_neutral(batches: Iterable, signals: RunSignals) -> Iterator:
     """The batches of a loader; starting its iterator draws from torch's global generator, which
     would shift the model's random numbers by where a run was resumed, so that draw is undone.
 
@@ -126,7 +127,7 @@ def rng_neutral(batches: Iterable) -> Iterator:
     started (raised inside, it would leave a half-built iterator that fails again when
     collected), and when the batches are left early (an error, a signal, `close()`), the
     loader's workers are shut down then and there, not whenever the iterator is collected."""
-    with _signals_deferred(), torch.random.fork_rng(devices=[]):
+    with signals.held(), torch.random.fork_rng(devices=[]):
         iterator = iter(batches)
     try:
         yield from iterator
@@ -264,54 +265,53 @@ def _agree(ctx: Distributed, decide: Callable[[], object]) -> object:
     return value
 
 
-_FAILING = False
-"""Set once a run has started to fail: from then on SIGTERM and SIGINT are ignored."""
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-_DEFERRED: list[int] | None = None
-"""While a loader starts its workers: the signals received meanwhile, raised after."""
+@dataclasses.dataclass
+class RunSignals:
+    """How SIGTERM and SIGINT end the run that owns this object: `handle` raises
+    RunInterrupted in the trainer's process, unless the run is already failing (then they are
+    ignored) or a loader is starting its workers (then they are kept and raised after)."""
 
+    trainer_pid: int = dataclasses.field(default_factory=os.getpid)
+    """The process whose run the handler ends. A loader worker is forked with the handler and
+    still in the trainer's process group for a moment: a signal sent to the group then is the
+    trainer's, which stops its workers itself."""
+    failing: bool = False
+    """Set once the run has started to fail: from then on SIGTERM and SIGINT are ignored."""
+    deferred: list[int] | None = None
+    """While a loader starts its workers: the signals received meanwhile, raised after."""
 
-_TRAINER_PID: int | None = None
-"""The process whose run the handlers end. A loader worker is forked with them and still in
-the trainer's process group for a moment: a signal sent to the group then is the trainer's,
-which stops its workers itself."""
+    def handle(self, signum: int, frame: object) -> None:
+        if self.failing or os.getpid() != self.trainer_pid:
+            return
+        if self.deferred is not None:
+            self.deferred.append(signum)
+            return
+        raise RunInterrupted(signum)
 
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """SIGTERM and SIGINT received inside are raised (RunInterrupted) when it ends."""
+        self.deferred = []
+        try:
+            yield
+        finally:
+            pending, self.deferred = self.deferred, None
+            if pending and not self.failing:
+                raise RunInterrupted(pending[0])
 
-def _on_signal(signum: int, frame: object) -> None:
-    if _FAILING or os.getpid() != _TRAINER_PID:
-        return
-    if _DEFERRED is not None:
-        _DEFERRED.append(signum)
-        return
-    raise RunInterrupted(signum)
-
-
-@contextlib.contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """SIGTERM and SIGINT received inside are raised (RunInterrupted) when it ends."""
-    global _DEFERRED
-    _DEFERRED = []
-    try:
-        yield
-    finally:
-        pending, _DEFERRED = _DEFERRED, None
-        if pending and not _FAILING:
-            raise RunInterrupted(pending[0])
-
-
-def _failing() -> None:
-    """The run is failing: SIGTERM and SIGINT are ignored until `train` returns (a launcher
-    such as torchrun sends SIGTERM to every rank as soon as one dies; the abort record and the
-    failure's message must still be written whole), and exiting children no longer raise (the
-    DataLoader's SIGCHLD handler raises when its workers die of that SIGTERM)."""
-    global _FAILING
-    _FAILING = True
-    if threading.current_thread() is threading.main_thread():
-        for signum in _SIGNALS:
-            signal.signal(signum, _on_signal)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    def fail(self) -> None:
+        """The run is failing: SIGTERM and SIGINT are ignored until `train` returns (a launcher
+        such as torchrun sends SIGTERM to every rank as soon as one dies; the abort record and
+        the failure's message must still be written whole), and exiting children no longer
+        raise (the DataLoader's SIGCHLD handler raises when its workers die of that SIGTERM)."""
+        self.failing = True
+        if threading.current_thread() is threading.main_thread():
+            for signum in _SIGNALS:
+                signal.signal(signum, self.handle)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
 
 def train(run: RunConfig | ResolvedRun, log: Callable[[str], None] = _stderr) -> dict:
@@ -320,27 +320,25 @@ def train(run: RunConfig | ResolvedRun, log: Callable[[str], None] = _stderr) ->
     in its log, unless the run is already failing: then they are ignored until the failure
     leaves this function. The signal handlers it found are restored when it returns or
     raises."""
-    global _FAILING, _TRAINER_PID
     if isinstance(run, RunConfig):
         run = resolve_run(run)
-    _FAILING = False
-    _TRAINER_PID = os.getpid()
+    signals = RunSignals()
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {s: signal.getsignal(s) for s in (*_SIGNALS, signal.SIGCHLD)}
         for signum in _SIGNALS:
-            signal.signal(signum, _on_signal)
+            signal.signal(signum, signals.handle)
     try:
-        return _train_run(run, log)
+        return _train_run(run, signals, log)
     except BaseException:
-        _failing()
+        signals.fail()
         raise
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 
 
-def _train_run(run: ResolvedRun, log: Callable[[str], None] = _stderr) -> dict:
+def _train_run(run: ResolvedRun, signals: RunSignals, log: Callable[[str], None] = _stderr) -> dict:
     """Runs `run` to its end (or its quality target); returns the summary.
 
     Everything it was given is checked before it creates or changes a file (`resolve_run`
@@ -401,16 +399,18 @@ def _train_run(run: ResolvedRun, log: Callable[[str], None] = _stderr) -> dict:
         tracker = RunTracker(mllog, target_accuracy=config.effective_target_auc)
         if resume is not None:
             tracker.load_state_dict(resume.extra["mlperf"])  # no second init_start / run_start
-        # The guard logs run_stop aborted when the run dies; the signals stay with `_on_signal`
+        # The guard logs run_stop aborted when the run dies; the signals stay with `signals`
         # (deferred while a loader starts, ignored in forked workers and while failing).
         with tracker.guard(signals=()):
             try:
                 if tracker.state == "new":
                     tracker.init_start()
-                streaming = _StreamingRun(run, out, root, record, ctx, mllog, tracker, resume, log)
+                streaming = _StreamingRun(
+                    run, out, root, record, ctx, mllog, tracker, resume, signals, log
+                )
                 summary = streaming.run()
             except BaseException:
-                _failing()  # before the guard writes run_stop: a second signal must not cut it
+                signals.fail()  # before the guard writes run_stop: a second signal must not cut it
                 raise
         mllog.close()
         summary["skipped_checkpoints"] = [f"{path}: {why}" for path, why in plan.skipped]
@@ -426,6 +426,27 @@ def platform(ctx: Distributed) -> str:
     return f"{ctx.world_size}xCPU ({os.cpu_count()} cores)"
 
 
+@dataclasses.dataclass
+class LoopState:
+    """What the training loop carries from one evaluation interval to the next, and through a
+    checkpoint (its `loop` entry, under these field names)."""
+
+    epoch: int = 0
+    """The pass over the time windows that the last batch came from."""
+    trained_seconds: float = 0.0
+    """Seconds spent training: evaluations and checkpoint saves are not counted."""
+    auc: float = math.nan
+    ne: float = math.nan
+    """The last evaluation's AUC and normalized entropy (NaN before the first)."""
+
+    def state_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> LoopState:
+        return cls(**{field.name: state[field.name] for field in dataclasses.fields(cls)})
+
+
 class _StreamingRun:
     """The state of one run between its MLPerf init_start and run_stop."""
 
@@ -439,12 +460,14 @@ class _StreamingRun:
         mllog: MLPerfLogger,
         tracker: RunTracker,
         resume: ckpt.CheckpointInfo | None,
+        signals: RunSignals,
         log: Callable[[str], None],
     ) -> None:
         self.run_spec, self.config, self.hstu = run, run.config, run.hstu
         self.out, self.root, self.record = out, root, record
         """The run folder, the dataset root, and config.json as JSON data."""
         self.ctx, self.mllog, self.tracker, self.resume = ctx, mllog, tracker, resume
+        self.signals = signals
         self.log = log if ctx.is_main else lambda message: None
         config = self.config
 
@@ -543,7 +566,9 @@ class _StreamingRun:
         """(epoch, batch) pairs: one pass over the windows is an epoch, and a run longer than
         that starts a new pass. A resumed run starts `skip` samples into window `first`."""
         for epoch in itertools.count(start_epoch):
-            for batch in rng_neutral(self.loader(self.train_plan(epoch, first, skip))):
+            for batch in rng_neutral(
+                self.loader(self.train_plan(epoch, first, skip)), self.signals
+            ):
                 yield epoch, batch.to(self.ctx.device)
             first, skip = 0, 0
 
@@ -633,8 +658,7 @@ class _StreamingRun:
             write=ctx.is_main,
             reduce=ctx.sum_array,
         )
-        # What the loop carries from one eval interval to the next (and through a checkpoint).
-        loop = {"epoch": 0, "trained_seconds": 0.0, "auc": float("nan"), "ne": float("nan")}
+        loop = LoopState()
         if self.resume is None:
             mllog.submission_info(org="reference", platform=platform(ctx), division=config.division)
             mllog.cache_clear()
@@ -644,7 +668,7 @@ class _StreamingRun:
         else:  # last: the RNG continues from the checkpoint, after model init drew from it
             extra = checkpoints.restore(self.resume, trainer).extra
             self.position.load_state_dict(extra["data"])
-            loop = extra["loop"]
+            loop = LoopState.from_state_dict(extra["loop"])
             recorder.load_state_dict(extra["metrics"])
             self.log(
                 f"resumed from {self.resume.path} at step {trainer.step}, "
@@ -660,7 +684,7 @@ class _StreamingRun:
                 "mlperf": tracker.state_dict(),
                 "mlperf_log_bytes": mllog.path.stat().st_size if ctx.is_main else 0,
                 "metrics": recorder.state_dict(),
-                "loop": loop | {"trained_seconds": trained_seconds},
+                "loop": dataclasses.replace(loop, trained_seconds=trained_seconds).state_dict(),
                 "run": self.run_spec.identity(),
                 "run_id": self.record["run_id"],
             }
@@ -682,7 +706,7 @@ class _StreamingRun:
                 progress,
             )  # fmt: skip
         except BaseException:
-            _failing()  # from here on a launcher's SIGTERM does not cut the record short
+            self.signals.fail()  # from here on a launcher's SIGTERM does not cut the record short
             progress.close()
             stream = getattr(self, "_stream", None)
             if stream is not None:
@@ -700,11 +724,11 @@ class _StreamingRun:
         plot = recorder.plot()
         samples = trainer.step * batch_size
         return {
-            "eval_auc": round(loop["auc"], 6),
-            "eval_ne": round(loop["ne"], 6),
+            "eval_auc": round(loop.auc, 6),
+            "eval_ne": round(loop.ne, 6),
             "train_samples": samples,
             "status": status,
-            "samples_per_s": round(samples / loop["trained_seconds"], 1),
+            "samples_per_s": round(samples / loop.trained_seconds, 1),
             "mlperf_log": str(mllog.path),
             "metrics_csv": str(recorder.path),
             "metrics_png": None if plot is None else str(plot),
@@ -716,35 +740,35 @@ class _StreamingRun:
         self,
         trainer: Trainer,
         schedule: list[int],
-        loop: dict,
+        loop: LoopState,
         recorder: MetricsRecorder,
         eval_batches: Iterable,
         save_checkpoint: Callable[[float], float],
         checkpoints: ckpt.Checkpointer | None,
         progress: Progress,
     ) -> None:
-        """Train and evaluate along `schedule` until its end or the target AUC; `loop` carries
-        the epoch, the training seconds and the last evaluation's AUC and NE."""
+        """Train and evaluate along `schedule` until its end or the target AUC, updating
+        `loop`."""
         config, ctx, tracker = self.config, self.ctx, self.tracker
         position, batch_size = self.position, self.global_batch_size
         stream = self.train_stream(position.epoch, position.source, position.consumed)
         self._stream = stream
         for eval_at in schedule[tracker.num_evals :]:  # a resumed run skips logged evals
             if not tracker.in_block:
-                tracker.block_start(trainer.step * batch_size, first_epoch_num=loop["epoch"])
+                tracker.block_start(trainer.step * batch_size, first_epoch_num=loop.epoch)
             started = time.perf_counter()
             while trainer.step * batch_size < eval_at:
-                loop["epoch"], batch = next(stream)
+                loop.epoch, batch = next(stream)
                 loss = ctx.mean(trainer.train_step(batch))  # every rank sees a NaN
                 step = trainer.step
                 if not math.isfinite(loss):  # stop before a checkpoint could save the bad state
                     last = checkpoints.latest() if checkpoints else None
                     raise FloatingPointError(
-                        f"non-finite loss {loss} at step {step} (epoch {loop['epoch']}); "
+                        f"non-finite loss {loss} at step {step} (epoch {loop.epoch}); "
                         f"last good checkpoint: {last.path if last else 'none'}"
                     )
                 position.advance(batch_size)
-                seconds = loop["trained_seconds"] + time.perf_counter() - started
+                seconds = loop.trained_seconds + time.perf_counter() - started
                 logits, labels = (t.cpu().numpy() for t in trainer.last_scores)
                 row = recorder.train_step(step, loss, logits, labels.round().astype(np.int64))
                 progress.step(step, seconds, row)
@@ -753,15 +777,15 @@ class _StreamingRun:
                 window_done = config.checkpoint_every_window and position.consumed == 0
                 if checkpoints is not None and (due or window_done):
                     started += save_checkpoint(seconds)  # saving is not training time
-            loop["trained_seconds"] += time.perf_counter() - started
-            tracker.block_stop(eval_at, first_epoch_num=loop["epoch"])
-            result = trainer.evaluate(rng_neutral(eval_batches), gather=ctx.concat)
-            loop["auc"], loop["ne"] = result.auc, result.normalized_entropy
+            loop.trained_seconds += time.perf_counter() - started
+            tracker.block_stop(eval_at, first_epoch_num=loop.epoch)
+            result = trainer.evaluate(rng_neutral(eval_batches, self.signals), gather=ctx.concat)
+            loop.auc, loop.ne = result.auc, result.normalized_entropy
             recorder.evaluation(trainer.step, result.auc, result.loss, result.normalized_entropy)
             progress.write(
                 f"eval at step {trainer.step}: auc {result.auc:.4f} "
                 f"(target {config.effective_target_auc}), ne {result.normalized_entropy:.4f}, "
                 f"loss {result.loss:.4f}"
             )
-            if tracker.eval(loop["auc"], eval_at, epoch_num=loop["epoch"]):
+            if tracker.eval(loop.auc, eval_at, epoch_num=loop.epoch):
                 break
