@@ -154,10 +154,11 @@ def exit_for(error: BaseException) -> NoReturn:
         sys.exit(dlrmv4_cli.interrupted("train.py"))
     if debugging(sys.argv[1:]) or not isinstance(error, Exception):
         raise error
-    if isinstance(error, training.REFUSALS):  # refused before anything was written
+    ended = training.ending(error)
+    if ended is training.Ending.REFUSED:  # refused before anything was written
         print(dlrmv4_cli.error_line("train.py", flag_message(error)), file=sys.stderr)
         sys.exit(dlrmv4_cli.EXIT_REFUSED)
-    if isinstance(error, training.FAILURES):  # started and failed: the log says aborted
+    if ended is training.Ending.FAILED:  # started and failed: the log says aborted
         print(f"train.py: {error}", file=sys.stderr)
         sys.exit(dlrmv4_cli.EXIT_FAILED)
     raise error

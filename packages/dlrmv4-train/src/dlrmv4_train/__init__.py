@@ -5,8 +5,8 @@ into one streaming train-eval run with a run folder.
 - What a run is asked to do, resolved once (`dlrmv4_train.run_config`: `RunConfig`,
   `resolve_run`, `flag`; it imports neither torch nor TorchRec, so a command line can parse and
   check its arguments, and answer --help, at once).
-- The run (`dlrmv4_train.run`: `train` and the errors that decide its exit status, `REFUSALS`,
-  `FAILURES`, `RunInterrupted`), loaded when one of its names is first used.
+- The run (`dlrmv4_train.run`: `train`; `ending(error)`, how a run that raised ended, which
+  decides its exit status; `RunInterrupted`), loaded when one of its names is first used.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dlrmv4_train.run_config import (
 )
 from hstu_model.config import ConfigError
 
-_RUN = ("FAILURES", "REFUSALS", "RunInterrupted", "RunRefused", "train")
+_RUN = ("Ending", "RunInterrupted", "RunRefused", "ending", "train")
 """The names of `dlrmv4_train.run` (which imports torch) that this package re-exports."""
 
 __all__ = [

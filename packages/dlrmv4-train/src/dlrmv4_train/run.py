@@ -12,14 +12,15 @@ mlperf.log.discarded), so the run ends bit-identical to one that was never inter
 `weights_sha256`). A non-finite loss stops the run before it can be checkpointed.
 
 This module is the run's public entry: it re-exports what a command line needs (`RunConfig`,
-`resolve_run`, `flag`) and the errors that end a run (`REFUSALS`: refused before anything was
-written; `FAILURES`: started and failed; `RunInterrupted`: stopped by a signal).
+`resolve_run`, `flag`), how a run that raised ended (`ending(error)`: refused before anything
+was written, or started and failed) and `RunInterrupted` (stopped by a signal).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import itertools
 import json
 import math
@@ -83,16 +84,16 @@ from yambda_data.loader import make_loader
 from yambda_data.schema import check_multi_event_header, mapping_path, multi_event_path
 
 __all__ = [
-    "FAILURES",
     "MIN_HISTORY",
     "REFERENCE_MIN_HISTORY",
-    "REFUSALS",
     "RUN_IDENTITY",
+    "Ending",
     "ResolvedRun",
     "RunConfig",
     "RunConfigError",
     "RunInterrupted",
     "RunRefused",
+    "ending",
     "field_types",
     "flag",
     "model_crosses",
@@ -101,9 +102,17 @@ __all__ = [
 ]
 
 
-REFUSALS = (ConfigError, RunRefused, FileNotFoundError, FileExistsError)
-"""What `train` raises for a bad input, before it created or changed anything."""
-FAILURES = (
+class Ending(enum.Enum):
+    """How a run that raised ended, as its command line reports it."""
+
+    REFUSED = "refused"
+    """A bad input, refused before anything was created or changed."""
+    FAILED = "failed"
+    """The run started and failed (its log ends with run_stop "aborted")."""
+
+
+_REFUSALS = (ConfigError, RunRefused, FileNotFoundError, FileExistsError)
+_FAILURES = (
     FloatingPointError,
     RankLostError,
     ckpt.CheckpointError,
@@ -111,8 +120,17 @@ FAILURES = (
     ValueError,
     yambda_data.StoreError,
 )
-"""What `train` raises for a run that started and failed (its log ends with run_stop
-"aborted"); test REFUSALS first (a ConfigError is a ValueError)."""
+
+
+def ending(error: BaseException) -> Ending | None:
+    """How `train` ended when it raised `error`; None for an error that is not the run's to
+    report (a bug). The refusals are asked first: a ConfigError or a RunRefused is also a
+    ValueError, a FileNotFoundError also an OSError."""
+    if isinstance(error, _REFUSALS):
+        return Ending.REFUSED
+    if isinstance(error, _FAILURES):
+        return Ending.FAILED
+    return None
 
 
 def _stderr(message: str) -> None:
@@ -367,8 +385,10 @@ def _train_run(run: ResolvedRun, signals: RunSignals, log: Callable[[str], None]
         for note in plan.notes:
             say(note)
         # What --kernel auto chose is checked on this rank's device before the model runs it:
-        # an op whose kernel fails there runs its reference, and the rank says so.
-        hstu_ops.verify_if_auto(config.kernel, ctx.device, report=log)
+        # an op whose kernel fails there runs its reference, and the rank says so. The
+        # decision that comes back is the one the model is built with.
+        kernels = hstu_ops.verify_decision(run.kernels, ctx.device, report=log)
+        run = dataclasses.replace(run, kernels=kernels)
         out, root = plan.out, data_root(config, plan.out)
         extras = {
             "run": run.as_json(out) | {"data": str(root)},
@@ -622,9 +642,12 @@ class _StreamingRun:
         seed_everything(config.seed)
         vocab = store.vocab.as_dict()
         if ctx.active:  # every rank builds the same model, then DMP shards its tables
-            model, _ = shard_model(HSTURanker(self.hstu.model, vocab), self.hstu)
+            model = HSTURanker(self.hstu.model, vocab, kernels=self.run_spec.kernels)
+            model, _ = shard_model(model, self.hstu)
         else:
-            model = HSTURanker(self.hstu.model, vocab, device=ctx.device)
+            model = HSTURanker(
+                self.hstu.model, vocab, device=ctx.device, kernels=self.run_spec.kernels
+            )
         trainer = Trainer(model, self.hstu)
         # before the first loader forks: its workers would keep copies of every page of the
         # tables that the trainer writes afterwards
