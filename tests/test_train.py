@@ -971,25 +971,29 @@ def test_a_run_resolves_its_config_once(tmp_path, monkeypatch):
 def test_a_run_hands_its_kernel_choice_to_the_check_before_it_builds_its_model(
     kernel, tmp_path, monkeypatch
 ):
-    """hstu_ops.verify_if_auto decides what to check (the Triton kernels where auto means them);
-    the run gives it the option as asked and the device its model trains on, before the model
-    exists, so that a refused op is what the model runs."""
+    """hstu_ops.verify_decision decides what to check (the Triton kernels where auto means
+    them); the run gives it the decision resolve_run made and the device its model trains on,
+    before the model exists, and builds the model with the decision that comes back, so that an
+    op the check sends to its reference (here the attention, as if refused) runs it."""
     import dlrmv4_train.run as run_module
     import hstu_ops
 
     events = []
-    real_check, real_model = hstu_ops.verify_if_auto, run_module.HSTURanker
+    real_check, real_model = hstu_ops.verify_decision, run_module.HSTURanker
 
-    def check(asked, device, **kwargs):
-        events.append(("check", str(asked), str(device)))
-        return real_check(asked, device, **kwargs)
+    def check(decision, device, **kwargs):
+        events.append(("check", str(decision.requested), decision.family, str(device)))
+        checked = real_check(decision, device, **kwargs)
+        return checked.refusing({"hstu_mha": "refused by the test"})
 
     def model(*args, **kwargs):
-        events.append(("model",))
+        events.append(("model", kwargs["kernels"].choice("hstu_mha")))
         return real_model(*args, **kwargs)
 
-    monkeypatch.setattr(hstu_ops, "verify_if_auto", check)
+    monkeypatch.setattr(hstu_ops, "verify_decision", check)
     monkeypatch.setattr(run_module, "HSTURanker", model)
     train.main([*TINY_RUN, "--kernel", kernel, "--out", str(tmp_path / "run")])
-    assert events[:2] == [("check", kernel, "cpu"), ("model",)]
+    native, pytorch = hstu_ops.Kernel.NATIVE, hstu_ops.Kernel.PYTORCH
+    refused = hstu_ops.KernelChoice("hstu_mha", native, pytorch, "refused by the test")
+    assert events[:2] == [("check", kernel, native, "cpu"), ("model", refused)]
     assert events.count(events[0]) == 1

@@ -1,12 +1,13 @@
 """What a training run is asked to do (`RunConfig`, checked values only) and what it resolves to
-once (`ResolvedRun`: the model and training config, the kernel, the device), before anything is
+once (`ResolvedRun`: the model and training config, the kernels, the device), before anything is
 written.
 
 `RunConfig`'s fields are the command line of tools/train.py: each field's metadata holds its
 help text and, where the option is not `--<field-with-dashes>`, its flag (`flag`), so that the
 command line is derived from the fields rather than written twice. `resolve_run` reads the
-preset, the `--config` file, the `HSTU_*` variables and the `--set` items, resolves the kernel
-for the device (hstu-ops) and checks the closed division; it is the only place that reads them.
+preset, the `--config` file, the `HSTU_*` variables and the `--set` items, decides the kernels
+for the device (one `hstu_ops.KernelDecision`, which the run only narrows by its self-check)
+and checks the closed division; it is the only place that reads them.
 """
 
 from __future__ import annotations
@@ -337,16 +338,23 @@ def model_crosses(model: ModelConfig) -> tuple[yambda_data.CrossFeature, ...]:
 @dataclass(frozen=True)
 class ResolvedRun:
     """A run resolved once, before it writes anything: the config as given, the model and
-    training config it trains with, the kernel family and the device it runs on."""
+    training config it trains with, the kernels and the device it runs on."""
 
     config: RunConfig
     hstu: HSTUConfig
     """The preset, then the config file, the HSTU_* variables and the --set items; then the
     kernel and the seed; the sharding computed on the device when tables are sharded."""
-    kernel: hstu_ops.Kernel
-    """`config.kernel` for the device (`auto` resolved)."""
+    kernels: hstu_ops.KernelDecision
+    """`config.kernel` decided for the device (`auto` resolved), every op's kernel with the
+    reason where it runs its reference; the run narrows it once by the self-check on its
+    device (`hstu_ops.verify_decision`) and hands it to the model."""
     device_type: str
     world_size: int
+
+    @property
+    def kernel(self) -> hstu_ops.Kernel:
+        """The family that runs (`auto` resolved)."""
+        return self.kernels.family
 
     def identity(self) -> dict[str, str | None]:
         """The fields that fix the result, and the number of ranks, as strings (stored in
@@ -408,8 +416,8 @@ def resolve_run(
     world_size: int | None = None,
 ) -> ResolvedRun:
     """`config` resolved on this process's device (`device_type`, default: the one
-    `init_distributed` picks) among `world_size` ranks (default: WORLD_SIZE): the kernel
-    family for the device, the model and training config (the preset, the config file, the
+    `init_distributed` picks) among `world_size` ranks (default: WORLD_SIZE): the kernels
+    for the device (`hstu_ops.decide_kernel`), the model and training config (the preset, the config file, the
     HSTU_* variables of `environ` (default: os.environ) and the --set items), the contextual
     features yambda-data must know, an `out` that is a folder if it exists, and, for
     `division="closed"`, everything the closed rules pin. Raises ConfigError (a RunConfigError naming the field, or one naming the file,
@@ -423,12 +431,12 @@ def resolve_run(
     if world_size is None:
         world_size = int(os.environ.get("WORLD_SIZE", "1") or 1)
     try:
-        kernel = hstu_ops.device_kernel(config.kernel, device_type)
+        kernels = hstu_ops.decide_kernel(config.kernel, device_type)
     except hstu_ops.KernelUnavailableError as error:
         raise ConfigError(_kernel_refusal(error)) from None  # (it names the option itself)
     hstu = resolve_config(
         config.preset, file=config.config_file, environ=environ, cli=config.overrides
-    ).replace(model={"kernel": kernel}, train={"seed": config.seed})
+    ).replace(model={"kernel": kernels.family}, train={"seed": config.seed})
     if world_size > 1 or device_type != "cpu":
         hstu = hstu.replace(sharding={"compute_device": device_type})
     model_crosses(hstu.model)  # yambda-data must know every contextual feature
@@ -436,7 +444,7 @@ def resolve_run(
         problems = _closed_division_problems(config, hstu)
         if problems:
             raise RunConfigError("division", "closed needs " + "; ".join(problems))
-    return ResolvedRun(config, hstu, kernel, device_type, world_size)
+    return ResolvedRun(config, hstu, kernels, device_type, world_size)
 
 
 def _kernel_refusal(error: hstu_ops.KernelUnavailableError) -> str:

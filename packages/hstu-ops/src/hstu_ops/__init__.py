@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from hstu_ops.mm import addmm
     from hstu_ops.norms import layer_norm, rms_norm, swish_layer_norm
     from hstu_ops.position import add_timestamp_positional_embeddings
-    from hstu_ops.selfcheck import verify_decision, verify_if_auto, verify_kernel
+    from hstu_ops.selfcheck import verify_decision, verify_kernel
 
 __version__ = "0.1.0"
 
@@ -87,7 +87,6 @@ _LAZY = {
     "selfcheck": "hstu_ops.selfcheck",
     "set_index_value_checks": "hstu_ops._index_checks",
     "verify_decision": "hstu_ops.selfcheck",
-    "verify_if_auto": "hstu_ops.selfcheck",
     "verify_kernel": "hstu_ops.selfcheck",
 }
 """Public names loaded on first use (name -> module; a subpackage's name is the module)."""
@@ -145,6 +144,5 @@ __all__ = [
     "triton_interpreter_problem",
     "unavailable_reason",
     "verify_decision",
-    "verify_if_auto",
     "verify_kernel",
 ]

@@ -38,7 +38,6 @@ from hstu_ops._kernel import (
     OP_KERNELS,
     Kernel,
     KernelDecision,
-    decide_kernel,
     device_kernel,
     unavailable_reason,
 )
@@ -55,7 +54,6 @@ __all__ = [
     "check",
     "error",
     "verify_decision",
-    "verify_if_auto",
     "verify_kernel",
 ]
 
@@ -405,16 +403,3 @@ def verify_decision(
             for op, why in failed.items()
         }
     )
-
-
-def verify_if_auto(
-    kernel: Kernel | str,
-    device: torch.device | str,
-    *,
-    report: Callable[[str], None] = _print_to_stderr,
-) -> dict[str, str]:
-    """Until the training run hands its decision down (:func:`verify_decision`): the ops that
-    fail the check where ``kernel`` is AUTO meaning TRITON on ``device``, ``{op: why}``."""
-    device = torch.device(device)
-    decision = verify_decision(decide_kernel(kernel, device.type), device, report=report)
-    return {c.op: c.reason for c in decision.fallbacks() if c.requested in OP_KERNELS[c.op]}
