@@ -98,3 +98,33 @@ def test_recording_needs_the_compiled_kernels(load_triton):
         record_launches(GPU_TARGETS["sm90"]),
     ):
         pass
+
+
+def _block_copy_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def block_copy(x_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.arange(0, BLOCK)  # a BLOCK that is no power of two does not compile
+        tl.store(x_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n) + 1, offsets < n)
+
+    return block_copy
+
+
+@pytest.mark.triton
+def test_problems_are_the_same_in_launch_order_with_one_or_two_compiling_processes(gpu_target):
+    kernel, x = _block_copy_kernel(), torch.empty(64)
+    recorder = LaunchRecorder()
+    for block, options in ((64, {}), (48, {}), (32, {"num_warps": 2}), (96, {}), (16, {})):
+        recorder.run(kernel, x, 40, BLOCK=block, grid=(1,), warmup=False, **options)
+    recorder.run(kernel, x, 40, BLOCK=64, grid=(1,), warmup=False, no_such_option=1)
+
+    serial = compile_problems(recorder, gpu_target, jobs=1)
+    assert compile_problems(recorder, gpu_target, jobs=2) == serial
+    assert [line.split("}", 1)[0] for line in serial] == [
+        "block_copy {'BLOCK': 48",
+        "block_copy {'BLOCK': 96",
+        "block_copy {'BLOCK': 64",
+    ]
+    assert f"launch options ['no_such_option'] unknown to {gpu_target.arch}" in serial[2]

@@ -23,10 +23,14 @@ are first imported); :func:`record_launches` raises RuntimeError otherwise.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import importlib
+import multiprocessing
+import os
 import pkgutil
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -247,36 +251,85 @@ def record_launches(target: GpuTarget) -> Iterator[LaunchRecorder]:
             setattr(owner, name, value)
 
 
-def compile_problems(recorder: LaunchRecorder, target: GpuTarget) -> list[str]:
+def compile_problems(
+    recorder: LaunchRecorder, target: GpuTarget, *, jobs: int | None = None
+) -> list[str]:
     """Compiles every recorded launch for ``target``; one line per launch that takes an option
     the target's backend does not know, fails to compile, or needs more shared memory than the
     chip has (for an autotuner's configurations: when none of a kernel's fits). Empty when
-    all is well."""
-    problems = []
+    all is well.
+
+    ``jobs``: compiling processes, one per usable core by default. Each launch compiles on its
+    own and LLVM keeps one core busy, so a single process leaves the others idle."""
+    launches = list(recorder.launches.values())
+    unknown_options = [
+        set(launch.options) - set(_LAUNCH_OPTIONS[target.vendor]) for launch in launches
+    ]
+    to_compile = [
+        launch for launch, unknown in zip(launches, unknown_options, strict=True) if not unknown
+    ]
+    outcomes = iter(_compile_all(to_compile, target, jobs))
+    problems: list[str] = []
     candidates_fit: dict[str, bool] = {}
-    for launch in recorder.launches.values():
+    for launch, unknown in zip(launches, unknown_options, strict=True):
         what = f"{launch.kernel.__name__} {launch.constants} {launch.options}"
-        unknown = set(launch.options) - set(_LAUNCH_OPTIONS[target.vendor])
         if unknown:
             problems.append(f"{what}: launch options {sorted(unknown)} unknown to {target.arch}")
             continue
-        try:
-            binary = target.compile(
-                launch.kernel, launch.constants, launch.options, values=launch.values
-            )
-        except Exception as exc:  # every failure is listed, not only the first
-            problems.append(f"{what}: {type(exc).__name__}: {exc}")
+        shared, error = next(outcomes)
+        if error is not None:  # every failure is listed, not only the first
+            problems.append(f"{what}: {error}")
             continue
-        fits = binary.metadata.shared <= target.max_shared
+        fits = shared <= target.max_shared
         if launch.candidate:
             name = launch.kernel.__name__
             candidates_fit[name] = candidates_fit.get(name, False) or fits
         elif not fits:
             problems.append(
-                f"{what}: {binary.metadata.shared} bytes of shared memory, "
-                f"{target.max_shared} on {target.arch}"
+                f"{what}: {shared} bytes of shared memory, {target.max_shared} on {target.arch}"
             )
     for name, fit in candidates_fit.items():
         if not fit:
             problems.append(f"{name}: none of its autotuner's configurations fits {target.arch}")
     return problems
+
+
+_Outcome = tuple[int, str | None]
+"""A compiled launch's shared memory in bytes, or the error that stopped its compilation."""
+
+_forked_work: tuple[list[Launch], GpuTarget] | None = None
+"""What the forked compiling processes read their launches from: the kernels are the parent's
+live objects, which do not pickle."""
+
+
+def _compile_one(index: int) -> _Outcome:
+    assert _forked_work is not None
+    launches, target = _forked_work
+    launch = launches[index]
+    try:
+        binary = target.compile(
+            launch.kernel, launch.constants, launch.options, values=launch.values
+        )
+    except Exception as exc:
+        return 0, f"{type(exc).__name__}: {exc}"
+    return binary.metadata.shared, None
+
+
+def _compile_all(launches: list[Launch], target: GpuTarget, jobs: int | None) -> list[_Outcome]:
+    global _forked_work
+    if jobs is None:
+        jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    jobs = max(1, min(jobs or 1, len(launches)))
+    _forked_work = (launches, target)
+    try:
+        if jobs == 1 or "fork" not in multiprocessing.get_all_start_methods():
+            return [_compile_one(i) for i in range(len(launches))]
+        # fork, not spawn: the children inherit the kernels and the test's module state as
+        # they are. A child only runs Triton's compiler, never torch's thread pools.
+        context = multiprocessing.get_context("fork")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
+            with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+                return list(pool.map(_compile_one, range(len(launches))))
+    finally:
+        _forked_work = None
