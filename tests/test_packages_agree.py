@@ -1,6 +1,6 @@
 """Facts of the reference that two packages state because each must work alone: they agree.
 
-hstu-model's core does not depend on yambda-data (only its `train` extra does), and yambda-data
+hstu-model does not depend on yambda-data (the dlrmv4-train package wires the two), and yambda-data
 does not depend on hstu-model, so the reference's seven cross features are written in both:
 their names, order and table sizes in hstu-model's yambda-5b preset (the model's tables), and
 their keys, salts and the same sizes in yambda-data (the hashing of the data pipeline used
