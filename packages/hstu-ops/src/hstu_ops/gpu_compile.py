@@ -229,6 +229,9 @@ def record_launches(target: GpuTarget) -> Iterator[LaunchRecorder]:
         "device_arch": lambda device: target.arch,
         "multiprocessors": lambda index: target.multiprocessors,
         "check_device": lambda op, device, interpreted: None,
+        # The kernels that call other families' ops (compute_uqvk's addmm and layer norm) take
+        # their GPU path: recorded, not the CPU stand-in computed.
+        "on_gpu": lambda device: True,
     }
     saved: list[tuple[object, str, object]] = []
 

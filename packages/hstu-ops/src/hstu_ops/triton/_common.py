@@ -190,6 +190,12 @@ def check_float_dtype(op: str, dtype: torch.dtype, got: str | None = None) -> No
         )
 
 
+def on_gpu(device: torch.device) -> bool:
+    """Whether tensors on ``device`` take the compiled kernels' path: CUDA or ROCm tensors,
+    and every tensor while hstu_ops.gpu_compile records launches as if on a GPU."""
+    return device.type == "cuda"
+
+
 def check_device(op: str, device: torch.device, interpreted: bool) -> None:
     """ValueError for tensors a module of mode ``interpreted`` cannot run on (compiled: CUDA or
     ROCm tensors only; the interpreter runs on CPU tensors)."""

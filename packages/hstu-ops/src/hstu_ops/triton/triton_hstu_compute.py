@@ -539,7 +539,7 @@ def default_tile_config(
     block_n = max(1, min(64, 2048 // row_tile))
     num_warps = min(16, max(4, block_n * row_tile // 256))
     sms = 132
-    if device is not None and device.type == "cuda":
+    if device is not None and _common.on_gpu(device):
         sms = _common.multiprocessors(device.index if device.index is not None else 0)
     return TileConfig(block_n=block_n, num_warps=num_warps, bwd_programs=4 * sms)
 
@@ -684,7 +684,7 @@ def _addmm(x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor) -> torch.Tens
     Under the interpreter the other op family's Triton module would have to be interpreted as
     well, which only this module's own loading guarantees; torch.addmm stands in there.
     """
-    if x.device.type == "cuda":
+    if _common.on_gpu(x.device):
         return mm.addmm(x, y, weight, kernel=Kernel.TRITON)
     return torch.addmm(x, y, weight)
 
@@ -694,7 +694,7 @@ def _layer_norm(
 ) -> torch.Tensor:
     """The layer norm of compute_uqvk: the package's Triton layer norm for GPU tensors, its
     PyTorch reference on CPU tensors (for the reason given in _addmm)."""
-    kernel = Kernel.TRITON if x.device.type == "cuda" else Kernel.PYTORCH
+    kernel = Kernel.TRITON if _common.on_gpu(x.device) else Kernel.PYTORCH
     return norms.layer_norm(x, weight, bias, eps, kernel=kernel)
 
 
