@@ -56,11 +56,15 @@ import torch
 import bench_train_step as bench
 if {retain!r}:
     bench.retain_freed_memory()
-for _ in range(3):  # the heap settles after the first few blocks (alignment padding)
+faults = []
+for _ in range(6):
     before = bench.minor_faults()
     block = torch.ones(64 * 2**20 // 4)  # 64 MiB: above glibc's largest mmap threshold
     del block
-print(bench.minor_faults() - before)
+    faults.append(bench.minor_faults() - before)
+# The heap settles after the first few blocks (alignment padding); the fewest of the later
+# blocks, since a loaded machine's reclaim can take back a retained page now and then.
+print(min(faults[2:]))
 """
 
 
