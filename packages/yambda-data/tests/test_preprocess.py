@@ -27,6 +27,8 @@ from yambda_data.preprocess import (
     preprocess,
 )
 from yambda_data.schema import (
+    EVENT_TYPE_DTYPE,
+    EVENT_TYPES,
     MULTI_EVENT_SCHEMA,
     SchemaError,
     count_duplicate_rows,
@@ -319,6 +321,21 @@ def test_unsorted_file_with_a_relative_out_dir(tmp_path, monkeypatch, order):
     argv = ["preprocess", "--raw", "raw", "--size", "50m", "--out", "cli-out", "--partitions", "2"]
     assert main(argv) == 0
     assert file_bytes(tmp_path / "cli-out") == file_bytes(tmp_path / "expected")
+
+
+def test_a_categorical_event_type_becomes_the_enum_as_the_cast_gives_it():
+    """The lookup of Categorical codes gives what polars' cast gives, whatever codes the
+    process's categories gave the names (here other strings came first), and refuses a value
+    that is no event type rather than mapping it to one."""
+    pl.Series(["other", "names", "first", "undislike"], dtype=pl.Categorical)
+    rng = np.random.default_rng(3)
+    names = rng.choice(EVENT_TYPES, 1_001)
+    stored = pl.Series("event_type", names, dtype=pl.Categorical)
+    expected = stored.cast(EVENT_TYPE_DTYPE)
+    assert prep._categorical_as_enum(stored).equals(expected)
+    assert prep._categorical_as_enum(stored[:0]).equals(expected[:0])
+    with pytest.raises(pl.exceptions.ComputeError):
+        prep._categorical_as_enum(pl.Series("event_type", ["like", "play"], dtype=pl.Categorical))
 
 
 @pytest.mark.parametrize("uid_span", [1_000, 70_000, 3_000_000_000])
@@ -874,5 +891,4 @@ def test_repeated_rows_agree_with_the_reference_count():
         if case % 3 == 0:  # one run of every row
             frame = frame.with_columns(uid=pl.lit(1, pl.UInt32), timestamp=pl.lit(5, pl.UInt32))
         frame = frame.sort("uid", "timestamp", maintain_order=True)
-        uid, ts = frame["uid"].to_numpy(), frame["timestamp"].to_numpy()
-        assert prep._repeated_rows(frame, uid, ts) == count_duplicate_rows(frame), case
+        assert prep._repeated_rows(frame) == count_duplicate_rows(frame), case

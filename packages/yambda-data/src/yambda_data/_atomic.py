@@ -60,12 +60,16 @@ def atomic_paths(paths: list[Path]) -> Iterator[list[Path]]:
         raise
 
 
+def fsync_file(path: str | os.PathLike[str]) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
 def fsync_tree(root: Path) -> None:
     """fsync every file and directory under ``root``, so a rename publishes durable data."""
     for dirpath, _, filenames in os.walk(root):
         for name in filenames:
-            with open(os.path.join(dirpath, name), "rb") as f:
-                os.fsync(f.fileno())
+            fsync_file(os.path.join(dirpath, name))
         fd = os.open(dirpath, os.O_RDONLY)
         try:
             os.fsync(fd)

@@ -19,14 +19,17 @@ HASH_THREADS = min(4, os.cpu_count() or 1)
 """Files hashed at once: sha256 runs at about 1.7 GB/s per core, so a few threads keep up
 with a fast disk or the page cache."""
 
-_CHUNK = 1 << 24
+_CHUNK = 1 << 20
+"""Read into one buffer of this size, reused: a fresh buffer per read would cost its page
+faults again each time (a third of the time of hashing a file in the page cache)."""
 
 
 def sha256_file(path: str | Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
+    buffer = memoryview(bytearray(_CHUNK))
+    with open(path, "rb", buffering=0) as f:
+        while size := f.readinto(buffer):
+            digest.update(buffer[:size])
     return digest.hexdigest()
 
 

@@ -23,8 +23,9 @@ is cut into ``partitions`` equal-width ranges and each range is read on its own 
 scan filtered on ``uid`` (polars pushes the filter down to the parquet row groups, which a
 file sorted by uid keeps apart), split, sessionized and written before the next one is read.
 Within a partition, the split, the sessions, the session index and the popularity are flat
-numpy passes over the sorted rows. A partition's files are written in a thread while the next
-partition is read and split. Peak memory is that of about two partitions (one read and split,
+numpy passes over the sorted rows. A partition's files are written, hashed and synced in a
+thread (which then adds its train items to the popularity) while the next partition is read and
+split. Peak memory is that of about two partitions (one read and split,
 the outputs of the one before waiting to be written) plus the item-popularity array.
 
 Row order: the schema says the file is sorted by (uid, timestamp), but the reference sorts
@@ -38,8 +39,9 @@ temporary output directory (about 22 bytes a row of disk, removed before the out
 complete), and each partition reads its own range from there.
 
 ``event_type`` may be stored as the public Enum, as Categorical or dictionary-encoded
-strings, or as plain or large strings: each stored value is cast to the Enum once (a
-dictionary's few values, not a string per row), and the checks compare the Enum's codes.
+strings, or as plain or large strings. Categorical codes (how polars reads a dictionary) go
+to the Enum's through a table of the few names, not a string per row; the checks compare
+codes too.
 
 Validation comes first: the arguments (``partitions``, ``out_dir``), then the whole file (the
 streaming pass above: nulls, listen-only nullability, is_organic 0 or 1, the 5-second grid,
@@ -91,6 +93,7 @@ from yambda_data._atomic import (
     check_apart,
     check_replaceable,
     exclusive_lock,
+    fsync_file,
     fsync_tree,
     replace_dir,
 )
@@ -98,6 +101,7 @@ from yambda_data._checksums import checksum_problem, file_checksums
 from yambda_data._io import InputFileError, reading, writing
 from yambda_data.schema import (
     EVENT_TYPE_DTYPE,
+    EVENT_TYPES,
     MULTI_EVENT_SCHEMA,
     NULLABLE_LISTEN_COLUMNS,
     ROWS_PER_PARTITION,
@@ -192,22 +196,39 @@ class _Partition:
     train: pl.DataFrame
     test: pl.DataFrame
     index: pl.DataFrame
-    train_item_ids: np.ndarray
     num_sessions: int
     train_start: int | None
-    num_duplicate_rows: int
 
 
 def _normalized(part: pl.DataFrame) -> pl.DataFrame:
     """The partition as :func:`~yambda_data.schema.normalize_multi_event` gives it, without the
     round trip through strings when ``event_type`` already is the Enum."""
-    if part.schema["event_type"] == EVENT_TYPE_DTYPE:
+    stored = part.schema["event_type"]
+    if stored == EVENT_TYPE_DTYPE:
+        part = part.select(list(MULTI_EVENT_SCHEMA))
+    elif isinstance(stored, pl.Categorical):
+        part = part.rechunk().with_columns(_categorical_as_enum(part["event_type"]))
         part = part.select(list(MULTI_EVENT_SCHEMA))
     else:
         part = normalize_multi_event(part.lazy()).collect()
     # One contiguous chunk per column (the parquet reader hands back dozens): numpy then reads
     # the columns in place, and the filtered outputs need no further copy before writing.
     return part.rechunk()
+
+
+def _categorical_as_enum(event_type: pl.Series) -> pl.Series:
+    """A Categorical ``event_type`` (how polars reads dictionary-encoded strings) as
+    :data:`EVENT_TYPE_DTYPE`, through a table from its codes to the Enum's: polars' own cast
+    looks up the string of every row, three times the cost. The column has no nulls and no
+    other value (the file was checked)."""
+    names = pl.Series(EVENT_TYPES).cast(event_type.dtype).to_physical().to_numpy()
+    codes = event_type.to_physical().to_numpy()
+    size = max(int(codes.max(initial=0)), int(names.max())) + 1
+    # A code of no event type maps to a value the Enum lacks, so the conversion fails on it.
+    table = np.full(size, len(EVENT_TYPES), dtype=np.uint8)
+    table[names] = np.arange(len(EVENT_TYPES), dtype=np.uint8)
+    enum_codes = pl.Series("event_type", np.take(table, codes))
+    return enum_codes.to_frame().select(pl.col("event_type").cat.to(EVENT_TYPE_DTYPE)).to_series()
 
 
 def _in_order(part: pl.DataFrame) -> pl.DataFrame:
@@ -279,9 +300,9 @@ row by row; runs longer than this are counted by
 :func:`~yambda_data.schema.count_duplicate_rows`."""
 
 
-def _repeated_rows(part: pl.DataFrame, uid: np.ndarray, ts: np.ndarray) -> int:
+def _repeated_rows(part: pl.DataFrame) -> int:
     """:func:`~yambda_data.schema.count_duplicate_rows` of a partition sorted by (uid,
-    timestamp), ``uid`` and ``timestamp`` given as numpy arrays.
+    timestamp).
 
     A row can only repeat an earlier row of its run of equal (uid, timestamp). Within a run
     rows mostly differ by item (skips of one track after another), so the item alone is
@@ -290,6 +311,7 @@ def _repeated_rows(part: pl.DataFrame, uid: np.ndarray, ts: np.ndarray) -> int:
     other columns only for the few pairs of one item (a reaction next to its listen). A hash
     of every row sharing its key, or every column at every lag, cost ten times more.
     """
+    uid, ts = part["uid"].to_numpy(), part["timestamp"].to_numpy()
     same_key = np.zeros(len(uid), dtype=bool)
     np.logical_and(uid[1:] == uid[:-1], ts[1:] == ts[:-1], out=same_key[1:])
     if not same_key.any():
@@ -400,10 +422,8 @@ def _split_partition(part: pl.DataFrame, t_max: int) -> _Partition:
         train=train,
         test=part.filter(pl.Series(is_test)),
         index=index,
-        train_item_ids=part["item_id"].to_numpy()[is_train],
         num_sessions=len(session_row),
         train_start=int(train_ts.min()) if n else None,
-        num_duplicate_rows=_repeated_rows(part, uid, ts),
     )
 
 
@@ -411,9 +431,13 @@ def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
     frame.rechunk().write_parquet(path, **_PARQUET_OPTIONS)
 
 
-def _write_partition(split: _Partition, tmp: Path, out: Path, k: int) -> dict[str, dict]:
+def _write_partition(
+    split: _Partition, tmp: Path, out: Path, k: int, popularity: np.ndarray
+) -> dict[str, dict]:
     """The three part files of partition ``k`` under the temporary output ``tmp``; their
-    :func:`file_checksums`, taken while the files are in the page cache."""
+    :func:`file_checksums`, taken while the files are in the page cache. Then the partition's
+    train items are added to ``popularity``, here rather than on the thread that reads the
+    next partition, which the last write waits for."""
     names = []
     for frame, sub in (
         (split.train, TRAIN_SESSIONS_DIR),
@@ -423,7 +447,14 @@ def _write_partition(split: _Partition, tmp: Path, out: Path, k: int) -> dict[st
         with writing(tmp / sub / part_name(k), output=out):
             _write_parquet(frame, tmp / sub / part_name(k))
         names.append(f"{sub}/{part_name(k)}")
-    return file_checksums(tmp, names)
+    checksums = file_checksums(tmp, names)
+    for name in names:
+        # Now, while the next partition is read, rather than all at once before the rename.
+        with writing(tmp / name, output=out):
+            fsync_file(tmp / name)
+    # In place: a bincount would fault in a fresh array of every item each partition.
+    np.add.at(popularity, split.train["item_id"].to_numpy(), 1)
+    return checksums
 
 
 def _wait_written(written: Future | None) -> dict[str, dict]:
@@ -662,16 +693,17 @@ def _preprocess_locked(
                 rows_read += part.height
                 if _identity(path) != bounds.identity:
                     raise _changed(path, bounds.num_rows, rows_read)
-                split = _split_partition(_in_order(part), t_max)
-                del part
+                part = _in_order(part)
+                split = _split_partition(part, t_max)
                 checksums.update(_wait_written(written))
-                written = writer.submit(_write_partition, split, tmp, out, k)
-                popularity += np.bincount(split.train_item_ids, minlength=len(popularity))
+                written = writer.submit(_write_partition, split, tmp, out, k, popularity)
+                # What the files do not need is counted while they are written.
+                duplicates += _repeated_rows(part)
+                del part
                 num_train += split.train.height
                 num_test += split.test.height
                 num_users += split.index.height
                 num_sessions += split.num_sessions
-                duplicates += split.num_duplicate_rows
                 if split.train_start is not None:
                     first = split.train_start
                     train_start = first if train_start is None else min(train_start, first)
