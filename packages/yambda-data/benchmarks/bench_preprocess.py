@@ -119,20 +119,23 @@ _PREPROCESS_PHASES = (
     "import yambda_data.preprocess as prep\n"
     "phases = json.loads(sys.argv[5])\n"
     "spent = dict.fromkeys(phases.values(), 0.0)\n"
+    "cpu = dict.fromkeys(phases.values(), 0.0)\n"
     "on_main = [0.0]\n"
     "local = threading.local()  # per thread: time of the timed calls inside the current one\n"
     "def timed(phase, fn):\n"
     "    def run(*args, **kwargs):\n"
-    "        outer, local.inner = getattr(local, 'inner', 0.0), 0.0\n"
-    "        start = time.perf_counter()\n"
+    "        outer, local.inner = getattr(local, 'inner', (0.0, 0.0)), (0.0, 0.0)\n"
+    "        start, start_cpu = time.perf_counter(), time.thread_time()\n"
     "        try:\n"
     "            return fn(*args, **kwargs)\n"
     "        finally:\n"
     "            took = time.perf_counter() - start\n"
-    "            spent[phase] += took - local.inner\n"
+    "            took_cpu = time.thread_time() - start_cpu\n"
+    "            spent[phase] += took - local.inner[0]\n"
+    "            cpu[phase] += took_cpu - local.inner[1]\n"
     "            if threading.current_thread() is threading.main_thread():\n"
-    "                on_main[0] += took - local.inner\n"
-    "            local.inner = outer + took\n"
+    "                on_main[0] += took - local.inner[0]\n"
+    "            local.inner = (outer[0] + took, outer[1] + took_cpu)\n"
     "    return run\n"
     "for name, phase in phases.items():\n"
     "    setattr(prep, name, timed(phase, getattr(prep, name)))\n"
@@ -140,7 +143,7 @@ _PREPROCESS_PHASES = (
     "start = time.perf_counter()\n"
     "prep.preprocess(sys.argv[1], sys.argv[2], sys.argv[3], partitions=parts)\n"
     "spent['other'] = time.perf_counter() - start - on_main[0]\n"
-    "print(json.dumps(spent))\n"
+    "print(json.dumps({'wall': spent, 'cpu': cpu}))\n"
 )
 PHASES = {
     "_bounds": "validate",
@@ -150,16 +153,20 @@ PHASES = {
     "_split_partition": "split",
     "_repeated_rows": "repeated rows",
     "_write_partition": "write (beside)",
+    "_finish_partition": "hash, sync (beside)",
+    "_wait_files": "write wait",
     "_wait_written": "write wait",
-    "file_checksums": "checksums",
+    "_write_totals": "totals",
     "fsync_tree": "fsync",
 }
 """The functions of ``yambda_data.preprocess`` timed in a project run, by phase: each phase's
 time excludes the timed calls it makes (the split, its repeated-row count). The part files
-are written and hashed in a thread beside the main one: ``write (beside)`` is that thread's
-time, which overlaps the others, ``checksums`` adds up both threads' hashing, and ``write
-wait`` is the main thread's wait for the writer. ``other`` is the rest of the main thread's
-``preprocess`` (the argument checks, the lock, the rename), imports excluded."""
+are written in a thread beside the main one and hashed and synced in another: ``write
+(beside)`` and ``hash, sync (beside)`` are those threads' times, which overlap the others
+(the second includes its wait for the first), and ``write wait`` is the main thread's wait for
+them. ``totals`` writes the item popularity and split metadata. ``other`` is the rest of the
+main thread's ``preprocess`` (the argument checks, the lock, the item counts, the rename),
+imports excluded."""
 _WRITE_SHAPED = (
     "import sys\n"
     "sys.path.insert(0, sys.argv[1])\n"
@@ -620,26 +627,31 @@ def print_table(table: list[tuple]) -> None:
 
 def print_phases(table: list[tuple]) -> None:
     """Seconds per phase (:data:`PHASES`) of each project run in ``table`` (the fastest of
-    its repeats), so that a slower run names the phase that slowed."""
+    its repeats), so that a slower run names the phase that slowed; and the repeated-row
+    count's share of the run, in wall time and in CPU time. The count runs beside polars'
+    writing of the partition before, so its wall time includes waits for a core: its CPU
+    share is what it costs."""
     names = [*dict.fromkeys(PHASES.values()), "other"]
     rows = []
     for label, _, layout, case, parts, _, r in table:
         if case.startswith("preprocess") and r.stdout.strip():
             spent = json.loads(r.stdout.strip().splitlines()[-1])
-            rows.append((label, layout, parts, spent, r.wall_s))
+            rows.append((label, layout, parts, spent, r))
     if not rows:
         return
     print(
-        "\nphases of the project runs above, seconds (the writer thread's `write (beside)` and"
-        " most of `checksums` overlap the rest)\n\n| input | layout | partitions | "
+        "\nphases of the project runs above, seconds (the writer threads' `write (beside)` and"
+        " `hash, sync (beside)` overlap the rest)\n\n| input | layout | partitions | "
         + " | ".join(names)
-        + " | repeated rows, share of wall |\n|---|---|---|"
-        + "---:|" * (len(names) + 1)
+        + " | repeated rows, share of wall | share of CPU |\n|---|---|---|"
+        + "---:|" * (len(names) + 2)
     )
-    for label, layout, parts, spent, wall in rows:
-        cells = " | ".join(f"{spent.get(name, 0.0):.2f}" for name in names)
-        share = 100 * spent.get("repeated rows", 0.0) / wall
-        print(f"| {label} | {layout} | {parts} | {cells} | {share:.1f}% |")
+    for label, layout, parts, spent, r in rows:
+        wall, cpu = spent["wall"], spent["cpu"]
+        cells = " | ".join(f"{wall.get(name, 0.0):.2f}" for name in names)
+        share = 100 * wall["repeated rows"] / r.wall_s
+        cpu_share = 100 * cpu["repeated rows"] / r.cpu_s
+        print(f"| {label} | {layout} | {parts} | {cells} | {share:.1f}% | {cpu_share:.1f}% |")
 
 
 if __name__ == "__main__":

@@ -23,10 +23,11 @@ is cut into ``partitions`` equal-width ranges and each range is read on its own 
 scan filtered on ``uid`` (polars pushes the filter down to the parquet row groups, which a
 file sorted by uid keeps apart), split, sessionized and written before the next one is read.
 Within a partition, the split, the sessions, the session index and the popularity are flat
-numpy passes over the sorted rows. A partition's files are written, hashed and synced in a
-thread (which then adds its train items to the popularity) while the next partition is read and
-split. Peak memory is that of about two partitions (one read and split,
-the outputs of the one before waiting to be written) plus the item-popularity array.
+numpy passes over the sorted rows. Polars runs one query at a time on its threads, so they
+read partition k + 1 and then write partition k's files while the main thread splits k + 1
+(numpy) and a third thread hashes and syncs the files polars wrote. Peak memory is that of
+about four partitions (one split, one read, the outputs of two being written and hashed) plus
+the item-popularity array.
 
 Row order: the schema says the file is sorted by (uid, timestamp), but the reference sorts
 the events itself and so takes a file in any order; so does preprocess. Each partition found
@@ -107,7 +108,6 @@ from yambda_data.schema import (
     ROWS_PER_PARTITION,
     SchemaError,
     check_multi_event_file,
-    count_duplicate_rows,
     default_partitions,
     duplicate_rows_warning,
     multi_event_path,
@@ -297,7 +297,7 @@ def _run_starts(values: np.ndarray) -> np.ndarray:
 _REPEAT_LAGS = 16
 """How far back within a run of rows of one (uid, timestamp) :func:`_repeated_rows` compares
 row by row; runs longer than this are counted by
-:func:`~yambda_data.schema.count_duplicate_rows`."""
+:func:`_repeats_within_runs`."""
 
 
 def _repeated_rows(part: pl.DataFrame) -> int:
@@ -342,7 +342,8 @@ def _repeated_rows(part: pl.DataFrame) -> int:
         bounds[first] += 1  # the runs are distinct, so are their starts and their ends
         bounds[ends] -= 1
         in_long = np.cumsum(bounds[:-1], dtype=np.int8).astype(bool)
-        long_runs = count_duplicate_rows(part.filter(pl.Series(in_long)))
+        rows = np.flatnonzero(in_long)
+        long_runs = _repeats_within_runs(part, rows, np.searchsorted(first, rows, side="right"))
         short = ~in_long[later_rows]
         later_rows, earlier_rows = later_rows[short], earlier_rows[short]
     # The columns without nulls in place; the nullable ones gathered for the few pairs left.
@@ -358,6 +359,29 @@ def _repeated_rows(part: pl.DataFrame) -> int:
     for name in NULLABLE_LISTEN_COLUMNS:
         equal &= a[name].eq_missing(b[name]).to_numpy()
     return long_runs + len(np.unique(later_rows[equal]))
+
+
+def _repeats_within_runs(part: pl.DataFrame, rows: np.ndarray, run: np.ndarray) -> int:
+    """How many of ``rows`` equal an earlier row of their run (``run``: a number per row, the
+    same for the rows of one run, whose uid and timestamp are then equal) in every column.
+
+    The rows are sorted by run and every other column, and a row equal to the one before it
+    in that order is a repeat. numpy only: a polars group-by would wait for polars' threads,
+    which the writer thread keeps busy encoding the partition before.
+    """
+    if len(rows) < 2:
+        return 0
+    keys = [run, part["item_id"].to_numpy()[rows], part["is_organic"].to_numpy()[rows]]
+    keys.append(part["event_type"].to_physical().to_numpy()[rows])
+    for name in NULLABLE_LISTEN_COLUMNS:
+        values = part[name].gather(rows)
+        keys += [values.is_null().to_numpy(), values.fill_null(0).to_numpy()]
+    order = np.lexsort(keys[::-1])
+    repeat = np.ones(len(rows) - 1, dtype=bool)
+    for key in keys:
+        ordered = key[order]
+        repeat &= ordered[1:] == ordered[:-1]
+    return int(repeat.sum())
 
 
 def _split_partition(part: pl.DataFrame, t_max: int) -> _Partition:
@@ -431,13 +455,9 @@ def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
     frame.rechunk().write_parquet(path, **_PARQUET_OPTIONS)
 
 
-def _write_partition(
-    split: _Partition, tmp: Path, out: Path, k: int, popularity: np.ndarray
-) -> dict[str, dict]:
-    """The three part files of partition ``k`` under the temporary output ``tmp``; their
-    :func:`file_checksums`, taken while the files are in the page cache. Then the partition's
-    train items are added to ``popularity``, here rather than on the thread that reads the
-    next partition, which the last write waits for."""
+def _write_partition(split: _Partition, tmp: Path, out: Path, k: int) -> list[str]:
+    """The three part files of partition ``k`` under the temporary output ``tmp`` (names
+    relative to it)."""
     names = []
     for frame, sub in (
         (split.train, TRAIN_SESSIONS_DIR),
@@ -447,20 +467,55 @@ def _write_partition(
         with writing(tmp / sub / part_name(k), output=out):
             _write_parquet(frame, tmp / sub / part_name(k))
         names.append(f"{sub}/{part_name(k)}")
+    return names
+
+
+def _finish_partition(tmp: Path, out: Path, files: Future) -> dict[str, dict]:
+    """After :func:`_write_partition` (``files``): the files' :func:`file_checksums`, taken
+    while they are in the page cache, and their fsync, now rather than all at once before the
+    rename. Neither uses polars' threads, which the next partition's read has by then."""
+    names = files.result()
     checksums = file_checksums(tmp, names)
     for name in names:
-        # Now, while the next partition is read, rather than all at once before the rename.
         with writing(tmp / name, output=out):
             fsync_file(tmp / name)
-    # In place: a bincount would fault in a fresh array of every item each partition.
-    np.add.at(popularity, split.train["item_id"].to_numpy(), 1)
     return checksums
 
 
-def _wait_written(written: Future | None) -> dict[str, dict]:
-    """A partition's file checksums once they are written (raising what their writing
-    raised); none for no partition."""
-    return {} if written is None else written.result()
+def _write_totals(tmp: Path, out: Path, popularity: np.ndarray, meta: SplitMeta) -> dict:
+    """The item popularity and the split metadata under ``tmp``, synced; their
+    :func:`file_checksums`."""
+    names = [ITEM_POPULARITY_FILE, SPLIT_META_FILE]
+    with writing(tmp / ITEM_POPULARITY_FILE, output=out):
+        with open(tmp / ITEM_POPULARITY_FILE, "wb") as f:
+            np.save(f, popularity, allow_pickle=False)
+    with writing(tmp / SPLIT_META_FILE, output=out):
+        meta.to_json(tmp / SPLIT_META_FILE)
+    for name in names:
+        with writing(tmp / name, output=out):
+            fsync_file(tmp / name)
+    return file_checksums(tmp, names)
+
+
+@dataclass(frozen=True)
+class _Written:
+    """A partition handed to the writer threads."""
+
+    files: Future
+    """Done once polars has written its files."""
+    checksums: Future
+    """Its files' checksums, once they are hashed and synced and its items counted."""
+
+
+def _wait_files(written: _Written) -> None:
+    """Until polars has written a partition's files (raising what their writing raised)."""
+    written.files.result()
+
+
+def _wait_written(written: _Written) -> dict[str, dict]:
+    """A partition's file checksums once the writer threads are done with it (raising what
+    its writing raised)."""
+    return written.checksums.result()
 
 
 def _written_by_preprocess(relative: str, is_dir: bool) -> bool:
@@ -683,23 +738,38 @@ def _preprocess_locked(
         if not bounds.uid_sorted:
             spill = tmp / _SPILL_DIR
             _spill_uid_ranges(scan, path, spill, bounds, n_parts, out)
-        # One partition's files are written (polars' encoder, outside the GIL) while the next
-        # is read and split, mostly on one core: the two cores overlap. At most one
-        # partition's outputs wait, so memory stays that of about two partitions.
-        with ThreadPoolExecutor(max_workers=1) as writer:
-            written = None
+        # Polars runs one query at a time on its threads: a read waits for the write before
+        # it to finish. So partition k + 1 is read before partition k is written, and it is
+        # split and counted (numpy, on this thread) while polars writes partition k, and a
+        # third thread hashes and syncs what polars wrote while polars goes on. The outputs of
+        # at most two partitions wait, so memory stays that of about four.
+
+        def read(k: int) -> pl.DataFrame:
+            nonlocal rows_read
+            part = _read_partition(scan, path, spill, edges, k)
+            rows_read += part.height
+            if _identity(path) != bounds.identity:
+                raise _changed(path, bounds.num_rows, rows_read)
+            return _in_order(part)
+
+        with ThreadPoolExecutor(1) as writer, ThreadPoolExecutor(1) as finisher:
+            written: list[_Written] = []  # the partitions the two threads are not done with
+            part = read(0)
             for k in range(n_parts):
-                part = _read_partition(scan, path, spill, edges, k)
-                rows_read += part.height
-                if _identity(path) != bounds.identity:
-                    raise _changed(path, bounds.num_rows, rows_read)
-                part = _in_order(part)
                 split = _split_partition(part, t_max)
-                checksums.update(_wait_written(written))
-                written = writer.submit(_write_partition, split, tmp, out, k, popularity)
-                # What the files do not need is counted while they are written.
                 duplicates += _repeated_rows(part)
                 del part
+                if written:
+                    _wait_files(written[-1])
+                if k + 1 < n_parts:
+                    part = read(k + 1)
+                if len(written) == 2:
+                    checksums.update(_wait_written(written.pop(0)))
+                files = writer.submit(_write_partition, split, tmp, out, k)
+                finished = finisher.submit(_finish_partition, tmp, out, files)
+                written.append(_Written(files, finished))
+                # In place: a bincount would fault in a fresh array of every item each time.
+                np.add.at(popularity, split.train["item_id"].to_numpy(), 1)
                 num_train += split.train.height
                 num_test += split.test.height
                 num_users += split.index.height
@@ -708,37 +778,36 @@ def _preprocess_locked(
                     first = split.train_start
                     train_start = first if train_start is None else min(train_start, first)
                 del split
-            checksums.update(_wait_written(written))
-        if rows_read != bounds.num_rows:
-            raise _changed(path, bounds.num_rows, rows_read)
-        if spill is not None:
-            shutil.rmtree(spill)
-        if train_start is None:
-            raise ValueError(
-                f"{path}: no event before train_end={train_end} (t_max={t_max}); nothing to train"
+            # What the last partition's files do not need is done while polars writes them.
+            if rows_read != bounds.num_rows:
+                raise _changed(path, bounds.num_rows, rows_read)
+            if spill is not None:
+                shutil.rmtree(spill)
+            if train_start is None:
+                raise ValueError(
+                    f"{path}: no event before train_end={train_end} (t_max={t_max}); "
+                    "nothing to train"
+                )
+            meta = SplitMeta(
+                size=size,
+                t_min=bounds.t_min,
+                t_max=t_max,
+                train_start=train_start,
+                train_end=train_end,
+                test_start=test_start,
+                test_end=t_max,
+                train_days=(train_end - train_start) / 86_400,
+                gap_minutes=GAP_SECONDS / 60,
+                test_days=TEST_SECONDS / 86_400,
+                session_gap_seconds=SESSION_GAP_SECONDS,
+                num_train_events=num_train,
+                num_test_events=num_test,
+                num_sessions=num_sessions,
+                num_users=num_users,
             )
-        popularity_file = tmp / ITEM_POPULARITY_FILE
-        with writing(popularity_file, output=out), open(popularity_file, "wb") as f:
-            np.save(f, popularity, allow_pickle=False)
-        meta = SplitMeta(
-            size=size,
-            t_min=bounds.t_min,
-            t_max=t_max,
-            train_start=train_start,
-            train_end=train_end,
-            test_start=test_start,
-            test_end=t_max,
-            train_days=(train_end - train_start) / 86_400,
-            gap_minutes=GAP_SECONDS / 60,
-            test_days=TEST_SECONDS / 86_400,
-            session_gap_seconds=SESSION_GAP_SECONDS,
-            num_train_events=num_train,
-            num_test_events=num_test,
-            num_sessions=num_sessions,
-            num_users=num_users,
-        )
-        with writing(tmp / SPLIT_META_FILE, output=out):
-            meta.to_json(tmp / SPLIT_META_FILE)
+            checksums.update(_write_totals(tmp, out, popularity, meta))
+            for partition in written:
+                checksums.update(_wait_written(partition))
         files = [p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()]
         checksums.update(file_checksums(tmp, [f for f in files if f not in checksums]))
         record = {
