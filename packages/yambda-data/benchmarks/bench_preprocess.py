@@ -154,6 +154,7 @@ PHASES = {
     "_repeated_rows": "repeated rows",
     "_write_partition": "write (beside)",
     "_finish_partition": "hash, sync (beside)",
+    "_wait_read": "read wait",
     "_wait_files": "write wait",
     "_wait_written": "write wait",
     "_write_totals": "totals",

@@ -24,10 +24,10 @@ scan filtered on ``uid`` (polars pushes the filter down to the parquet row group
 file sorted by uid keeps apart), split, sessionized and written before the next one is read.
 Within a partition, the split, the sessions, the session index and the popularity are flat
 numpy passes over the sorted rows. Polars runs one query at a time on its threads, so they
-read partition k + 1 and then write partition k's files while the main thread splits k + 1
-(numpy) and a third thread hashes and syncs the files polars wrote. Peak memory is that of
-about four partitions (one split, one read, the outputs of two being written and hashed) plus
-the item-popularity array.
+read partition k + 1 (for a reader thread) and then write partition k's files (for a writer
+thread) while the main thread splits partition k (numpy) and a fourth thread hashes and syncs
+the files polars wrote. Peak memory is that of about four partitions (one split, one read, the
+outputs of two being written and hashed) plus the item-popularity array.
 
 Row order: the schema says the file is sorted by (uid, timestamp), but the reference sorts
 the events itself and so takes a file in any order; so does preprocess. Each partition found
@@ -486,9 +486,11 @@ def _write_totals(tmp: Path, out: Path, popularity: np.ndarray, meta: SplitMeta)
     """The item popularity and the split metadata under ``tmp``, synced; their
     :func:`file_checksums`."""
     names = [ITEM_POPULARITY_FILE, SPLIT_META_FILE]
-    with writing(tmp / ITEM_POPULARITY_FILE, output=out):
-        with open(tmp / ITEM_POPULARITY_FILE, "wb") as f:
-            np.save(f, popularity, allow_pickle=False)
+    with (
+        writing(tmp / ITEM_POPULARITY_FILE, output=out),
+        open(tmp / ITEM_POPULARITY_FILE, "wb") as f,
+    ):
+        np.save(f, popularity, allow_pickle=False)
     with writing(tmp / SPLIT_META_FILE, output=out):
         meta.to_json(tmp / SPLIT_META_FILE)
     for name in names:
@@ -510,6 +512,11 @@ class _Written:
 def _wait_files(written: _Written) -> None:
     """Until polars has written a partition's files (raising what their writing raised)."""
     written.files.result()
+
+
+def _wait_read(part: Future) -> pl.DataFrame:
+    """A partition once the reader thread has read and sorted it (raising what it raised)."""
+    return part.result()
 
 
 def _wait_written(written: _Written) -> dict[str, dict]:
@@ -739,30 +746,42 @@ def _preprocess_locked(
             spill = tmp / _SPILL_DIR
             _spill_uid_ranges(scan, path, spill, bounds, n_parts, out)
         # Polars runs one query at a time on its threads: a read waits for the write before
-        # it to finish. So partition k + 1 is read before partition k is written, and it is
-        # split and counted (numpy, on this thread) while polars writes partition k, and a
-        # third thread hashes and syncs what polars wrote while polars goes on. The outputs of
-        # at most two partitions wait, so memory stays that of about four.
+        # it. So a reader thread has polars read (and sorts) partition k + 1 while this thread
+        # splits and counts partition k (numpy) and polars writes partition k - 1; partition
+        # k is handed to a writer thread once k + 1 is read, so that polars writes it while
+        # this thread splits k + 1; a fourth thread hashes and syncs what polars wrote. The
+        # outputs of at most two partitions wait, so memory stays that of about four.
 
         def read(k: int) -> pl.DataFrame:
+            return _in_order(_read_partition(scan, path, spill, edges, k))
+
+        def checked(part: pl.DataFrame) -> pl.DataFrame:
             nonlocal rows_read
-            part = _read_partition(scan, path, spill, edges, k)
             rows_read += part.height
             if _identity(path) != bounds.identity:
                 raise _changed(path, bounds.num_rows, rows_read)
-            return _in_order(part)
+            return part
 
-        with ThreadPoolExecutor(1) as writer, ThreadPoolExecutor(1) as finisher:
+        with (
+            ThreadPoolExecutor(1) as reader,
+            ThreadPoolExecutor(1) as writer,
+            ThreadPoolExecutor(1) as finisher,
+        ):
             written: list[_Written] = []  # the partitions the two threads are not done with
-            part = read(0)
+            next_part = reader.submit(read, 0)
             for k in range(n_parts):
+                part = checked(_wait_read(next_part))
+                if k + 1 < n_parts:
+                    next_part = reader.submit(read, k + 1)
                 split = _split_partition(part, t_max)
                 duplicates += _repeated_rows(part)
                 del part
                 if written:
-                    _wait_files(written[-1])
+                    _wait_files(written[-1])  # a failed write stops the run before the next
                 if k + 1 < n_parts:
-                    part = read(k + 1)
+                    # Before this partition's write, which polars would otherwise take first,
+                    # leaving this thread nothing to split meanwhile.
+                    _wait_read(next_part)
                 if len(written) == 2:
                     checksums.update(_wait_written(written.pop(0)))
                 files = writer.submit(_write_partition, split, tmp, out, k)
