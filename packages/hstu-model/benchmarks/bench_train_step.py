@@ -74,9 +74,9 @@ import torch
 
 import hstu_model
 from hstu_model import reference_checkout
-from hstu_model._quiet import quiet_fx_tracing_notice
 from hstu_model.config import DEFAULT_VOCABS
 from hstu_model.flops import flops_per_sample
+from hstu_model.quiet import quiet_fx_tracing_notice
 from hstu_model.reference import load_reference_state_dict
 from hstu_model.testing import Batch, random_batch
 

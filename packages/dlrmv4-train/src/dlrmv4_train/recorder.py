@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hstu_model._atomic import atomic_path
+from hstu_model.atomic_files import atomic_path
 from hstu_model.metrics import BinnedAUC
 
 __all__ = ["MetricsRecorder"]

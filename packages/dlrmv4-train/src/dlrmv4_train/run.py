@@ -63,11 +63,11 @@ from dlrmv4_train.run_folders import (
     data_root,
 )
 from hstu_model import checkpoint as ckpt
-from hstu_model._atomic import atomic_write_text
-from hstu_model._quiet import quiet_fx_tracing_notice
+from hstu_model.atomic_files import atomic_write_text
 from hstu_model.config import ID_TABLES, ConfigError, HSTUConfig
 from hstu_model.memory import available_memory, format_bytes, training_memory
 from hstu_model.model import HSTURanker
+from hstu_model.quiet import quiet_fx_tracing_notice
 from hstu_model.sharding import shard_model
 from hstu_model.training.distributed import Distributed, RankLostError, init_distributed
 from hstu_model.training.trainer import Trainer, seed_everything

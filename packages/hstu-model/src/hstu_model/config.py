@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hstu_model._atomic import atomic_write_text
+from hstu_model.atomic_files import atomic_write_text
 from hstu_ops import Kernel, kernel_family
 
 

@@ -40,13 +40,13 @@ from torchrec.modules.embedding_modules import EmbeddingCollection
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
-from hstu_model._quiet import quiet_torchrec_sharding
 from hstu_model.config import (
     SHARDING_TYPES,
     ConfigError,
     HSTUConfig,
 )
 from hstu_model.optimizers import sparse_optimizer_settings
+from hstu_model.quiet import quiet_torchrec_sharding
 
 logger = logging.getLogger(__name__)
 

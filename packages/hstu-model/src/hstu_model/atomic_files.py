@@ -1,4 +1,5 @@
-"""Atomic file output for hstu-model: a reader sees the old file or the whole new one."""
+"""Atomic file output: a reader sees the old file or the whole new one. Public, for the
+run assembly (dlrmv4-train) writes its records the same way."""
 
 from __future__ import annotations
 
