@@ -473,7 +473,7 @@ def _write_partition(split: _Partition, tmp: Path, out: Path, k: int) -> list[st
 def _finish_partition(tmp: Path, out: Path, files: Future) -> dict[str, dict]:
     """After :func:`_write_partition` (``files``): the files' :func:`file_checksums`, taken
     while they are in the page cache, and their fsync, now rather than all at once before the
-    rename. Neither uses polars' threads, which the next partition's read has by then."""
+    rename. Neither uses polars' threads, which read a later partition meanwhile."""
     names = files.result()
     checksums = file_checksums(tmp, names)
     for name in names:
@@ -506,7 +506,7 @@ class _Written:
     files: Future
     """Done once polars has written its files."""
     checksums: Future
-    """Its files' checksums, once they are hashed and synced and its items counted."""
+    """Its files' checksums, once they are hashed and synced."""
 
 
 def _wait_files(written: _Written) -> None:
