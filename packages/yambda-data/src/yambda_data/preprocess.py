@@ -207,7 +207,7 @@ def _normalized(part: pl.DataFrame) -> pl.DataFrame:
     if stored == EVENT_TYPE_DTYPE:
         part = part.select(list(MULTI_EVENT_SCHEMA))
     elif isinstance(stored, pl.Categorical):
-        part = part.rechunk().with_columns(_categorical_as_enum(part["event_type"]))
+        part = part.with_columns(_categorical_as_enum(part["event_type"]))
         part = part.select(list(MULTI_EVENT_SCHEMA))
     else:
         part = normalize_multi_event(part.lazy()).collect()
