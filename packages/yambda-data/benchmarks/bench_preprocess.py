@@ -149,6 +149,7 @@ PHASES = {
     "_bounds": "validate",
     "_spill_uid_ranges": "spill",
     "_read_partition": "read",
+    "_normalized": "read",
     "_in_order": "sort",
     "_split_partition": "split",
     "_repeated_rows": "repeated rows",
@@ -161,9 +162,10 @@ PHASES = {
     "fsync_tree": "fsync",
 }
 """The functions of ``yambda_data.preprocess`` timed in a project run, by phase: each phase's
-time excludes the timed calls it makes (the split, its repeated-row count). Partitions are
-read and sorted in a reader thread (``read``, ``sort``; ``read wait`` is the main thread's
-wait for it); the part files are written in a thread beside the main one and hashed and synced
+time excludes the timed calls it makes (the split, its repeated-row count). ``validate`` is
+the check pass, which also decodes the rows of the partitions it keeps. Partitions are read
+(or, when kept, only converted) and sorted in a reader thread (``read``, ``sort``; ``read
+wait`` is the main thread's wait for it); the part files are written in a thread beside the main one and hashed and synced
 in another: ``write (beside)`` and ``hash, sync (beside)`` are those threads' times, which
 overlap the others (the second includes its wait for the first), and ``write wait`` is the
 main thread's wait for them. ``totals`` writes the item popularity and split metadata. ``other`` is the rest of the

@@ -404,17 +404,65 @@ def test_unsorted_file_with_empty_uid_ranges(tmp_path):
     assert pl.read_parquet(tmp_path / "out" / TRAIN_SESSIONS_DIR / "part-00001.parquet").is_empty()
 
 
+@pytest.mark.parametrize(
+    ("head_partitions", "read_again"),
+    # 32 rows in three partitions of 10, 11 and 11 rows, so 11 rows kept per partition's worth:
+    # a partition is taken from them when they go on past it (else it may go on after them),
+    # or when they are the whole file.
+    [(0, [0, 1, 2]), (1, [1, 2]), (2, [2]), (3, []), (prep._HEAD_PARTITIONS, [])],
+)
+def test_partitions_kept_from_the_check_pass_are_not_read_again(
+    tmp_path, monkeypatch, head_partitions, read_again
+):
+    """The partitions that lie whole in the rows the check pass kept are taken from them, the
+    others read from the file; the output is the same byte for byte."""
+    raw = write_raw(tmp_path / "raw", six_users_with_ties())
+    monkeypatch.setattr(prep, "_HEAD_PARTITIONS", 0)
+    expected = preprocess(raw, "50m", tmp_path / "expected", partitions=3)
+    read = prep._read_partition
+    reads = []
+
+    def read_partition(scan, path, spill, edges, k):
+        reads.append(k)
+        return read(scan, path, spill, edges, k)
+
+    monkeypatch.setattr(prep, "_HEAD_PARTITIONS", head_partitions)
+    monkeypatch.setattr(prep, "_read_partition", read_partition)
+    assert preprocess(raw, "50m", tmp_path / "out", partitions=3) == expected
+    assert reads == read_again
+    assert file_bytes(tmp_path / "out") == file_bytes(tmp_path / "expected")
+
+
+def test_partitions_in_head_cut_at_the_edges_of_a_32_bit_uid_range():
+    """The last edge of a range that ends at the largest uid lies past every uint32 value."""
+    top = 2**32 - 1
+    head = pl.DataFrame({"uid": [0, 5, 5, top - 1, top]}, schema={"uid": pl.UInt32})
+    parts = prep._partitions_in_head(head, [0, 5, top, top + 1], num_rows=5)
+    assert {k: part["uid"].to_list() for k, part in parts.items()} == {
+        0: [0],
+        1: [5, 5, top - 1],
+        2: [top],
+    }
+    # Not the whole file: the range that reaches the last kept row may go on after it.
+    parts = prep._partitions_in_head(head, [0, 5, top, top + 1], num_rows=6)
+    assert sorted(parts) == [0, 1]
+    assert prep._partitions_in_head(None, [0, 5], num_rows=5) == {}
+
+
+@pytest.mark.parametrize("head_partitions", [0, prep._HEAD_PARTITIONS])
 @pytest.mark.parametrize("change", ["fewer_rows", "same_rows"])
-def test_file_changed_after_the_checks_is_refused(tmp_path, monkeypatch, change):
+def test_file_changed_after_the_checks_is_refused(tmp_path, monkeypatch, change, head_partitions):
     """The guard of a file that changes after it was checked (simulated by rewriting it after
     the checks): the uid ranges must hold the rows counted, and the file must be the same
-    (device, inode, size, mtime), even when the new rows are as many and as valid."""
+    (device, inode, size, mtime), even when the new rows are as many and as valid; and so
+    whether the partitions are read again or were kept from the check pass."""
+    monkeypatch.setattr(prep, "_HEAD_PARTITIONS", head_partitions)
     events = six_users()
     raw = write_raw(tmp_path / "raw", events)
-    check = prep.check_multi_event_file
+    check = prep.check_multi_event_file_keeping_head
 
-    def check_then_change(path, **kwargs):
-        row = check(path, **kwargs)
+    def check_then_change(path, *args, **kwargs):
+        row = check(path, *args, **kwargs)
         if change == "fewer_rows":
             events.head(events.height - 1).write_parquet(path)
         else:
@@ -422,7 +470,7 @@ def test_file_changed_after_the_checks_is_refused(tmp_path, monkeypatch, change)
             os.utime(path, ns=(0, 0))
         return row
 
-    monkeypatch.setattr(prep, "check_multi_event_file", check_then_change)
+    monkeypatch.setattr(prep, "check_multi_event_file_keeping_head", check_then_change)
     with pytest.raises(InputFileError, match="changed while it was read") as info:
         preprocess(raw, "50m", tmp_path / "out", partitions=2)
     assert info.value.path == multi_event_path(raw, "50m")
@@ -431,6 +479,7 @@ def test_file_changed_after_the_checks_is_refused(tmp_path, monkeypatch, change)
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("head_partitions", [0, 1, prep._HEAD_PARTITIONS])
 @pytest.mark.parametrize(
     ("column", "value", "problem"),
     [
@@ -438,7 +487,12 @@ def test_file_changed_after_the_checks_is_refused(tmp_path, monkeypatch, change)
         ("played_ratio_pct", None, "null in a listen event"),
     ],
 )
-def test_bad_row_in_last_partition_reports_file_row(tmp_path, column, value, problem):
+def test_bad_row_in_last_partition_reports_file_row(
+    tmp_path, monkeypatch, column, value, problem, head_partitions
+):
+    """Whether the row lies in the rows the check pass keeps or after them (one partition's
+    worth, 10 rows, keeps rows 0 to 9 only)."""
+    monkeypatch.setattr(prep, "_HEAD_PARTITIONS", head_partitions)
     events = six_users()
     row = 27  # uid 6's third row (timestamp 20): in the last of three partitions
     assert events["uid"][row] == 6 and events["timestamp"][row] == 20
@@ -454,7 +508,9 @@ def test_bad_row_in_last_partition_reports_file_row(tmp_path, column, value, pro
     assert not (tmp_path / "out").exists()
 
 
-def test_null_uid_reports_file_row(tmp_path):
+@pytest.mark.parametrize("head_partitions", [0, 1, prep._HEAD_PARTITIONS])
+def test_null_uid_reports_file_row(tmp_path, monkeypatch, head_partitions):
+    monkeypatch.setattr(prep, "_HEAD_PARTITIONS", head_partitions)
     events = six_users()
     uids = events["uid"].to_list()
     uids[13] = None

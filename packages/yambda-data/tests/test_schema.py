@@ -12,6 +12,7 @@ from yambda_data.schema import (
     EVENT_TYPE_DTYPE,
     MULTI_EVENT_SCHEMA,
     SchemaError,
+    check_multi_event_file_keeping_head,
     check_multi_event_rows,
     mapping_path,
     multi_event_path,
@@ -208,6 +209,35 @@ def test_file_and_frame_checks_agree(tmp_path: Path):
         assert str(from_file.value) == str(from_frame.value)
         assert repr(value) in str(from_file.value) or str(value) in str(from_file.value)
         assert f"(first at row {row})" in str(from_file.value)
+
+
+@pytest.mark.parametrize("head_rows", [0, 1, 4, 7, 100])
+def test_checks_keeping_the_head_hand_back_the_first_rows(tmp_path: Path, head_rows: int):
+    """The head is the file's first rows as read; the aggregates come per part (head, rest)
+    and add up to those of the whole file."""
+    path = tmp_path / "ok.parquet"
+    valid_frame().write_parquet(path, row_group_size=3)
+    aggs = [pl.len().alias("rows"), pl.col("timestamp").max().alias("t_max")]
+    per_part, head = check_multi_event_file_keeping_head(path, head_rows, aggs=aggs)
+    rows = min(head_rows, 7)
+    if head_rows:
+        assert head.equals(pl.read_parquet(path).head(rows))
+    else:
+        assert head is None
+    expected = ([rows] if head_rows else []) + ([7 - rows] if head_rows < 7 else [])
+    assert per_part["rows"].to_list() == expected
+    assert per_part.columns == ["rows", "t_max"] and per_part["t_max"].max() == 25
+
+
+@pytest.mark.parametrize("head_rows", [0, 2, 3, 6])
+def test_checks_keeping_the_head_name_the_file_row(tmp_path: Path, head_rows: int):
+    """An offending row before, at or after the end of the head is named by its file row."""
+    path = tmp_path / "bad.parquet"
+    _set(valid_frame(), "timestamp", 3, 22).write_parquet(path, row_group_size=2)
+    with pytest.raises(SchemaError, match=r"value 22 is not a multiple of 5 \(first at row 3\)"):
+        check_multi_event_file_keeping_head(path, head_rows)
+    with pytest.raises(ValueError, match="head_rows must be at least 0, got -1"):
+        check_multi_event_file_keeping_head(path, -1)
 
 
 def test_truncated_file_is_named(tmp_path: Path):

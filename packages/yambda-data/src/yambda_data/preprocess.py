@@ -16,18 +16,22 @@ whole table, test ``[t_max - 86,400, t_max)``, 1,800 s gap, test rows only for u
 events; a new session where the gap to the uid's previous train event exceeds 1,800 s).
 
 How it stays bounded in memory: nothing reads the whole file at once. The column names and
-dtypes and the row count come from the parquet metadata; one streaming pass checks every row
-rule and yields ``t_min``/``t_max`` and the uid and item_id bounds
-(:func:`~yambda_data.schema.check_multi_event_file`). Then the uid axis ``[uid_min, uid_max]``
-is cut into ``partitions`` equal-width ranges and each range is read on its own with a lazy
-scan filtered on ``uid`` (polars pushes the filter down to the parquet row groups, which a
-file sorted by uid keeps apart), split, sessionized and written before the next one is read.
-Within a partition, the split, the sessions, the session index and the popularity are flat
-numpy passes over the sorted rows. Polars runs one query at a time on its threads, so they
-read partition k + 1 (for a reader thread) and then write partition k's files (for a writer
-thread) while the main thread splits partition k (numpy) and a fourth thread hashes and syncs
-the files polars wrote. Peak memory is that of about four partitions (one split, one read, the
-outputs of two being written and hashed) plus the item-popularity array.
+dtypes and the row count come from the parquet metadata; one pass checks every row rule and
+yields ``t_min``/``t_max`` and the uid and item_id bounds
+(:func:`~yambda_data.schema.check_multi_event_file_keeping_head`). Then the uid axis
+``[uid_min, uid_max]`` is cut into ``partitions`` equal-width ranges and each range is read on
+its own with a lazy scan filtered on ``uid`` (polars pushes the filter down to the parquet row
+groups, which a file sorted by uid keeps apart), split, sessionized and written before the
+next one is read. The check pass decodes the first four partitions' worth of rows of a file in
+uid order into memory and streams the rest: the partitions that lie whole in those rows are
+taken from them instead of being decoded a second time (a file of up to four partitions is
+decoded once). Within a partition, the split, the sessions, the session index and the
+popularity are flat numpy passes over the sorted rows. Polars runs one query at a time on its
+threads, so they read partition k + 1 (for a reader thread) and then write partition k's files
+(for a writer thread) while the main thread splits partition k (numpy) and a fourth thread
+hashes and syncs the files polars wrote. Peak memory is that of about four partitions (one
+split, one read, the outputs of two being written and hashed), or, at the start, the kept
+rows and two partitions, plus the item-popularity array.
 
 Row order: the schema says the file is sorted by (uid, timestamp), but the reference sorts
 the events itself and so takes a file in any order; so does preprocess. Each partition found
@@ -45,7 +49,7 @@ to the Enum's through a table of the few names, not a string per row; the checks
 codes too.
 
 Validation comes first: the arguments (``partitions``, ``out_dir``), then the whole file (the
-streaming pass above: nulls, listen-only nullability, is_organic 0 or 1, the 5-second grid,
+check pass above: nulls, listen-only nullability, is_organic 0 or 1, the 5-second grid,
 known event types, at least one train event), all before any file or directory is created.
 An error names the file, the column, the file row and, where the value is what is wrong, the
 value; a file that cannot be read (truncated, not parquet) is named too
@@ -107,7 +111,8 @@ from yambda_data.schema import (
     NULLABLE_LISTEN_COLUMNS,
     ROWS_PER_PARTITION,
     SchemaError,
-    check_multi_event_file,
+    check_multi_event_columns,
+    check_multi_event_file_keeping_head,
     default_partitions,
     duplicate_rows_warning,
     multi_event_path,
@@ -170,6 +175,12 @@ SESSION_INDEX_SCHEMA = pl.Schema(
 events, and its sessions in order with their offsets into its events and their lengths."""
 
 
+_HEAD_PARTITIONS = 4
+"""The partitions' worth of rows (of a file in uid order) that the check pass keeps as it
+reads them: the partitions that lie whole in them are not read again. Four, as the pipeline
+holds about four partitions at its peak anyway; a file of up to four partitions is read once."""
+
+
 def part_name(index: int) -> str:
     return f"part-{index:05d}.parquet"
 
@@ -179,6 +190,8 @@ class _Bounds:
     identity: tuple[int, int, int, int]
     """The file's :func:`_identity` before it was read: it must not change until the end."""
     num_rows: int
+    partitions: int
+    """The uid ranges read one at a time."""
     uid_sorted: bool
     """Whether the rows are in uid order: then a partition's scan reads only its row groups."""
     t_min: int
@@ -608,12 +621,15 @@ def _changed(path: Path, num_rows: int, rows_read: int) -> InputFileError:
     )
 
 
-def _bounds(path: Path, src: str) -> _Bounds:
+def _bounds(path: Path, src: str, partitions: int | None) -> tuple[_Bounds, pl.DataFrame | None]:
     """Row count (metadata), then the streaming validation passes of the whole file, which
-    also yield the time, uid and item_id bounds."""
+    also yield the time, uid and item_id bounds; and, for a file in uid order, its first rows
+    as the check pass read them (see :data:`_HEAD_PARTITIONS`), None otherwise."""
     identity = _identity(path)
     with reading(path):
-        num_rows = int(pl.scan_parquet(path).select(pl.len()).collect().item())
+        scan = pl.scan_parquet(path)
+        check_multi_event_columns(scan.collect_schema(), src)
+        num_rows = int(scan.select(pl.len()).collect().item())
     if num_rows == 0:
         raise SchemaError(src, None, "no events")
     if num_rows > 2**32 - 1 and pl.get_index_type() != pl.UInt64:
@@ -621,11 +637,23 @@ def _bounds(path: Path, src: str) -> _Bounds:
             f"{src}: {num_rows} rows do not fit polars' 32-bit row index; install the 64-bit "
             "index build of polars (polars[rt64]) to preprocess this file"
         )
+    n_parts = partitions if partitions is not None else default_partitions(num_rows)
+    with reading(path):
+        # uid alone: a streaming pass of one narrow column (a shift streams in bounded memory
+        # only as the query's sole expression). Nulls and the like are the check pass's.
+        uid = pl.col("uid")
+        uid_sorted = (
+            not pl.scan_parquet(path)
+            .select((uid < uid.shift(1)).any())
+            .collect(engine="streaming")
+            .item()
+        )
     # The order is not checked: each partition is put in (uid, timestamp) order as it is read.
-    row = check_multi_event_file(
+    head_rows = _HEAD_PARTITIONS * -(-num_rows // n_parts) if uid_sorted else 0
+    per_part, head = check_multi_event_file_keeping_head(
         path,
+        head_rows,
         source=src,
-        check_order=False,
         aggs=[
             pl.col("timestamp").min().cast(pl.Int64).alias("t_min"),
             pl.col("timestamp").max().cast(pl.Int64).alias("t_max"),
@@ -634,23 +662,38 @@ def _bounds(path: Path, src: str) -> _Bounds:
             pl.col("item_id").max().cast(pl.Int64).alias("item_max"),
         ],
     )
-    with reading(path):
-        # uid alone: a streaming pass of one narrow column (a shift streams in bounded memory
-        # only as the query's sole expression).
-        uid = pl.col("uid")
-        uid_sorted = (
-            not pl.scan_parquet(path)
-            .select((uid < uid.shift(1)).any())
-            .collect(engine="streaming")
-            .item()
-        )
-    bounds = _Bounds(identity, num_rows, uid_sorted, **row)
+    row = per_part.select(
+        pl.col("t_min", "uid_min").min(), pl.col("t_max", "uid_max", "item_max").max()
+    ).row(0, named=True)
+    bounds = _Bounds(identity, num_rows, n_parts, uid_sorted, **row)
     train_end = bounds.t_max - TEST_SECONDS - GAP_SECONDS
     if bounds.t_min >= train_end:
         raise ValueError(
             f"{src}: no event before train_end={train_end} (t_max={bounds.t_max}); nothing to train"
         )
-    return bounds
+    return bounds, head
+
+
+def _partitions_in_head(head: pl.DataFrame | None, edges: list[int], num_rows: int) -> dict:
+    """The partitions that lie whole in ``head``, the first rows of a file in uid order, by
+    index: each one's rows in file order, as the uid filter of :func:`_read_partition` would
+    give them, sharing the head's memory (a partition's chunks are freed with it)."""
+    if head is None:
+        return {}
+    uid = head["uid"]
+    # polars searches the column's chunks in place (numpy would want them copied together
+    # first); an edge above every uid the dtype holds is past every row.
+    top = 2**32 - 1
+    found = uid.search_sorted(pl.Series([min(e, top) for e in edges], dtype=uid.dtype))
+    at = [int(i) if e <= top else uid.len() for i, e in zip(found, edges, strict=True)]
+    whole = head.height == num_rows
+    # A partition that reaches the head's last row may go on past it, unless the head is
+    # the whole file.
+    return {
+        k: head.slice(at[k], at[k + 1] - at[k])
+        for k in range(len(edges) - 1)
+        if at[k + 1] < head.height or whole
+    }
 
 
 def preprocess(
@@ -691,12 +734,14 @@ def preprocess(
     # The checks scan the file on their own: with polars 2.1, collecting the schema of the
     # scan that is later filtered per partition stops the uid filter from reaching the
     # parquet reader, and every partition then reads the whole file.
-    bounds = _bounds(path, src)
+    bounds, head = _bounds(path, src, partitions)
     with reading(path):  # a damaged item_id can ask for more memory than there is
         popularity = np.zeros(bounds.item_max + 1, dtype=np.int64)
     scan = pl.scan_parquet(path)
-    n_parts = partitions if partitions is not None else default_partitions(bounds.num_rows)
+    n_parts = bounds.partitions
     edges = uid_range_edges(bounds.uid_min, bounds.uid_max, n_parts)
+    kept = _partitions_in_head(head, edges, bounds.num_rows)
+    del head  # each kept partition's memory goes once it is processed
     with writing(out.parent, output=out):
         out.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(out):
@@ -704,7 +749,7 @@ def preprocess(
         for stale in out.parent.glob(f".{out.name}.tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
         meta, duplicates = _preprocess_locked(
-            scan, bounds, popularity, src, path, size, out, n_parts, edges
+            scan, bounds, popularity, src, path, size, out, edges, kept
         )
     warning = duplicate_rows_warning(src, duplicates, bounds.num_rows)
     if warning and progress is not None:
@@ -720,11 +765,13 @@ def _preprocess_locked(
     path: Path,
     size: str,
     out: Path,
-    n_parts: int,
     edges: list[int],
+    kept: dict[int, pl.DataFrame],
 ) -> tuple[SplitMeta, int]:
     """The output, written; returns its split metadata and the input rows that repeat an
-    earlier row."""
+    earlier row. ``kept``: the partitions the check pass read (:func:`_partitions_in_head`),
+    taken from it rather than read again."""
+    n_parts = bounds.partitions
     t_max = bounds.t_max
     test_start = t_max - TEST_SECONDS
     train_end = test_start - GAP_SECONDS
@@ -753,7 +800,10 @@ def _preprocess_locked(
         # outputs of at most two partitions wait, so memory stays that of about four.
 
         def read(k: int) -> pl.DataFrame:
-            return _in_order(_read_partition(scan, path, spill, edges, k))
+            part = kept.pop(k, None)
+            if part is None:
+                return _in_order(_read_partition(scan, path, spill, edges, k))
+            return _in_order(_normalized(part))
 
         def checked(part: pl.DataFrame) -> pl.DataFrame:
             nonlocal rows_read

@@ -52,6 +52,7 @@ __all__ = [
     "SchemaError",
     "check_multi_event_columns",
     "check_multi_event_file",
+    "check_multi_event_file_keeping_head",
     "check_multi_event_header",
     "check_multi_event_rows",
     "count_duplicate_rows",
@@ -532,29 +533,10 @@ def check_multi_event_file(
 
     path = Path(path)
     src = source or str(path)
+    per_part, _ = check_multi_event_file_keeping_head(path, 0, source=src, aggs=aggs)
     with reading(path):
         # A scan of its own: the caller's scans keep their predicate pushdown (see preprocess).
         scan = pl.scan_parquet(path)
-        schema = scan.collect_schema()
-        check_multi_event_columns(schema, src)
-        checks = _row_checks(schema)
-        row = (
-            scan.select(*aggs, *_any_bad_flags(checks))
-            .collect(engine="streaming")
-            .row(0, named=True)
-        )
-        for i, check in enumerate(checks):
-            if row[f"__c{i}"]:
-                bad = check.bad.fill_null(False)
-                value = pl.lit(None) if check.value is None else check.value
-                found = (
-                    scan.with_row_index(_ROW)
-                    .filter(bad)
-                    .select(pl.col(_ROW).first(), value.first().alias("__value"))
-                    .collect(engine="streaming")
-                    .row(0)
-                )
-                raise SchemaError(src, check.column, check.message(int(found[0]), found[1]))
         # The order on its own: polars streams a shift in bounded memory only when it is
         # the query's sole expression.
         unsorted, order_values = _order_exprs()
@@ -569,7 +551,61 @@ def check_multi_event_file(
                 .row(0)
             )
             raise _order_error(src, int(found[0]), *found[1:])
-    return {name: row[name] for name in (expr.meta.output_name() for expr in aggs)}
+    return per_part.row(0, named=True)
+
+
+def check_multi_event_file_keeping_head(
+    path: str | Path,
+    head_rows: int,
+    *,
+    source: str | None = None,
+    aggs: Sequence[pl.Expr] = (),
+) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """The checks of :func:`check_multi_event_file` but the order, in one pass that also
+    hands back the file's first ``head_rows`` rows as it read them: a caller that reads the
+    file again after the checks need not decode those rows twice. The head is read whole and
+    checked in memory (about 21 bytes a row); the rest is checked in a streaming pass.
+
+    Returns ``aggs`` computed on each part, one row for the head (when ``head_rows > 0``) and
+    one for the rest (when the file has more rows), for the caller to combine (a minimum of
+    the minimums, ...), and the head (None when ``head_rows`` is 0). Raises as
+    :func:`check_multi_event_file` does, naming the offending row by its place in the file.
+    """
+    from yambda_data._io import reading
+
+    path = Path(path)
+    src = source or str(path)
+    if head_rows < 0:
+        raise ValueError(f"head_rows must be at least 0, got {head_rows}")
+    with reading(path):
+        # A scan of its own: the caller's scans keep their predicate pushdown (see preprocess).
+        scan = pl.scan_parquet(path)
+        schema = scan.collect_schema()
+        check_multi_event_columns(schema, src)
+        checks = _row_checks(schema)
+        queries = [*_any_bad_flags(checks), *aggs]
+        parts = []
+        head = None
+        if head_rows:
+            head = scan.head(head_rows).collect()
+            parts.append(head.lazy().select(queries).collect())
+        if head is None or head_rows < scan.select(pl.len()).collect().item():
+            rest = scan.slice(head_rows) if head_rows else scan
+            parts.append(rest.select(queries).collect(engine="streaming"))
+        per_part = pl.concat(parts)
+        for i, check in enumerate(checks):
+            if per_part[f"__c{i}"].any():
+                bad = check.bad.fill_null(False)
+                value = pl.lit(None) if check.value is None else check.value
+                found = (
+                    scan.with_row_index(_ROW)
+                    .filter(bad)
+                    .select(pl.col(_ROW).first(), value.first().alias("__value"))
+                    .collect(engine="streaming")
+                    .row(0)
+                )
+                raise SchemaError(src, check.column, check.message(int(found[0]), found[1]))
+    return per_part.select(expr.meta.output_name() for expr in aggs), head
 
 
 def validate_mapping(frame: FrameLike, kind: MappingKind, *, source: str | None = None) -> int:
