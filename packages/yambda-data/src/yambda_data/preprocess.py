@@ -824,6 +824,8 @@ def _preprocess_locked(
                 if k + 1 < n_parts:
                     next_part = reader.submit(read, k + 1)
                 split = _split_partition(part, t_max)
+                duplicates += _repeated_rows(part)
+                del part
                 if written:
                     _wait_files(written[-1])  # a failed write stops the run before the next
                 if k + 1 < n_parts:
@@ -835,9 +837,6 @@ def _preprocess_locked(
                 files = writer.submit(_write_partition, split, tmp, out, k)
                 finished = finisher.submit(_finish_partition, tmp, out, files)
                 written.append(_Written(files, finished))
-                # After the hand-over: the first write need not wait for the count.
-                duplicates += _repeated_rows(part)
-                del part
                 # In place: a bincount would fault in a fresh array of every item each time.
                 np.add.at(popularity, split.train["item_id"].to_numpy(), 1)
                 num_train += split.train.height
