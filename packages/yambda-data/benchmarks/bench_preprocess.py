@@ -45,7 +45,8 @@ child process as well. Project and reference runs alternate (project, reference,
 so that both see the same load, each reports its best of ``--repeat`` runs, and a ratio row per
 size gives project over reference in events/s (wall), events per CPU second, and peak RSS; the
 split figures of the two outputs (event, session and user counts, the time bounds) are compared
-and printed.
+and printed. With ``--repeat`` above 1, a line per size also gives the ratio of each alternated
+pair of runs and their median, which a drift of the machine's speed over the repeats moves less.
 
 Run from the repository root::
 
@@ -69,6 +70,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import tempfile
 from contextlib import nullcontext
 from pathlib import Path
@@ -523,8 +525,23 @@ def compare_with_reference(
         result, reference_meta = run_reference(work, raw, args.reference)
         reference_runs.append(result)
     print(split_agreement(project_meta, reference_meta))
+    if args.repeat > 1:
+        print(paired_ratios(project_runs, reference_runs))
     best = _common.best_of(project_runs), _common.best_of(reference_runs)
     return *best, project_meta["files"]
+
+
+def paired_ratios(project: list[_common.ChildResult], reference: list[_common.ChildResult]) -> str:
+    """One line: the events/s ratio, project over reference, of each alternated pair of runs,
+    in order, and their median. A pair's runs follow each other, so a drift of the machine's
+    speed over the repeats moves both sides of a ratio alike, where it can favour either side
+    of the fastest-of-each ratio."""
+    ratios = sorted(r.wall_s / p.wall_s for p, r in zip(project, reference, strict=True))
+    shown = ", ".join(f"{x:.2f}x" for x in ratios)
+    return (
+        f"events/s, project / reference, per alternated pair: {shown}; "
+        f"median {statistics.median(ratios):.2f}x"
+    )
 
 
 def run_case(

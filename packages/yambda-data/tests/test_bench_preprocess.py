@@ -74,3 +74,21 @@ def test_the_yambda_shaped_generator_writes_a_valid_file_of_that_shape(tmp_path)
     uid, ts = (table.column(c).to_numpy() for c in ("uid", "timestamp"))
     same = ((uid[1:] == uid[:-1]) & (ts[1:] == ts[:-1])).mean()
     assert 0.3 < same < 0.45, same  # 0.35 of a session's steps, plus reactions at their listen
+
+
+def test_paired_ratios_are_each_pairs_and_their_median():
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import _common
+        import bench_preprocess
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+
+    def run(wall_s: float) -> _common.ChildResult:
+        return _common.ChildResult(wall_s, 100.0, wall_s, 0.0, "")
+
+    project = [run(5.0), run(4.0), run(6.0)]
+    reference = [run(10.0), run(9.0), run(11.0)]
+    assert bench_preprocess.paired_ratios(project, reference) == (
+        "events/s, project / reference, per alternated pair: 1.83x, 2.00x, 2.25x; median 2.00x"
+    )
