@@ -167,8 +167,8 @@ PHASES = {
 time excludes the timed calls it makes (the split, its repeated-row count). ``validate`` is
 the check pass, which also decodes the rows of the partitions it keeps. Partitions are read
 (or, when kept, only converted) and sorted in a reader thread (``read``, ``sort``; ``read
-wait`` is the main thread's wait for it); the part files are written in a thread beside the main one and hashed and synced
-in another: ``write (beside)`` and ``hash, sync (beside)`` are those threads' times, which
+wait`` is the main thread's wait for it); the part files are written in a thread beside the
+main one and hashed and synced in another: ``write (beside)`` and ``hash, sync (beside)`` are those threads' times, which
 overlap the others (the second includes its wait for the first), and ``write wait`` is the
 main thread's wait for them. ``totals`` writes the item popularity and split metadata. ``other`` is the rest of the
 main thread's ``preprocess`` (the argument checks, the lock, the item counts, the rename),
@@ -533,7 +533,7 @@ def compare_with_reference(
 
 def paired_ratios(project: list[_common.ChildResult], reference: list[_common.ChildResult]) -> str:
     """One line: the events/s ratio, project over reference, of each alternated pair of runs,
-    in order, and their median. A pair's runs follow each other, so a drift of the machine's
+    sorted, and their median. A pair's runs follow each other, so a drift of the machine's
     speed over the repeats moves both sides of a ratio alike, where it can favour either side
     of the fastest-of-each ratio."""
     ratios = sorted(r.wall_s / p.wall_s for p, r in zip(project, reference, strict=True))
