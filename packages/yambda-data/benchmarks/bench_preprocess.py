@@ -26,8 +26,10 @@ with ``--same-stamp`` of their events at the timestamp of the one before, uint16
 dictionary-encoded ``event_type``, 50,000-row row groups), one per value of ``--same-stamp``
 (few or many rows sharing their (uid, timestamp)); cached under ``--work``.
 
-Every project run also reports the seconds of each phase of ``preprocess`` (:data:`PHASES`;
-a table after the main one), so that a slower run names the phase that slowed.
+A project run is the ``yambda-data preprocess`` command (:func:`yambda_data.cli.run`, as the
+installed script runs it) in its child. Every project run also reports the seconds of each
+phase of ``preprocess`` (:data:`PHASES`; a table after the main one), so that a slower run
+names the phase that slowed.
 
 With ``--layout`` each input is first rewritten (once, cached under ``--work``) in each layout
 given as ``EVENT_TYPE[:ROW_GROUP_ROWS[:ORDER]]``: ``event_type`` stored as ``enum``,
@@ -117,7 +119,7 @@ _WRITE_LAYOUT = (
 _LAYOUT_SOURCE = "layout-source.json"
 """Written into a rewritten layout's root once it is complete: :func:`source_identity`."""
 _PREPROCESS_PHASES = (
-    "import json, sys, threading, time\n"
+    "import atexit, json, sys, threading, time\n"
     "import yambda_data.preprocess as prep\n"
     "phases = json.loads(sys.argv[5])\n"
     "spent = dict.fromkeys(phases.values(), 0.0)\n"
@@ -141,11 +143,20 @@ _PREPROCESS_PHASES = (
     "    return run\n"
     "for name, phase in phases.items():\n"
     "    setattr(prep, name, timed(phase, getattr(prep, name)))\n"
-    "parts = None if sys.argv[4] == 'default' else int(sys.argv[4])\n"
-    "start = time.perf_counter()\n"
-    "prep.preprocess(sys.argv[1], sys.argv[2], sys.argv[3], partitions=parts)\n"
-    "spent['other'] = time.perf_counter() - start - on_main[0]\n"
-    "print(json.dumps({'wall': spent, 'cpu': cpu}))\n"
+    "untimed = prep.preprocess\n"
+    "def preprocess(*args, **kwargs):\n"
+    "    start = time.perf_counter()\n"
+    "    try:\n"
+    "        return untimed(*args, **kwargs)\n"
+    "    finally:\n"
+    "        spent['other'] = time.perf_counter() - start - on_main[0]\n"
+    "prep.preprocess = preprocess  # before the command line binds the name\n"
+    "import yambda_data.cli as cli\n"
+    "raw, size, out, parts = sys.argv[1:5]\n"
+    "sys.argv = ['yambda-data', 'preprocess', '--raw', raw, '--size', size, '--out', out]\n"
+    "sys.argv += [] if parts == 'default' else ['--partitions', parts]\n"
+    "atexit.register(lambda: print(json.dumps({'wall': spent, 'cpu': cpu})))\n"
+    "cli.run()\n"
 )
 PHASES = {
     "_bounds": "validate",

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
+import importlib.metadata
 import json
 import os
 import shutil
@@ -12,7 +14,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from yambda_data.cli import main
+from yambda_data.cli import main, run
 from yambda_data.preprocess import preprocess
 from yambda_data.schema import multi_event_path
 from yambda_data.store import SampleStore
@@ -532,6 +534,20 @@ def test_python_m_yambda_data(tmp_path):
     assert (
         done.stderr == f"yambda-data verify: error: PATH {tmp_path / 'none'}: no such directory\n"
     )
+
+
+def test_the_installed_command_is_run(monkeypatch, tmp_path, capsys):
+    """The script runs ``run``: the imports' objects frozen before main, main's status the
+    process's."""
+    (script,) = importlib.metadata.entry_points(group="console_scripts", name="yambda-data")
+    assert script.value == "yambda_data.cli:run"
+    calls = []
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(sys, "argv", ["yambda-data", "verify", str(tmp_path / "none")])
+    with pytest.raises(SystemExit) as exited:
+        run()
+    assert exited.value.code == 2 and calls == ["freeze"]
+    assert "no such directory" in capsys.readouterr().err
 
 
 def test_synth_never_replaces_a_dataset_unasked(tmp_path, capsys):

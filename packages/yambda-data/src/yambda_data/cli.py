@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import sys
 import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import polars as pl
 
@@ -46,7 +47,7 @@ from yambda_data.schema import (
 from yambda_data.store import StoreError, build_store
 from yambda_data.synth import YAMBDA_USERS, SynthConfig, SynthPaths, synthesize, yambda_shape
 
-__all__ = ["DEBUG_ENV", "main"]
+__all__ = ["DEBUG_ENV", "main", "run"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -396,5 +397,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":  # pragma: no cover
+def run() -> NoReturn:
+    """The ``yambda-data`` command (and ``python -m yambda_data``): :func:`main` as a process
+    of its own, which exits with main's status."""
+    # What the imports made (polars' modules above all) lives as long as the process: frozen,
+    # it is no longer traced by the collector, during the run nor at exit, where tracing it
+    # took a tenth of a second of a preprocess run.
+    gc.freeze()
     sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    run()
