@@ -15,22 +15,22 @@ The split and the sessions are those of :mod:`yambda_data.split` (global ``t_max
 whole table, test ``[t_max - 86,400, t_max)``, 1,800 s gap, test rows only for uids with train
 events; a new session where the gap to the uid's previous train event exceeds 1,800 s).
 
-How it stays bounded in memory: nothing reads the whole file at once. The column names and
-dtypes and the row count come from the parquet metadata; one pass checks every row rule and
-yields ``t_min``/``t_max`` and the uid and item_id bounds
-(:func:`~yambda_data.schema.check_multi_event_file_keeping_head`). Then the uid axis
-``[uid_min, uid_max]`` is cut into ``partitions`` equal-width ranges and each range is read on
-its own with a lazy scan filtered on ``uid`` (polars pushes the filter down to the parquet row
-groups, which a file sorted by uid keeps apart), split, sessionized and written before the
-next one is read. The check pass decodes the first four partitions' worth of rows of a file in
-uid order into memory and streams the rest: the partitions that lie whole in those rows are
-taken from them instead of being decoded a second time (a file of up to four partitions is
-decoded once). Within a partition, the split, the sessions, the session index and the
-popularity are flat numpy passes over the sorted rows. Polars runs one query at a time on its
-threads, so they read partition k + 1 (for a reader thread) and then write partition k's files
-(for a writer thread) while the main thread splits partition k (numpy) and a fourth thread
-hashes and syncs the files polars wrote. Peak memory is that of about four partitions (one
-split, one read, the outputs of two being written and hashed), or, at the start, the kept
+How it stays bounded in memory: it holds a few partitions' rows at a time, however large the
+file (the figures end this paragraph). The column names and dtypes and the row count come from
+the parquet metadata; one pass checks every row rule and yields ``t_min``/``t_max`` and the uid
+and item_id bounds (:func:`~yambda_data.schema.check_multi_event_file_keeping_head`). Then the
+uid axis ``[uid_min, uid_max]`` is cut into ``partitions`` equal-width ranges and each range is
+read on its own with a lazy scan filtered on ``uid`` (polars pushes the filter down to the
+parquet row groups, which a file sorted by uid keeps apart), split, sessionized and written
+before the next one is read. The check pass decodes the first four partitions' worth of rows of
+a file in uid order into memory and streams the rest: the partitions that lie whole in those
+rows are taken from them instead of being decoded a second time (a file of up to four
+partitions is decoded once). Within a partition, the split, the sessions, the session index and
+the popularity are flat numpy passes over the sorted rows. Polars runs one query at a time on
+its threads, so they read partition k + 1 (for a reader thread) and then write partition k's
+files (for a writer thread) while the main thread splits partition k (numpy) and a fourth
+thread hashes and syncs the files polars wrote. Peak memory is that of about four partitions
+(one split, one read, the outputs of two being written and hashed), or, at the start, the kept
 rows and two partitions, plus the item-popularity array.
 
 Row order: the schema says the file is sorted by (uid, timestamp), but the reference sorts
