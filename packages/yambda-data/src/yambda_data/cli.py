@@ -400,9 +400,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run() -> NoReturn:
     """The ``yambda-data`` command (and ``python -m yambda_data``): :func:`main` as a process
     of its own, which exits with main's status."""
-    # What the imports made (polars' modules above all) lives as long as the process: frozen,
-    # it is no longer traced by the collector, during the run nor at exit, where tracing it
-    # took a tenth of a second of a preprocess run.
+    # What the imports made (polars' modules above all) lives as long as the process. Frozen,
+    # it is traced by the collector neither during the run nor at exit, where tracing it took
+    # a tenth of a second of a preprocess run.
     gc.freeze()
     sys.exit(main())
 
