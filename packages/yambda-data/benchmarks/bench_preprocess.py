@@ -174,16 +174,16 @@ PHASES = {
     "_write_totals": "totals",
     "fsync_tree": "fsync",
 }
-"""The functions of ``yambda_data.preprocess`` timed in a project run, by phase: each phase's
-time excludes the timed calls it makes (the split, its repeated-row count). ``validate`` is
-the check pass, which also decodes the rows of the partitions it keeps. Partitions are read
-(or, when kept, only converted) and sorted in a reader thread (``read``, ``sort``; ``read
-wait`` is the main thread's wait for it); the part files are written in a thread beside the
-main one and hashed and synced in another: ``write (beside)`` and ``hash, sync (beside)`` are those threads' times, which
-overlap the others (the second includes its wait for the first), and ``write wait`` is the
-main thread's wait for them. ``totals`` writes the item popularity and split metadata. ``other`` is the rest of the
-main thread's ``preprocess`` (the argument checks, the lock, the item counts, the rename),
-imports excluded."""
+"""The functions of ``yambda_data.preprocess`` timed in a project run, by phase: each phase's time
+excludes the timed calls it makes (the split, its repeated-row count). ``validate`` is the
+check pass, which also decodes the rows of the partitions it keeps. Partitions are read (or,
+when kept, only converted) and sorted in a reader thread (``read``, ``sort``; ``read wait`` is
+the main thread's wait for it); the part files are written in a thread beside the main one and
+hashed and synced in another: ``write (beside)`` and ``hash, sync (beside)`` are those threads'
+times, which overlap the others (the second includes its wait for the first), and ``write
+wait`` is the main thread's wait for them. ``totals`` writes the item popularity and split
+metadata. ``other`` is the rest of the main thread's ``preprocess`` (the argument checks, the
+lock, the item counts, the rename), imports excluded."""
 _WRITE_SHAPED = (
     "import sys\n"
     "sys.path.insert(0, sys.argv[1])\n"

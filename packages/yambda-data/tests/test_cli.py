@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from yambda_data import cli
 from yambda_data.cli import main, run
 from yambda_data.preprocess import preprocess
 from yambda_data.schema import multi_event_path
@@ -543,10 +544,11 @@ def test_the_installed_command_is_run(monkeypatch, tmp_path, capsys):
     assert script.value == "yambda_data.cli:run"
     calls = []
     monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(cli, "main", lambda: calls.append("main") or main())
     monkeypatch.setattr(sys, "argv", ["yambda-data", "verify", str(tmp_path / "none")])
     with pytest.raises(SystemExit) as exited:
         run()
-    assert exited.value.code == 2 and calls == ["freeze"]
+    assert exited.value.code == 2 and calls == ["freeze", "main"]
     assert "no such directory" in capsys.readouterr().err
 
 
