@@ -7,9 +7,8 @@
 then written again into a temporary directory with the settings and the code of preprocess's
 own writes: the whole frame, then each column alone. For each it prints, best of ``--repeat``:
 the wall time, the process's CPU time (polars' threads included), and that CPU time as a share
-of the whole frame's. It also says whether the rewrite gave the file's bytes back, which is
-what makes the figures those of the output: a file's bytes depend on its values and the
-settings alone.
+of the whole frame's. It also says whether the rewrite gave the file's bytes back: when it
+did, the write timed is the one preprocess made (the exit status is 1 when it did not).
 
 Preprocess writes while it splits and counts the next partition, and polars runs one query at
 a time, so the writes of all partitions, one after another, are the floor under its wall time
