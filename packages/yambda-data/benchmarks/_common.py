@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 SIZE = "50m"
@@ -90,6 +92,20 @@ def best_of(runs: list[ChildResult]) -> ChildResult:
     largest peak RSS of them all."""
     fastest = min(runs, key=lambda r: r.wall_s)
     return dataclasses.replace(fastest, peak_rss_mib=max(r.peak_rss_mib for r in runs))
+
+
+def fastest_call(repeat: int, run: Callable[[], object]) -> tuple[float, float]:
+    """The fastest of ``repeat`` calls of ``run`` in this process: its wall seconds and the
+    process's CPU seconds during it (every thread's, so a library's own threads count)."""
+    best = (float("inf"), 0.0)
+    for _ in range(repeat):
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        cpu, start = usage.ru_utime + usage.ru_stime, time.perf_counter()
+        run()
+        wall = time.perf_counter() - start
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        best = min(best, (wall, usage.ru_utime + usage.ru_stime - cpu))
+    return best
 
 
 def run_code(code: str, args: list[str], *, capture: bool = False) -> ChildResult:

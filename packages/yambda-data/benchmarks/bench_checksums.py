@@ -26,10 +26,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+import _common
 import polars as pl
 
 import yambda_data as yd
@@ -60,12 +60,7 @@ size); their sizes at 500m are these shares of the store's total."""
 
 
 def best_of(repeat: int, run: Callable[[], object]) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return _common.fastest_call(repeat, run)[0]
 
 
 def tree_bytes(*paths: Path) -> int:

@@ -18,31 +18,14 @@ a time, so the writes of all partitions, one after another, are the floor under 
 from __future__ import annotations
 
 import argparse
-import resource
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
+import _common
 import polars as pl
 
 from yambda_data.preprocess import TRAIN_SESSIONS_DIR, _write_parquet, checksums_problem
-
-
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def best_of(repeat: int, run: Callable[[], None]) -> tuple[float, float]:
-    """The fastest of ``repeat`` runs: (wall s, CPU s of that run)."""
-    best = (float("inf"), 0.0)
-    for _ in range(repeat):
-        wall, cpu = time.perf_counter(), _cpu_seconds()
-        run()
-        best = min(best, (time.perf_counter() - wall, _cpu_seconds() - cpu))
-    return best
 
 
 def _largest_train_part(out: Path) -> Path:
@@ -76,12 +59,13 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="bench-write-") as tmp:
         target = Path(tmp) / "rewritten.parquet"
-        whole = best_of(args.repeat, lambda: _write_parquet(frame, target))
+        whole = _common.fastest_call(args.repeat, lambda: _write_parquet(frame, target))
         identical = target.read_bytes() == path.read_bytes()
         rows = [("all columns", whole)]
         for name in frame.columns:
             column = frame.select(name)
-            rows.append((name, best_of(args.repeat, lambda c=column: _write_parquet(c, target))))
+            timed = _common.fastest_call(args.repeat, lambda c=column: _write_parquet(c, target))
+            rows.append((name, timed))
 
     print(f"{path}: {frame.height:,} rows, {path.stat().st_size / 2**20:.1f} MiB")
     print(f"rewritten with preprocess's settings: {'byte-identical' if identical else 'DIFFERENT'}")

@@ -29,6 +29,20 @@ def test_each_file_kind_is_rewritten_byte_identical_with_a_row_per_column(built_
         assert rows[0] == "all columns" and len(rows) == 1 + columns, result.stdout
 
 
+def test_a_rewrite_with_other_bytes_is_reported_and_fails(built_store, monkeypatch, capsys):
+    """The byte comparison is real: written with another compression level, the file differs."""
+    _, pre, _ = built_store
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    import bench_write
+
+    def other_level(frame, path):
+        frame.write_parquet(path, compression="zstd", compression_level=9)
+
+    monkeypatch.setattr(bench_write, "_write_parquet", other_level)
+    assert bench_write.main([str(pre), "--repeat", "1"]) == 1
+    assert "rewritten with preprocess's settings: DIFFERENT" in capsys.readouterr().out
+
+
 def test_the_largest_train_part_is_the_default(built_store):
     _, pre, _ = built_store
     parts = sorted((pre / "train_sessions").glob("part-*.parquet"))
