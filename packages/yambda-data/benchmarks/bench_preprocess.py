@@ -164,9 +164,11 @@ PHASES = {
     "_read_partition": "read",
     "_normalized": "read",
     "_in_order": "sort",
-    "_split_partition": "split",
+    "_train_rows": "split",
+    "_test_rows": "split",
+    "_session_index": "split",
     "_repeated_rows": "repeated rows",
-    "_write_partition": "write (beside)",
+    "_write_parts": "write (beside)",
     "_finish_partition": "hash, sync (beside)",
     "_wait_read": "read wait",
     "_wait_files": "write wait",
@@ -660,8 +662,8 @@ def print_table(table: list[tuple]) -> None:
 def print_phases(table: list[tuple]) -> None:
     """Seconds per phase (:data:`PHASES`) of each project run in ``table`` (the fastest of
     its repeats), so that a slower run names the phase that slowed; and the repeated-row
-    count's share of the run, in wall time and in CPU time. The count runs beside polars'
-    writing of the partition before, so its wall time includes waits for a core: its CPU
+    count's share of the run, in wall time and in CPU time. The count runs while polars
+    writes the partition's train part, so its wall time includes waits for a core: its CPU
     share is what it costs."""
     names = [*dict.fromkeys(PHASES.values()), "other"]
     rows = []

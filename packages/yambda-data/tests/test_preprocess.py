@@ -153,6 +153,33 @@ def test_split_boundaries_and_session_gaps(tmp_path):
     assert index.row(0) == (1, 0, 6, [0, 1, 2], [0, 2, 4], [2, 2, 2])
 
 
+def test_a_partition_without_train_rows(tmp_path):
+    # uids 1 and 2 fall in the first of two uid ranges, 9 and 10 in the second, which has
+    # rows but none before train_end: its parts are empty, and its test rows are dropped.
+    rows = [
+        (1, 5),
+        (1, 3_000),
+        (1, TEST_START),
+        (2, TRAIN_END - 5),
+        (9, TEST_START + 5),
+        (10, TRAIN_END),
+        (10, T_MAX),
+    ]
+    events = listens(rows)
+    raw = write_raw(tmp_path / "raw", events)
+    out = tmp_path / "out"
+    meta = preprocess(raw, "50m", out, partitions=2)
+    expected = temporal_split(events, size="50m")
+    assert meta == expected.meta
+    assert read_dir(out, TRAIN_SESSIONS_DIR).drop("session_id").equals(expected.train)
+    assert read_dir(out, TEST_EVENTS_DIR).equals(expected.test)
+    for sub in (TRAIN_SESSIONS_DIR, TEST_EVENTS_DIR, SESSION_INDEX_DIR):
+        assert pl.read_parquet(out / sub / "part-00001.parquet").height == 0
+    index = read_dir(out, SESSION_INDEX_DIR)
+    assert index.rows() == [(1, 0, 2, [0, 1], [0, 1], [1, 1]), (2, 2, 1, [0], [0], [1])]
+    assert (meta.num_sessions, meta.num_users, meta.train_start) == (3, 2, 5)
+
+
 def test_session_index_matches_train_sessions(tiny_out):
     for k in range(3):
         train = pl.read_parquet(tiny_out / TRAIN_SESSIONS_DIR / f"part-{k:05d}.parquet")

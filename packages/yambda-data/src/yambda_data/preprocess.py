@@ -28,10 +28,11 @@ rows are taken from them instead of being decoded a second time (a file of up to
 partitions is decoded once). Within a partition, the split, the sessions, the session index and
 the popularity are flat numpy passes over the sorted rows. Polars runs one query at a time on
 its threads, so they read partition k + 1 (for a reader thread) and then write partition k's
-files (for a writer thread) while the main thread splits partition k (numpy) and a fourth
-thread hashes and syncs the files polars wrote. Peak memory is that of about four partitions
-(one split, one read, the outputs of two being written and hashed), or, at the start, the kept
-rows and two partitions, plus the item-popularity array.
+files, its train part first (for a writer thread). Meanwhile the main thread finds partition
+k's test rows, session index and repeated rows and then partition k + 1's train rows (numpy),
+and a fourth thread hashes and syncs the files polars wrote. Peak memory is that of about four
+partitions (one being split and its train rows, one read, the outputs of one being written),
+or, at the start, the kept rows and two partitions, plus the item-popularity array.
 
 Row order: the schema says the file is sorted by (uid, timestamp), but the reference sorts
 the events itself and so takes a file in any order; so does preprocess. Each partition found
@@ -204,15 +205,25 @@ class _Bounds:
 
 
 @dataclass(frozen=True)
-class _Partition:
-    """One uid range, split and sessionized: the three frames written for it and the figures
-    the split metadata adds up."""
+class _TrainRows:
+    """A partition's train rows with their session ids (the frame written first), and where its
+    users and sessions start, from which the test rows and the session index follow."""
 
     train: pl.DataFrame
-    test: pl.DataFrame
-    index: pl.DataFrame
-    num_sessions: int
-    train_start: int | None
+    is_train: np.ndarray
+    """Per partition row: before ``train_end``."""
+    user_start: np.ndarray
+    """The partition row where each uid's rows start."""
+    user_has_train: np.ndarray
+    """Per uid of ``user_start``: whether it has train rows (its first row is one)."""
+    user_row: np.ndarray
+    """The ``train`` row where each uid with train rows starts."""
+    session_row: np.ndarray
+    """The ``train`` row where each session starts."""
+    session_user: np.ndarray
+    """Per session: the index of its uid in ``user_row``."""
+    session_id: np.ndarray
+    """Per session: its ordinal within its uid (the ``session_id`` of its rows)."""
 
 
 def _normalized(part: pl.DataFrame) -> pl.DataFrame:
@@ -399,97 +410,120 @@ def _repeats_within_runs(part: pl.DataFrame, rows: np.ndarray, run: np.ndarray) 
     return int(repeat.sum())
 
 
-def _split_partition(part: pl.DataFrame, t_max: int) -> _Partition:
-    """The rules of :func:`~yambda_data.split.split_at`, :func:`~yambda_data.split.session_ids`
-    and the session index, on a partition sorted by (uid, timestamp), with numpy.
+def _train_rows(part: pl.DataFrame, train_end: int) -> _TrainRows:
+    """The train rows of a partition sorted by (uid, timestamp) and their sessions: the rules of
+    :func:`~yambda_data.split.split_at` and :func:`~yambda_data.split.session_ids`, with numpy.
 
     Sorted rows make each rule a pass over flat arrays instead of a polars group-by over uids
-    (which cost most of the CPU time): a uid's train rows are a prefix of its rows, so it has
-    train events iff its first row is a train row; a session starts where the uid changes or the
-    time gap exceeds the session gap.
+    (which cost most of the CPU time). A uid's train rows are a prefix of its rows, so a train
+    row's previous row is the previous row of its uid, and the session starts of the train rows
+    are those of all rows (where the uid changes or the time gap exceeds the session gap) at the
+    train rows: boolean arrays are gathered, not the uid and time columns.
     """
-    test_start = t_max - TEST_SECONDS
-    train_end = test_start - GAP_SECONDS
     # Few, narrow temporaries: each fresh array of a partition's length costs page faults
     # (system time) about as much as the arithmetic on it.
     uid = part["uid"].to_numpy()
     ts = part["timestamp"].to_numpy()
     is_train = ts < train_end
-    user_first_row = np.flatnonzero(_run_starts(uid))
-    rows_per_user = np.diff(user_first_row, append=len(uid))
-    is_test = np.repeat(is_train[user_first_row], rows_per_user)  # the uid has train events
-    is_test &= ts >= test_start
-    is_test &= ts < t_max
-    train_uid = uid[is_train]
-    train_ts = ts[is_train]
-    n = len(train_uid)
-    starts_user = _run_starts(train_uid)
-    starts_session = starts_user.copy()
+    new_user = _run_starts(uid)
+    user_start = np.flatnonzero(new_user)
+    starts = np.empty(len(ts), dtype=bool)
     # uint32 differences wrap where the uid changes, but those rows start a session anyway, and
     # within a uid the times never decrease.
-    starts_session[1:] |= np.diff(train_ts) > SESSION_GAP_SECONDS
-    user_row = np.flatnonzero(starts_user)
-    session_row = np.flatnonzero(starts_session)
-    # Session ordinal within the uid = running count of session starts minus the count at the
-    # uid's first row; in uint32 the difference is exact even if the running count wraps.
-    session_id = np.cumsum(starts_session, dtype=np.uint32)
-    session_id -= np.repeat(session_id[user_row], np.diff(user_row, append=n))
-    user_of_session = np.searchsorted(user_row, session_row, side="right") - 1
+    np.greater(ts[1:] - ts[:-1], SESSION_GAP_SECONDS, out=starts[1:])
+    starts[:1] = True
+    starts |= new_user
+    user_row = np.flatnonzero(new_user[is_train])
+    session_row = np.flatnonzero(starts[is_train])
+    num_train = int(np.count_nonzero(is_train))
+    session_user = np.searchsorted(user_row, session_row, side="right") - 1
+    # A session's ordinal within its uid, repeated over its rows.
+    ordinal = np.arange(len(session_row)) - np.searchsorted(session_row, user_row)[session_user]
+    ordinal = ordinal.astype(np.uint32)
+    session_id = np.repeat(ordinal, np.diff(session_row, append=num_train))
+    # A boolean filter copies the rows several times faster than a gather of their indices.
+    train = part.filter(pl.Series(is_train))
+    train = train.with_columns(pl.Series("session_id", session_id, dtype=pl.UInt32))
+    return _TrainRows(
+        train=train,
+        is_train=is_train,
+        user_start=user_start,
+        user_has_train=is_train[user_start],
+        user_row=user_row,
+        session_row=session_row,
+        session_user=session_user,
+        session_id=ordinal,
+    )
 
+
+def _test_rows(part: pl.DataFrame, rows: _TrainRows, test_start: int, t_max: int) -> pl.DataFrame:
+    """The partition's test rows: in ``[test_start, t_max)``, of a uid with train rows."""
+    ts = part["timestamp"].to_numpy()
+    is_test = np.repeat(rows.user_has_train, np.diff(rows.user_start, append=len(ts)))
+    is_test &= ts >= test_start
+    is_test &= ts < t_max
+    return part.filter(pl.Series(is_test))
+
+
+def _session_index(part: pl.DataFrame, rows: _TrainRows) -> pl.DataFrame:
+    """One row per uid with train rows (:data:`SESSION_INDEX_SCHEMA`)."""
+    num_train = rows.train.height
+    user_row, session_row, session_user = rows.user_row, rows.session_row, rows.session_user
     sessions = pl.DataFrame(
         {
-            "user": user_of_session,
-            "session_id": session_id[session_row],
-            "session_offset": session_row - user_row[user_of_session],
-            "session_length": np.diff(session_row, append=n),
+            "user": session_user,
+            "session_id": rows.session_id,
+            "session_offset": session_row - user_row[session_user],
+            "session_length": np.diff(session_row, append=num_train),
         }
     )
     lists = sessions.group_by("user", maintain_order=True).agg(pl.exclude("user"))
     index = pl.DataFrame(
         {
-            "uid": train_uid[user_row],
+            "uid": part["uid"].to_numpy()[rows.user_start[rows.user_has_train]],
             "row_start": user_row,
-            "num_events": np.diff(user_row, append=n),
+            "num_events": np.diff(user_row, append=num_train),
         }
     ).hstack(lists.drop("user"))
-    index = index.select(list(SESSION_INDEX_SCHEMA)).cast(dict(SESSION_INDEX_SCHEMA))
+    return index.select(list(SESSION_INDEX_SCHEMA)).cast(dict(SESSION_INDEX_SCHEMA))
 
-    # A boolean filter copies the rows several times faster than a gather of their indices.
-    train = part.filter(pl.Series(is_train))
-    train = train.with_columns(pl.Series("session_id", session_id, dtype=pl.UInt32))
-    return _Partition(
-        train=train,
-        test=part.filter(pl.Series(is_test)),
-        index=index,
-        num_sessions=len(session_row),
-        train_start=int(train_ts.min()) if n else None,
-    )
+
+def _train_start(part: pl.DataFrame, rows: _TrainRows) -> int | None:
+    """The earliest train time of the partition (None without train rows): each uid's first
+    row is its earliest."""
+    firsts = rows.user_start[rows.user_has_train]
+    return int(part["timestamp"].to_numpy()[firsts].min()) if len(firsts) else None
 
 
 def _write_parquet(frame: pl.DataFrame, path: Path) -> None:
     frame.rechunk().write_parquet(path, **_PARQUET_OPTIONS)
 
 
-def _write_partition(split: _Partition, tmp: Path, out: Path, k: int) -> list[str]:
-    """The three part files of partition ``k`` under the temporary output ``tmp`` (names
-    relative to it)."""
+def _write_parts(
+    frames: list[tuple[pl.DataFrame, str]],
+    tmp: Path,
+    out: Path,
+    k: int,
+    after: Future | None = None,
+) -> list[str]:
+    """Partition ``k``'s part files of ``frames`` (each with its directory) under the temporary
+    output ``tmp``; their names relative to it. ``after``: the partition's write before this
+    one; when it failed, this one raises its error and writes nothing."""
+    if after is not None:
+        after.result()
     names = []
-    for frame, sub in (
-        (split.train, TRAIN_SESSIONS_DIR),
-        (split.test, TEST_EVENTS_DIR),
-        (split.index, SESSION_INDEX_DIR),
-    ):
+    for frame, sub in frames:
         with writing(tmp / sub / part_name(k), output=out):
             _write_parquet(frame, tmp / sub / part_name(k))
         names.append(f"{sub}/{part_name(k)}")
     return names
 
 
-def _finish_partition(tmp: Path, out: Path, files: Future) -> dict[str, dict]:
-    """After :func:`_write_partition` (``files``): the files' :func:`file_checksums`, taken
+def _finish_partition(tmp: Path, out: Path, files: tuple[Future, ...]) -> dict[str, dict]:
+    """After :func:`_write_parts` (``files``): the files' :func:`file_checksums`, taken
     while they are in the page cache, and their fsync, now rather than all at once before the
     rename. Neither uses polars' threads, which read a later partition meanwhile."""
-    names = files.result()
+    names = [name for written in files for name in written.result()]
     checksums = file_checksums(tmp, names)
     for name in names:
         with writing(tmp / name, output=out):
@@ -518,15 +552,16 @@ def _write_totals(tmp: Path, out: Path, popularity: np.ndarray, meta: SplitMeta)
 class _Written:
     """A partition handed to the writer threads."""
 
-    files: Future
-    """Done once polars has written its files."""
+    files: tuple[Future, ...]
+    """Each done once polars has written its files (the train part first, then the others)."""
     checksums: Future
     """Its files' checksums, once they are hashed and synced."""
 
 
 def _wait_files(written: _Written) -> None:
     """Until polars has written a partition's files (raising what their writing raised)."""
-    written.files.result()
+    for files in written.files:
+        files.result()
 
 
 def _wait_read(part: Future) -> pl.DataFrame:
@@ -798,10 +833,11 @@ def _preprocess_locked(
             _spill_uid_ranges(scan, path, spill, bounds, n_parts, out)
         # Polars runs one query at a time on its threads: a read waits for the write before
         # it. So a reader thread has polars read (and sorts) partition k + 1 while this thread
-        # splits and counts partition k (numpy) and polars writes partition k - 1; partition
-        # k is handed to a writer thread once k + 1 is read, so that polars writes it while
-        # this thread splits k + 1; a fourth thread hashes and syncs what polars wrote. The
-        # outputs of at most two partitions wait, so memory stays that of about four.
+        # finds partition k's train rows (numpy) and polars writes partition k - 1. Partition
+        # k's train part goes to a writer thread once k + 1 is read, and this thread finds its
+        # test rows, session index and repeated rows while polars writes it; a fourth thread
+        # hashes and syncs what polars wrote. The outputs of at most two partitions wait, so
+        # memory stays that of about four.
 
         def read(k: int) -> pl.DataFrame:
             part = kept.pop(k, None)
@@ -827,9 +863,7 @@ def _preprocess_locked(
                 part = checked(_wait_read(next_part))
                 if k + 1 < n_parts:
                     next_part = reader.submit(read, k + 1)
-                split = _split_partition(part, t_max)
-                duplicates += _repeated_rows(part)
-                del part
+                rows = _train_rows(part, train_end)
                 if written:
                     _wait_files(written[-1])  # a failed write stops the run before the next
                 if k + 1 < n_parts:
@@ -838,19 +872,27 @@ def _preprocess_locked(
                     _wait_read(next_part)
                 if len(written) == 2:
                     checksums.update(_wait_written(written.pop(0)))
-                files = writer.submit(_write_partition, split, tmp, out, k)
+                # The train part first: it is most of the writing, and the test rows, the
+                # session index and the repeated rows are found while polars writes it.
+                train = [(rows.train, TRAIN_SESSIONS_DIR)]
+                train_file = writer.submit(_write_parts, train, tmp, out, k)
+                test = _test_rows(part, rows, test_start, t_max)
+                index = _session_index(part, rows)
+                other = [(test, TEST_EVENTS_DIR), (index, SESSION_INDEX_DIR)]
+                files = (train_file, writer.submit(_write_parts, other, tmp, out, k, train_file))
                 finished = finisher.submit(_finish_partition, tmp, out, files)
                 written.append(_Written(files, finished))
+                duplicates += _repeated_rows(part)
                 # In place: a bincount would fault in a fresh array of every item each time.
-                np.add.at(popularity, split.train["item_id"].to_numpy(), 1)
-                num_train += split.train.height
-                num_test += split.test.height
-                num_users += split.index.height
-                num_sessions += split.num_sessions
-                if split.train_start is not None:
-                    first = split.train_start
+                np.add.at(popularity, rows.train["item_id"].to_numpy(), 1)
+                num_train += rows.train.height
+                num_test += test.height
+                num_users += index.height
+                num_sessions += len(rows.session_row)
+                first = _train_start(part, rows)
+                if first is not None:
                     train_start = first if train_start is None else min(train_start, first)
-                del split
+                del part, rows, train, test, index, other
             # What the last partition's files do not need is done while polars writes them.
             if rows_read != bounds.num_rows:
                 raise _changed(path, bounds.num_rows, rows_read)
