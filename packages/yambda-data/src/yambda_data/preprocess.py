@@ -210,8 +210,6 @@ class _TrainRows:
     users and sessions start, from which the test rows and the session index follow."""
 
     train: pl.DataFrame
-    is_train: np.ndarray
-    """Per partition row: before ``train_end``."""
     user_start: np.ndarray
     """The partition row where each uid's rows start."""
     user_has_train: np.ndarray
@@ -446,7 +444,6 @@ def _train_rows(part: pl.DataFrame, train_end: int) -> _TrainRows:
     train = train.with_columns(pl.Series("session_id", session_id, dtype=pl.UInt32))
     return _TrainRows(
         train=train,
-        is_train=is_train,
         user_start=user_start,
         user_has_train=is_train[user_start],
         user_row=user_row,
