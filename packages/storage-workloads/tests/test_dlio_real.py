@@ -5,7 +5,7 @@ Needs a DLIO virtual environment made by ``scripts/install-dlio.sh VENV_DIR``, n
 ``$STORAGE_WORKLOADS_DLIO_VENV``, and Open MPI's ``mpirun``; skipped (saying why) otherwise.
 The base install has TensorFlow and no torch, so the runs switch the pytorch workloads to the
 tensorflow framework and data loader (open-division parameters, which the checker reports).
-Each run prints ``timing: ...`` (see with ``pytest -s``); the README records them.
+Each run prints ``timing: ...`` (see with ``pytest -s``); docs/dlio-runs.md records them.
 """
 
 from __future__ import annotations

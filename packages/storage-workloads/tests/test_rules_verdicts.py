@@ -14,7 +14,7 @@ Sources (mlcommons/storage):
 The ``mlps`` column is mlpstorage 2.0.0b1's verdict (``mlpstorage/rules.py`` at caa90c9, its
 ``TrainingRulesChecker``, as ``mlpstorage training run --what-if --param ...`` prints it on the
 same parameters, one host of 128 GiB, one accelerator); it is not run here. Where the rules
-text is silent the two agree; where they differ the package README ("Agreement with
+text is silent the two agree; where they differ the package's docs/rules.md ("Agreement with
 mlpstorage") quotes the sentence of the rules that decides.
 """
 

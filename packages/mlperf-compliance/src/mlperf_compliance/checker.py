@@ -555,7 +555,7 @@ def check_log(
 
     ``ruleset="dev"`` (training only) runs the same official engine with the rule files in
     :func:`dev_rules_dir`: the 6.1.0 structure rules, with the DLRMv4 dataset pins recomputed
-    from the logged values (see the package README).
+    from the logged values (see the package's docs/checker.md, The dev ruleset).
     """
     log = Path(path)
     if not log.is_file():

@@ -2,8 +2,8 @@
 and one of mlpstorage can be read by either tool.
 
 Facts of mlcommons/storage that this module relies on (read from mlpstorage 2.0.0b1's code,
-``mlpstorage/`` at caa90c9, and from the files it writes when run; the package README lists
-them):
+``mlpstorage/`` at caa90c9, and from the files it writes when run; the package's
+docs/dlio-runs.md lists them, The mlpstorage layout):
 
 - A results tree is ``ROOT/<benchmark type>/<model>/<command>/<datetime>/`` for training
   (``training/unet3d/run/20250115_143022``; the commands ``datagen`` and ``run``) and

@@ -14,7 +14,7 @@ the wording and the code here are this project's own):
 
 Where the text is silent, the verdict is mlpstorage's (``mlpstorage/rules.py`` at caa90c9, the
 2.0 tool); where its code decides differently from a sentence of the text, the text wins, and
-the package README quotes that sentence ("Agreement with mlpstorage").
+the package's docs/rules.md quotes that sentence ("Agreement with mlpstorage").
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 The values are those of the official MLPerf Storage DLIO workload configurations
 (mlcommons/storage, ``configs/dlio/workload/``): the v2.0 release for unet3d, resnet50 and
 cosmoflow on the emulated H100 and A100, the newest published files for dlrm, retinanet and
-flux on H100/A100 and for every B200 and MI355 entry (the package README names the version
-followed for each), and ``hstu_yambda``: the I/O pattern of this repository's DLRMv4 data
+flux on H100/A100 and for every B200 and MI355 entry (the package's docs/workloads.md names
+the version followed for each), and ``hstu_yambda``: the I/O pattern of this repository's DLRMv4 data
 path, derived from measurements of yambda-data's sample store and loader.
 """
 
@@ -68,7 +68,7 @@ def _variants(
 # ---------------------------------------------------------------------------------------------
 # The official MLPerf Storage workloads (mlcommons/storage, configs/dlio/workload/<model>_<acc>).
 # unet3d, resnet50, cosmoflow on h100/a100: the v2.0 release (tag v2.0-rc0, branch v2.0-branch;
-# the files are the same on both). Everything else: the newest published file found (the README
+# the files are the same on both). Everything else: the newest published file found (docs/workloads.md
 # names the commit of each). A key an official file does not set is left at None here.
 
 _SHUFFLED: Final[dict[str, Any]] = {"file_shuffle": "seed", "sample_shuffle": "seed"}
@@ -212,7 +212,7 @@ _FLUX_PARQUET_WORKLOAD: Final[dict[str, Any]] = {
     "epochs": 1,
 }
 
-# hstu_yambda, derived in the README (section "hstu_yambda") from the
+# hstu_yambda, derived in docs/workloads.md (section "hstu_yambda") from the
 # yambda-data sample-store benchmark in docs/benchmarks.md (bench_store.py, Yambda-50m size,
 # cpu-2c): 41,998,451 train anchors; a mean history of 2,326 events per sample at history
 # length 4,086; 21.3 store bytes per event; 8,698 samples/s from one loader worker.
@@ -305,7 +305,7 @@ _ALL: Final = [
         **_RETINANET,
     ),
     # dlrm mi355: the stored versions of dlrm_mi355.yaml differ in the batch size (16,384 and
-    # 18,432); this follows the one with 16,384, the same as b200 (see the README).
+    # 18,432); this follows the one with 16,384, the same as b200 (see docs/workloads.md).
     *_variants("dlrm", {"b200": 0.000375, "mi355": 0.0005625}, **_DLRM_PARQUET_WORKLOAD),
     Workload(
         model="flux",
@@ -321,7 +321,7 @@ _ALL: Final = [
         computation_time_s=2.025,
         **_FLUX_PARQUET_WORKLOAD,
     ),
-    # This repository's DLRMv4 data path (the README derives every number).
+    # This repository's DLRMv4 data path (docs/workloads.md derives every number).
     Workload(
         model="hstu_yambda",
         accelerator="any",
