@@ -898,11 +898,27 @@ def test_two_process_torchrun_run(tmp_path):
     values = {r["key"]: r["value"] for r in records}
     assert values["global_batch_size"] == 512
     assert values["submission_platform"].startswith("2xCPU")
+    assert values["lowest_numerical_precision_in_comm"] == "fp32"  # no fp16 all-to-all
     accuracies = [r for r in records if r["key"] == "eval_accuracy"]
     assert [r["metadata"]["samples_count"] for r in accuracies] == [6 * 512, 12 * 512]
     assert "2 rank(s) on cpu" in result.stderr
     check = check_log(out / "mlperf.log", ruleset="dev")
     assert check.passed, check.summary()
+
+
+@pytest.mark.slow
+def test_a_torchrun_run_with_the_fp16_all_to_all_declares_fp16_communication(tmp_path):
+    """The same two gloo ranks with the embedding all-to-all in fp16: the log says so."""
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", "2", str(ROOT / "tools" / "train.py")]
+    command += ["--users", "80", "--steps", "6", "--evals", "1", "--workers", "0"]
+    command += ["--set", "sharding.fp16_all_to_all=true", "--out", str(out)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-5000:]
+    values = {r["key"]: r["value"] for r in read_log(out / "mlperf.log")}
+    assert values["lowest_numerical_precision_in_comm"] == "fp16"
+    assert values["global_batch_size"] == 512
 
 
 @pytest.mark.slow
