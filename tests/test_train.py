@@ -194,8 +194,18 @@ def test_short_run_reports_and_logs(first_run, capsys):
     assert keys.count("run_start") == 1 and keys.count("run_stop") == 1
     assert {r["metadata"]["file"] for r in records} == {"dlrmv4_train/run.py"}
     assert keys.index("global_batch_size") < keys.index("opt_base_learning_rate")
+    assert keys[:2] == ["cache_clear", "init_start"]  # the reference's order
+    assert next(
+        r["value"] for r in records if r["key"] == "lowest_numerical_precision_in_comm"
+    ) == ("fp32")
     accuracies = [r for r in records if r["key"] == "eval_accuracy"]
     assert [r["metadata"]["samples_count"] for r in accuracies] == [6 * 256, 12 * 256]
+    # each evaluation inside its own records: eval_start before it, eval_stop after
+    starts = [r for r in records if r["key"] == "eval_start"]
+    for start, accuracy in zip(starts, accuracies, strict=True):
+        assert start["metadata"]["samples_count"] == accuracy["metadata"]["samples_count"]
+        assert keys[records.index(start) - 1] == "block_stop"
+        assert keys[records.index(accuracy) + 1] == "eval_stop"
     assert accuracies[-1]["value"] == pytest.approx(summary["eval_auc"], abs=1e-6)
     rows = (out / "metrics.csv").read_text().splitlines()
     assert rows[0] == "step,samples,split,name,value"

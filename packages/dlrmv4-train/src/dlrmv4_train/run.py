@@ -437,6 +437,7 @@ def _train_run(run: ResolvedRun, signals: RunSignals, log: Callable[[str], None]
         with tracker.guard(signals=()):
             try:
                 if tracker.state == "new":
+                    mllog.cache_clear()  # before init_start, where the reference logs it
                     tracker.init_start()
                 streaming = _StreamingRun(
                     run, out, root, record, ctx, mllog, tracker, resume, signals, log
@@ -701,7 +702,6 @@ class _StreamingRun:
         loop = LoopState()
         if self.resume is None:
             mllog.submission_info(org="reference", platform=platform(ctx), division=config.division)
-            mllog.cache_clear()
             mllog.hyperparameters(dlrmv4_run_start_keys(run_config))
             tracker.init_stop()
             tracker.run_start()
