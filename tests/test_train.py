@@ -194,8 +194,18 @@ def test_short_run_reports_and_logs(first_run, capsys):
     assert keys.count("run_start") == 1 and keys.count("run_stop") == 1
     assert {r["metadata"]["file"] for r in records} == {"dlrmv4_train/run.py"}
     assert keys.index("global_batch_size") < keys.index("opt_base_learning_rate")
+    assert keys[:2] == ["cache_clear", "init_start"]  # the reference's order
+    assert next(
+        r["value"] for r in records if r["key"] == "lowest_numerical_precision_in_comm"
+    ) == ("fp32")
     accuracies = [r for r in records if r["key"] == "eval_accuracy"]
     assert [r["metadata"]["samples_count"] for r in accuracies] == [6 * 256, 12 * 256]
+    # each evaluation inside its own records: eval_start before it, eval_stop after
+    starts = [r for r in records if r["key"] == "eval_start"]
+    for start, accuracy in zip(starts, accuracies, strict=True):
+        assert start["metadata"]["samples_count"] == accuracy["metadata"]["samples_count"]
+        assert keys[records.index(start) - 1] == "block_stop"
+        assert keys[records.index(accuracy) + 1] == "eval_stop"
     assert accuracies[-1]["value"] == pytest.approx(summary["eval_auc"], abs=1e-6)
     rows = (out / "metrics.csv").read_text().splitlines()
     assert rows[0] == "step,samples,split,name,value"
@@ -898,11 +908,27 @@ def test_two_process_torchrun_run(tmp_path):
     values = {r["key"]: r["value"] for r in records}
     assert values["global_batch_size"] == 512
     assert values["submission_platform"].startswith("2xCPU")
+    assert values["lowest_numerical_precision_in_comm"] == "fp32"  # no fp16 all-to-all
     accuracies = [r for r in records if r["key"] == "eval_accuracy"]
     assert [r["metadata"]["samples_count"] for r in accuracies] == [6 * 512, 12 * 512]
     assert "2 rank(s) on cpu" in result.stderr
     check = check_log(out / "mlperf.log", ruleset="dev")
     assert check.passed, check.summary()
+
+
+@pytest.mark.slow
+def test_a_torchrun_run_with_the_fp16_all_to_all_declares_fp16_communication(tmp_path):
+    """The same two gloo ranks with the embedding all-to-all in fp16: the log says so."""
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", "2", str(ROOT / "tools" / "train.py")]
+    command += ["--users", "80", "--steps", "6", "--evals", "1", "--workers", "0"]
+    command += ["--set", "sharding.fp16_all_to_all=true", "--out", str(out)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-5000:]
+    values = {r["key"]: r["value"] for r in read_log(out / "mlperf.log")}
+    assert values["lowest_numerical_precision_in_comm"] == "fp16"
+    assert values["global_batch_size"] == 512
 
 
 @pytest.mark.slow

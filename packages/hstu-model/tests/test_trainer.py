@@ -50,3 +50,36 @@ def test_decays_are_refused_with_sparse_gradients():
     weight.grad = torch.sparse_coo_tensor([[1]], torch.ones(1, 2), (4, 2), check_invariants=True)
     with pytest.raises(ValueError, match="weight_decay, lr_decay 0"):
         SparseRowWiseAdagrad([weight], lr=0.1, weight_decay=0.01).step()
+
+
+def _adam_steps(trainer) -> set[float]:
+    return {float(s["step"]) for s in trainer.dense_optimizer.state.values()}
+
+
+def test_a_fresh_dense_adam_starts_after_the_references_zero_gradient_step(tiny_config, build):
+    """The reference's `KeyedOptimizer.init_state` steps its dense Adam once on zero gradients
+    when the run is built: step 1, zero moments, the weights as initialised."""
+    model = build(tiny_config, 0)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = Trainer(model, tiny_config)
+    assert len(trainer.dense_optimizer.state) == len(trainer._dense_parameters)
+    assert _adam_steps(trainer) == {1.0}
+    for state in trainer.dense_optimizer.state.values():
+        assert not state["exp_avg"].any() and not state["exp_avg_sq"].any()
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, initial[name]), name
+    assert all(p.grad is None for p in trainer._dense_parameters)
+    assert not trainer.sparse_optimizer.state_dict()["state"][0]["sum"].any()
+
+
+def test_a_resumed_dense_adam_has_the_checkpoints_step(tiny_config, build, make_batch, tmp_path):
+    from hstu_model import checkpoint as ck
+
+    trainer = Trainer(build(tiny_config, 0), tiny_config)
+    for step in range(3):
+        trainer.train_step(make_batch(SHAPES[step], seed=step))
+    assert _adam_steps(trainer) == {4.0}
+    ck.save_checkpoint(tmp_path, trainer)
+    resumed = Trainer(build(tiny_config, 1), tiny_config)
+    ck.load_checkpoint(ck.latest(tmp_path), resumed)
+    assert _adam_steps(resumed) == {4.0}  # no second zero-gradient step on resume

@@ -29,6 +29,28 @@ def test_closed_run_passes(closed_run: WriteRun) -> None:
     assert "closed_dlrmv4.yaml" in result.output  # the DLRMv4 closed rules were applied
 
 
+@pytest.mark.parametrize("value", ["0.7504", None])
+def test_an_accuracy_that_is_no_number_is_named_by_its_line(
+    closed_run: WriteRun, tmp_path: Path, value: object
+) -> None:
+    """The official rules compare eval_accuracy with the target and crash on a string or
+    null: the verdict names that line, and every rule file the checker ran."""
+    lines = closed_run("closed.log").read_text(encoding="utf-8").splitlines(keepends=True)
+    at = max(i for i, line in enumerate(lines) if '"eval_accuracy"' in line)
+    record = json.loads(lines[at].split(":::MLLOG ", 1)[1])
+    record["value"] = value
+    lines[at] = ":::MLLOG " + json.dumps(record) + "\n"
+    log = tmp_path / "accuracy.log"
+    log.write_text("".join(lines), encoding="utf-8")
+    result = check_log(log)
+    assert not result.passed
+    [failed] = result.failed_rules
+    assert (failed.rule, failed.line) == ("eval_accuracy", at + 1)
+    assert failed.message == f"eval_accuracy must be a number, got {json.dumps(value)}"
+    assert "Traceback" in failed.detail  # the crash is kept as its detail
+    assert [Path(c).name for c in result.configs][-1] == "closed_dlrmv4.yaml"
+
+
 def test_missing_run_stop_fails(closed_run: WriteRun) -> None:
     result = check_log(closed_run("no_run_stop.log", run_stop=False))
     assert not result.passed

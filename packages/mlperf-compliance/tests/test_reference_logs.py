@@ -124,6 +124,21 @@ def test_score_reference_reads_convergence_runs_per_global_batch(
     assert "8,192" in out and "16,384" in out
 
 
+def test_the_closed_least_mean_is_the_pruned_interpolated_record(tmp_path: Path) -> None:
+    """Pruning drops the installed 16,384 record (slower than the line from 8,192 to 32,768),
+    so the RCP check bounds a submission there by the interpolated record, not by its own."""
+    for gbs in (8192, 16384):
+        for i, e in enumerate([30, 29, 31]):
+            write_convergence_log(tmp_path / f"gbs_{gbs}" / f"s{i}.log", gbs=gbs, converge_eval=e)
+    by_batch = {g.global_batch_size: g for g in score_reference(tmp_path).groups}
+    at_8192, at_16384 = by_batch[8192], by_batch[16384]
+    assert at_8192.closed_rcp == "its pruned record"
+    assert at_8192.closed_min_mean == at_8192.installed_min_acceptable_mean
+    assert at_16384.closed_rcp == "interpolated from 8192 and 32768"
+    assert at_16384.closed_min_mean == pytest.approx(80_117_345, abs=1)
+    assert at_16384.installed_min_acceptable_mean == pytest.approx(83_074_608, abs=1)
+
+
 def test_score_reference_matches_the_installed_rcp(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -18,6 +18,7 @@ import pytest
 from mlperf_compliance import (
     MLPerfLogger,
     RunTracker,
+    check_log,
     dlrmv4_run_start_keys,
     eval_interval_samples,
     first_eval_samples,
@@ -233,8 +234,30 @@ def test_rcp_verdict(tmp_path: Path, converge_eval: int, status: str, scaled: bo
     if scaled is True:
         assert rcp.scaling_factor == pytest.approx(RCP_MEAN_8192 / samples, rel=1e-3)
         assert rcp.scaling_factor > 1.0
-    elif scaled is False:
+    else:  # the summarizer scales only a passing set: a failed one keeps its raw score
         assert rcp.scaling_factor == 1.0
+        assert report.normalized_score == report.score
+
+
+def test_backwards_timestamps_are_one_problem_in_check_and_score(tmp_path: Path) -> None:
+    """run_stop before run_start: check fails naming the line, and score excludes the run
+    with the same words, never calling it compliant."""
+    folder = make_set(tmp_path / "back", [10.0], division="open")  # one run: no RCP check
+    victim = folder / "result_0.txt"
+    lines = victim.read_text(encoding="utf-8").splitlines(keepends=True)
+    stop = json.loads(lines[-1].split(":::MLLOG ", 1)[1])
+    stop["time_ms"] = EPOCH_MS - 1
+    lines[-1] = ":::MLLOG " + json.dumps(stop) + "\n"
+    victim.write_text("".join(lines), encoding="utf-8")
+
+    check = check_log(victim)
+    [verdict] = [v for v in check.failed_rules if v.rule == "time_order"]
+    assert not check.passed and verdict.line == len(lines)
+    assert "'run_stop' is logged at time_ms" in verdict.message
+    report = score_results(folder)
+    run = by_name(report.runs, "result_0.txt")
+    assert run.compliant is False and not run.succeeded and run.olympic == "excluded"
+    assert run.problems == [verdict.detail]
 
 
 def test_malformed_log_is_excluded_by_file_and_line(

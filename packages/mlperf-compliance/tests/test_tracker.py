@@ -108,6 +108,40 @@ def test_not_converged_stops_aborted(tmp_path: Path, start) -> None:
         assert tracker.run_stop() == "aborted"
 
 
+def test_eval_start_is_logged_when_the_evaluation_begins(tmp_path: Path, start) -> None:
+    """eval_start, then the evaluation, then eval_accuracy and eval_stop: the records bracket
+    the evaluation's time, as the reference's do."""
+    with MLPerfLogger(tmp_path / "run.log") as log:
+        tracker = RunTracker(log, target_accuracy=0.8)
+        start(tracker)
+        tracker.block_start(0)
+        tracker.block_stop(1000)
+        tracker.eval_start(1000, epoch_num=0, time_ms=5_000)
+        assert tracker.state == "evaluating"
+        with pytest.raises(TrackerStateError, match=r"block_start.*evaluating"):
+            tracker.block_start(1000)
+        with pytest.raises(ValueError, match="samples_count 2000 is not the 1000 of eval_start"):
+            tracker.eval(0.5, 2000)
+        assert tracker.eval(0.81, 1000, epoch_num=0, time_ms=9_000) is True
+        assert tracker.state == "running" and tracker.num_evals == 1
+        assert tracker.run_stop() == "success"
+    records = read_log(tmp_path / "run.log")
+    brackets = ("eval_start", "eval_accuracy", "eval_stop")
+    evals = [(r["key"], r["time_ms"]) for r in records if r["key"] in brackets]
+    assert evals == [("eval_start", 5_000), ("eval_accuracy", 9_000), ("eval_stop", 9_000)]
+
+
+def test_a_run_that_dies_in_an_evaluation_stops_aborted(tmp_path: Path, start) -> None:
+    with MLPerfLogger(tmp_path / "run.log") as log:
+        tracker = RunTracker(log)
+        start(tracker)
+        tracker.eval_start(0)
+        with pytest.raises(TrackerStateError, match=r"state_dict.*evaluating"):
+            tracker.state_dict()
+        assert tracker.abort() is True
+    assert _keys(tmp_path / "run.log")[-2:] == ["eval_start", "run_stop"]
+
+
 @pytest.mark.parametrize(
     ("steps", "call", "state"),
     [

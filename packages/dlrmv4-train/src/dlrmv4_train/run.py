@@ -215,6 +215,19 @@ EXACT_SAMPLES = 2**53
 point, exact up to here."""
 
 
+def comm_precision(all_to_all: list[dict[str, str | None]]) -> str:
+    """The MLPerf name of the lowest precision among the embedding all-to-all codecs (the
+    `all_to_all` of `shard_model`'s summary, forward and backward; None: no codec, fp32)."""
+    codecs = {a[direction] or "FP32" for a in all_to_all for direction in ("forward", "backward")}
+    for codec, name in (("FP8", "fp8"), ("INT8", "int8"), ("FP16", "fp16"), ("BF16", "bfloat16")):
+        if codec in codecs:
+            return name
+    unknown = codecs - {"FP32"}
+    if unknown:
+        raise ValueError(f"all-to-all codec(s) {sorted(unknown)}: no MLPerf precision name")
+    return "fp32"
+
+
 def schedule_refusal(config: RunConfig, hstu: HSTUConfig, world_size: int) -> str | None:
     """Why the steps, evaluations and global batch make no run, told before the data is
     prepared (a dataset too small for them is found once it is), or None."""
@@ -424,6 +437,7 @@ def _train_run(run: ResolvedRun, signals: RunSignals, log: Callable[[str], None]
         with tracker.guard(signals=()):
             try:
                 if tracker.state == "new":
+                    mllog.cache_clear()  # before init_start, where the reference logs it
                     tracker.init_start()
                 streaming = _StreamingRun(
                     run, out, root, record, ctx, mllog, tracker, resume, signals, log
@@ -518,6 +532,9 @@ class _StreamingRun:
         self.batch_size = self.hstu.train.batch_size
         """Samples per rank per step."""
         self.global_batch_size = self.batch_size * ctx.world_size
+        self.comm_precision = "fp32"
+        """The lowest precision the run communicates in, from its sharded model's embedding
+        all-to-alls once built (gradients and metrics go in fp32)."""
         self.windows = tuple(range(self.store.num_windows))  # strict time order
         self.eval_plan = yambda_data.BatchPlan(
             (yambda_data.TEST,),
@@ -603,7 +620,7 @@ class _StreamingRun:
             config_filename=CONFIG,
             precision_linear=precision,
             precision_attn=precision,
-            precision_comm="fp32",
+            precision_comm=self.comm_precision,
             train_samples=self.train_samples,
             eval_samples=eval_samples,
             max_sequence_length=hstu.model.max_seq_len,
@@ -643,7 +660,8 @@ class _StreamingRun:
         vocab = store.vocab.as_dict()
         if ctx.active:  # every rank builds the same model, then DMP shards its tables
             model = HSTURanker(self.hstu.model, vocab, kernels=self.run_spec.kernels)
-            model, _ = shard_model(model, self.hstu)
+            model, sharding = shard_model(model, self.hstu)
+            self.comm_precision = comm_precision(sharding["all_to_all"])
         else:
             model = HSTURanker(
                 self.hstu.model, vocab, device=ctx.device, kernels=self.run_spec.kernels
@@ -684,7 +702,6 @@ class _StreamingRun:
         loop = LoopState()
         if self.resume is None:
             mllog.submission_info(org="reference", platform=platform(ctx), division=config.division)
-            mllog.cache_clear()
             mllog.hyperparameters(dlrmv4_run_start_keys(run_config))
             tracker.init_stop()
             tracker.run_start()
@@ -802,6 +819,7 @@ class _StreamingRun:
                     started += save_checkpoint(seconds)  # saving is not training time
             loop.trained_seconds += time.perf_counter() - started
             tracker.block_stop(eval_at, first_epoch_num=loop.epoch)
+            tracker.eval_start(eval_at, epoch_num=loop.epoch)
             result = trainer.evaluate(rng_neutral(eval_batches, self.signals), gather=ctx.concat)
             loop.auc, loop.ne = result.auc, result.normalized_entropy
             recorder.evaluation(trainer.step, result.auc, result.loss, result.normalized_entropy)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mlperf_compliance.records import MLLOG_PREFIX, LogProblem, LogScan, scan_log
+from mlperf_compliance.records import MLLOG_PREFIX, LogLine, LogProblem, LogScan, scan_log
 
 __all__ = [
     "DEV_RULESET",
@@ -61,7 +61,7 @@ class RuleVerdict:
     ``run_stop``), ``END`` (the end-of-log checks), ``log_format`` (lines the parser could not
     read), ``config`` (a rule file not found), ``checker`` (the checker crashed) or
     ``division`` (the ``division=`` expectation of :func:`check_log`, checked by this package,
-    not by mlperf-logging). A rule with several messages has one verdict per message.
+    not by mlperf-logging), ``one_run_per_log`` or ``time_order`` (this package's own checks). A rule with several messages has one verdict per message.
 
     Attributes:
         rule: the rule's name (the key for ``KEY`` rules).
@@ -431,6 +431,68 @@ def _problem_verdict(problem: LogProblem) -> RuleVerdict:
     )
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def value_verdicts(scan: LogScan) -> list[RuleVerdict]:
+    """Failed verdicts, each naming its line, for ``eval_accuracy`` records whose value is not a
+    number: the official rules compare it with the target and crash on a string or null."""
+    found = []
+    for entry in scan.all("eval_accuracy"):
+        value = entry.record.get("value")
+        if not _is_number(value):
+            message = f"eval_accuracy must be a number, got {json.dumps(value)}"
+            found.append(
+                RuleVerdict(
+                    rule="eval_accuracy",
+                    passed=False,
+                    message=message,
+                    line=entry.line,
+                    key="eval_accuracy",
+                    severity="error",
+                    detail=f"{scan.path}:{entry.line}: {message}",
+                )
+            )
+    return found
+
+
+def time_order_verdicts(scan: LogScan) -> list[RuleVerdict]:
+    """A failed ``time_order`` verdict for the first record whose ``time_ms`` is before an
+    earlier record's (a run's time is ``run_stop`` - ``run_start``, so a log must not go back
+    in time), naming both lines and how many more records go back."""
+    latest: LogLine | None = None
+    backwards: list[tuple[LogLine, LogLine]] = []
+    for entry in scan.lines:
+        try:
+            time_ms = entry.time_ms
+        except (TypeError, ValueError):
+            continue  # scan.problems names it
+        if latest is not None and time_ms < latest.time_ms:
+            backwards.append((entry, latest))
+        elif latest is None or time_ms > latest.time_ms:
+            latest = entry
+    if not backwards:
+        return []
+    entry, before = backwards[0]
+    more = f" (and {len(backwards) - 1} more records)" if len(backwards) > 1 else ""
+    message = (
+        f"'{entry.key}' is logged at time_ms {entry.record['time_ms']}, before '{before.key}' "
+        f"at {before.record['time_ms']} (line {before.line}): the timestamps go back{more}"
+    )
+    return [
+        RuleVerdict(
+            rule="time_order",
+            passed=False,
+            message=message,
+            line=entry.line,
+            key=entry.key,
+            severity="error",
+            detail=f"{scan.path}:{entry.line}: {message}",
+        )
+    ]
+
+
 def _division_of(configs: list[str], scan: LogScan) -> str | None:
     for config in configs:
         name = Path(config).name
@@ -451,7 +513,8 @@ def _verdicts(
     """
     records = _records(output)
     success = any(level == "INFO" and text.strip() == "SUCCESS" for level, text in records)
-    configs = [m["config"] for _, t in records if (m := _CONFIG_RUN.match(t))]
+    # A crash's traceback continues the record of the last rule file named: read first lines.
+    configs = [m["config"] for _, t in records if (m := _CONFIG_RUN.match(t.split("\n", 1)[0]))]
     rules, with_end = _rules_of(configs)
 
     findings: list[RuleVerdict] = []
@@ -481,6 +544,15 @@ def _verdicts(
                 continue
             findings.append(_classify(part, scan, rules))
     crashed = "Traceback (most recent call last)" in output and not success
+    explained = [
+        v for v in value_verdicts(scan) if not any(f.line == v.line for f in findings if f.line)
+    ]
+    if crashed and explained:
+        # The checker's rule code compared a value it cannot (a string accuracy, say): the
+        # lines that hold such values are the problems, the traceback their detail.
+        trace = output[output.index("Traceback (most recent call last)") :].strip()
+        explained = [replace(v, detail=f"{v.detail}\n{trace}") for v in explained]
+    findings.extend(explained)
     if crashed and not any(not f.passed for f in findings):
         # The checker crashed instead of reporting: name the exception, keep the traceback.
         trace = output[output.index("Traceback (most recent call last)") :].strip()
@@ -638,6 +710,12 @@ def check_log(
         )
         verdicts.append(expectation)
         findings.append(expectation)
+        passed = False
+    for verdict in time_order_verdicts(scan):
+        verdicts.append(verdict)
+        findings.append(verdict)
+        passed = False
+    if any(v.rule == "eval_accuracy" and not v.passed for v in verdicts):
         passed = False
     for once in _ONCE_PER_RUN:
         repeats = scan.all(once)

@@ -37,7 +37,9 @@ class RcpVerdict:
         submission_mean: the olympic mean of the runs' samples to converge, as the RCP checker
             computed it.
         scaling_factor: ``rcp_mean / submission_mean`` when the runs converge faster than the
-            RCP mean but pass, else 1.0; the summarizer multiplies the score by it.
+            RCP mean but pass, else 1.0; the summarizer multiplies the score by it. On a failed
+            check it is 1.0: the checker computes a factor but writes no ``scaling.json``, so
+            the summarizer reports the raw score.
         samples_to_converge: per run, what the RCP checker read (``None``: did not converge).
         source: the function and RCP file used.
     """
@@ -177,7 +179,7 @@ def rcp_check(paths: list[Path], usage: str, ruleset: str, benchmark: str) -> Rc
         "passed" if passed else "failed",
         str(message),
         global_batch_size=sizes[0] if sizes and len(set(sizes)) == 1 else None,
-        scaling_factor=float(factor),
+        scaling_factor=float(factor) if passed else 1.0,
         samples_to_converge=per_run,
         source=source,
     )

@@ -101,6 +101,10 @@ class ReferenceGroup:
         epochs_mean: the olympic mean of their epochs to the target (samples / train_samples).
         installed_name, installed_mean, installed_min_acceptable_mean: the installed RCP
             record of this batch size and the same figures of it (``None``: there is none).
+        closed_min_mean: the least mean a closed submission at this batch size may have, as
+            the official RCP check takes it: from the installed record of the batch size if
+            pruning kept it, else interpolated between the pruned records around it
+            (``None``: the check finds no RCP); ``closed_rcp`` says which.
         verdict: ``matches`` (the runs' samples to the target are the installed record's),
             ``differs``, or ``no installed RCP``.
     """
@@ -115,6 +119,8 @@ class ReferenceGroup:
     installed_name: str | None = None
     installed_mean: float | None = None
     installed_min_acceptable_mean: float | None = None
+    closed_min_mean: float | None = None
+    closed_rcp: str = ""
     verdict: str = "no installed RCP"
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,6 +136,8 @@ class ReferenceGroup:
             "installed_name": self.installed_name,
             "installed_mean": self.installed_mean,
             "installed_min_acceptable_mean": self.installed_min_acceptable_mean,
+            "closed_min_mean": self.closed_min_mean,
+            "closed_rcp": self.closed_rcp,
             "verdict": self.verdict,
         }
 
@@ -184,7 +192,7 @@ class ReferenceReport:
             f"{self.target:g}; RCP figures by {self.source}",
         ]
         rows = [["global batch", "runs", "lr", "samples to target (olympic mean)", "min mean",
-                 "epochs", "installed RCP"]]  # fmt: skip
+                 "epochs", "installed RCP", "closed submission's least mean"]]  # fmt: skip
         for g in self.groups:
             installed = (
                 f"{g.installed_name}: {g.verdict} (mean {g.installed_mean:,.1f})"
@@ -200,6 +208,9 @@ class ReferenceReport:
                     f"{g.min_acceptable_mean:,.1f}",
                     "-" if g.epochs_mean is None else f"{g.epochs_mean:.4f}",
                     installed,
+                    "-"
+                    if g.closed_min_mean is None
+                    else f"{g.closed_min_mean:,.1f} ({g.closed_rcp})",
                 ]
             )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -271,17 +282,32 @@ def _read_reference_run(path: Path, target: float) -> ReferenceRun:
     return run
 
 
-def _rcp_figures(
-    records: dict[str, dict[str, Any]], benchmark: str, usage: str, ruleset: str
-) -> dict[str, dict[str, Any]]:
-    """Each record's ``RCP Mean``, ``RCP Stdev`` and ``Min Epochs`` (the least acceptable
-    submission mean), computed by the installed ``RCP_Checker`` as it computes its own."""
+def _rcp_checker(records: dict[str, dict[str, Any]], benchmark: str, usage: str, ruleset: str):
+    """The installed ``RCP_Checker`` over ``records``: each record's ``RCP Mean``, ``RCP
+    Stdev`` and ``Min Epochs`` (the least acceptable submission mean) computed as it computes
+    its own, and the pruned records the RCP check uses."""
     from mlperf_logging.rcp_checker import rcp_checker  # numpy and scipy: import when used
 
-    checker = rcp_checker.RCP_Checker(
+    return rcp_checker.RCP_Checker(
         usage, ruleset, benchmark, False, rcp_file=io.StringIO(json.dumps(records))
     )
-    return checker.rcp_data
+
+
+def _closed_bound(checker: Any, global_batch_size: int) -> tuple[float | None, str]:
+    """The least submission mean the RCP check (``check_directory`` on the pruned records)
+    accepts at ``global_batch_size``, and which record gives it; the same choice of record."""
+    found = checker._find_rcp(global_batch_size, "pruned_rcps")
+    if found is not None:
+        return float(found["Min Epochs"]), "its pruned record"
+    low = checker._find_top_min_rcp(global_batch_size, "pruned_rcps")
+    high = checker._find_bottom_max_rcp(global_batch_size, "pruned_rcps")
+    if low is not None and high is not None:
+        _, record = checker._create_interp_rcp(global_batch_size, low, high)
+        return float(record["Min Epochs"]), f"interpolated from {low['BS']} and {high['BS']}"
+    if low is None and high is not None:
+        record = checker._find_min_rcp("pruned_rcps")
+        return float(record["Min Epochs"]), f"the record of {record['BS']}"
+    return None, "no RCP"
 
 
 def score_reference(
@@ -324,7 +350,8 @@ def score_reference(
         if run.samples_to_target is not None and run.global_batch_size is not None:
             by_batch.setdefault(run.global_batch_size, []).append(run)
     installed_records = json.loads(rcp_json.read_text(encoding="utf-8"))
-    installed_figures = _rcp_figures(installed_records, benchmark, usage, ruleset)
+    installed = _rcp_checker(installed_records, benchmark, usage, ruleset)
+    installed_figures = installed.rcp_data
     for gbs, group in sorted(by_batch.items()):
         if len(group) < _LEAST_RUNS:
             problems.append(
@@ -341,7 +368,7 @@ def score_reference(
         }
         for gbs, group in sorted(by_batch.items())
     }
-    our_figures = _rcp_figures(ours, benchmark, usage, ruleset) if ours else {}
+    our_figures = _rcp_checker(ours, benchmark, usage, ruleset).rcp_data if ours else {}
     groups: list[ReferenceGroup] = []
     for gbs, group in sorted(by_batch.items()):
         figures = our_figures[f"reference_{gbs}"]
@@ -356,6 +383,7 @@ def score_reference(
             min_acceptable_mean=float(figures["Min Epochs"]),
             epochs_mean=sum(kept) / len(kept) if kept else None,
         )
+        entry.closed_min_mean, entry.closed_rcp = _closed_bound(installed, gbs)
         for name, record in installed_records.items():
             if record.get("BS") != gbs:
                 continue

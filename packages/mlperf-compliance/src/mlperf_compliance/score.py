@@ -25,7 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from mlperf_compliance.checker import DEV_RULESET, CheckResult, check_log, check_ruleset
+from mlperf_compliance.checker import (
+    DEV_RULESET,
+    CheckResult,
+    check_log,
+    check_ruleset,
+    time_order_verdicts,
+)
 from mlperf_compliance.olympic import OlympicRule, olympic_mean, olympic_rule
 from mlperf_compliance.rcp import RcpVerdict, rcp_check
 from mlperf_compliance.records import LogScan, scan_log
@@ -88,6 +94,7 @@ def _read_run(path: Path, benchmark: str) -> RunScore:
     run = RunScore(path=name)
     scan = scan_log(path)
     run.problems.extend(str(p) for p in scan.problems)
+    run.problems.extend(v.detail for v in time_order_verdicts(scan))  # as check says it
     logged, where = _value(scan, "submission_benchmark")
     run.benchmark = logged if isinstance(logged, str) else None
     if logged is not None and logged != benchmark:
@@ -112,11 +119,7 @@ def _read_run(path: Path, benchmark: str) -> RunScore:
     if stop is None:
         run.problems.append(f"{name}: run_stop not recorded")
     if start is not None and stop is not None:
-        if stop.time_ms < start.time_ms:
-            run.problems.append(
-                f"{name}:{stop.line}: run_stop is logged before run_start (line {start.line})"
-            )
-        else:
+        if stop.time_ms >= start.time_ms:  # else time_order_verdicts named the line
             run.minutes = (stop.time_ms - start.time_ms) / 60.0 / 1000.0
         if run.status != "success":
             run.problems.append(f"{name}:{stop.line}: run_stop status is {run.status!r}")
@@ -177,12 +180,14 @@ def score_results(
                 continue
             run.compliant = result.passed
             if not result.passed:
-                failed = result.failed_rules
+                # A problem the run already lists (in the same words) is not repeated.
+                failed = [f for f in result.failed_rules if f.detail not in run.problems]
                 first = failed[0] if failed else None
                 where = f"{run.path}:{first.line}" if first and first.line else run.path
                 what = f"{first.rule}: {first.message}" if first else "checker failed"
                 more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-                run.problems.append(f"{where}: not compliant with {ruleset}: {what}{more}")
+                if failed or not result.failed_rules:
+                    run.problems.append(f"{where}: not compliant with {ruleset}: {what}{more}")
 
     succeeded = [r for r in runs if r.succeeded]
     failed = len(runs) - len(succeeded)

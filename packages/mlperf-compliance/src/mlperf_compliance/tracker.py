@@ -39,9 +39,10 @@ INITIALIZING: Final = "initializing"
 INITIALIZED: Final = "initialized"
 RUNNING: Final = "running"
 IN_BLOCK: Final = "in_block"
+EVALUATING: Final = "evaluating"
 STOPPED: Final = "stopped"
 #: Every state of a :class:`RunTracker`, in the order a run goes through them.
-RUN_STATES: Final = (NEW, INITIALIZING, INITIALIZED, RUNNING, IN_BLOCK, STOPPED)
+RUN_STATES: Final = (NEW, INITIALIZING, INITIALIZED, RUNNING, IN_BLOCK, EVALUATING, STOPPED)
 
 _STATE_DICT_VERSION: Final = 1
 
@@ -94,8 +95,10 @@ class RunTracker:
 
     States (``tracker.state``): ``new`` -> ``init_start()`` -> ``initializing`` ->
     ``init_stop()`` -> ``initialized`` -> ``run_start()`` -> ``running``; then
-    ``block_start()`` -> ``in_block`` -> ``block_stop()`` -> ``running``, ``eval()`` while
-    ``running``; ``run_stop()`` from any state after ``init_start`` -> ``stopped``. A call in
+    ``block_start()`` -> ``in_block`` -> ``block_stop()`` -> ``running``; ``eval_start()`` ->
+    ``evaluating`` -> ``eval()`` -> ``running`` (or ``eval()`` alone while ``running``, for an
+    evaluation timed by the caller); ``run_stop()`` from any state after ``init_start`` ->
+    ``stopped``. A call in
     any other state raises :class:`TrackerStateError` naming the state and the call, before
     anything is written.
 
@@ -125,6 +128,8 @@ class RunTracker:
         self._converged = False
         self._best_accuracy: float | None = None
         self._evals = 0
+        self._evaluating: int | None = None
+        """The samples_count of the evaluation that eval_start opened."""
         self._status: str | None = None
         self._lock = threading.RLock()
 
@@ -264,6 +269,29 @@ class RunTracker:
             self._samples_count = count
             self._state = RUNNING
 
+    def eval_start(
+        self,
+        samples_count: int,
+        epoch_num: int | float | None = None,
+        *,
+        time_ms: int | None = None,
+        stack_offset: int = 0,
+    ) -> None:
+        """Log ``eval_start`` as the evaluation begins; ``running`` -> ``evaluating``.
+
+        :meth:`eval` then logs its ``eval_accuracy`` and ``eval_stop``, so that the records
+        bracket the evaluation as the reference's do.
+        """
+        with self._lock:
+            self._expect(f"eval_start(samples_count={samples_count})", RUNNING)
+            count = self._advance("eval_start", samples_count)
+            self.logger.eval_start(
+                count, epoch_num=epoch_num, time_ms=time_ms, stack_offset=stack_offset + 1
+            )
+            self._samples_count = count
+            self._evaluating = count
+            self._state = EVALUATING
+
     def eval(
         self,
         accuracy: float,
@@ -273,25 +301,35 @@ class RunTracker:
         time_ms: int | None = None,
         stack_offset: int = 0,
     ) -> bool:
-        """Log ``eval_start``, ``eval_accuracy`` and ``eval_stop`` for one evaluation.
+        """Log ``eval_accuracy`` and ``eval_stop`` of the evaluation :meth:`eval_start` opened
+        (at the same ``samples_count``), or all three records at once while ``running``.
 
-        Allowed while ``running`` (between blocks). ``accuracy`` must be a finite number in
-        [0, 1] (the rules reject anything else). Returns whether this eval reached
-        ``target_accuracy``; :attr:`converged` stays ``True`` once any eval did.
+        ``accuracy`` must be a finite number in [0, 1] (the rules reject anything else).
+        Returns whether this eval reached ``target_accuracy``; :attr:`converged` stays
+        ``True`` once any eval did.
         """
         with self._lock:
-            self._expect(f"eval(samples_count={samples_count})", RUNNING)
+            self._expect(f"eval(samples_count={samples_count})", RUNNING, EVALUATING)
             if isinstance(accuracy, bool):
                 raise TypeError(f"accuracy must be a number, got {accuracy!r}")
             value = float(accuracy)
             if not math.isfinite(value) or not 0.0 <= value <= 1.0:
                 raise ValueError(f"accuracy must be a finite number in [0, 1], got {accuracy!r}")
             count = self._advance("eval", samples_count)
+            if self._evaluating is not None and count != self._evaluating:
+                raise ValueError(
+                    f"eval: samples_count {count} is not the {self._evaluating} of eval_start"
+                )
             offset = stack_offset + 1
-            self.logger.eval_start(count, epoch_num=epoch_num, time_ms=time_ms, stack_offset=offset)
+            if self._evaluating is None:
+                self.logger.eval_start(
+                    count, epoch_num=epoch_num, time_ms=time_ms, stack_offset=offset
+                )
             self.logger.eval_accuracy(value, count, epoch_num, time_ms=time_ms, stack_offset=offset)
             self.logger.eval_stop(count, epoch_num=epoch_num, time_ms=time_ms, stack_offset=offset)
             self._samples_count = count
+            self._evaluating = None
+            self._state = RUNNING
             self._evals += 1
             if self._best_accuracy is None or value > self._best_accuracy:
                 self._best_accuracy = value
@@ -314,7 +352,7 @@ class RunTracker:
         defaults to :attr:`samples_count`. Returns the status logged.
         """
         with self._lock:
-            self._expect("run_stop()", INITIALIZING, INITIALIZED, RUNNING, IN_BLOCK)
+            self._expect("run_stop()", INITIALIZING, INITIALIZED, RUNNING, IN_BLOCK, EVALUATING)
             if status is None:
                 status = C.SUCCESS if self._converged else C.ABORTED
             if status == C.SUCCESS and not self._converged:
@@ -375,8 +413,10 @@ class RunTracker:
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
-        """The tracker state as plain data, to save in the training checkpoint."""
+        """The tracker state as plain data, to save in the training checkpoint (not during an
+        evaluation: a resumed run repeats a whole evaluation, from its ``eval_start``)."""
         with self._lock:
+            self._expect("state_dict()", NEW, INITIALIZING, INITIALIZED, RUNNING, IN_BLOCK, STOPPED)
             return {
                 "version": _STATE_DICT_VERSION,
                 "state": self._state,

@@ -97,6 +97,7 @@ class Trainer:
             eps=opt.eps,
             weight_decay=opt.weight_decay,
         )
+        self._take_initial_step(self.dense_optimizer, self._dense_parameters)
         self.sparse_optimizers: list[torch.optim.Optimizer] = sparse
         """Row-wise Adagrad of the embedding tables: one optimizer unsharded; the DMP's fused
         optimizer (plus one for the data_parallel tables, if any) sharded."""
@@ -104,6 +105,20 @@ class Trainer:
         self.last_scores: tuple[torch.Tensor, torch.Tensor] | None = None
         """(logits, labels) of the first task in the last training batch, detached, for
         running metrics."""
+
+    @staticmethod
+    @torch.no_grad()
+    def _take_initial_step(optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter]):
+        """One step on zero gradients, as the reference's `KeyedOptimizer.init_state` takes on
+        its dense optimizer when the run is built: Adam's first real batch is then its step 2
+        (bias correction included) with zero moments from step 1; no weight moves unless weight
+        decay is set, as in the reference. The sharded tables' fused row-wise Adagrad is outside that optimizer and starts
+        untouched, as here. A resumed run loads the checkpoint's state over this one."""
+        for param in parameters:
+            param.grad = torch.zeros_like(param)
+        optimizer.step()
+        for param in parameters:
+            param.grad = None
 
     def _row_wise_adagrad(self, parameters: list[nn.Parameter]) -> RowWiseAdagrad:
         return RowWiseAdagrad(parameters, **sparse_optimizer_settings(self.config.optimizer))
