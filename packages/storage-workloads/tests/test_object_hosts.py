@@ -165,6 +165,21 @@ def test_object_list_lists_the_presets(capsys: pytest.CaptureFixture[str]) -> No
     assert entry["workload"]["total_objects"] == 401_408
 
 
+@pytest.mark.slow
+def test_a_preset_runs_its_phases(endpoint: str, tmp_path: Path) -> None:
+    """The 1-host presets on this host: the prepare+get form runs both phases, its get-only
+    form only the get phase over what the first prepared; both report sai3-bench's buckets."""
+    common = ["--objects", "24", "--ops", "20", "--concurrency", "2", "--quiet"]
+    common += ["--endpoint", endpoint, "--bucket", f"{BUCKET}-preset"]
+    for name, phases in (("resnet50_1host", ["prepare", "get"]), ("resnet50_1host_get", ["get"])):
+        out = tmp_path / name
+        assert main(["object", "run", name, *common, "--out", str(out)]) == 0
+        results = json.loads((out / "results.json").read_text())
+        assert [p["phase"] for p in results["phases"]] == phases
+        assert results["workload"]["name"] == name and results["bucket_scheme"] == "sai3"
+        assert results["phases"][-1]["totals"]["ops"] == 20
+
+
 # ---------------------------------------------------------------------------------------------
 # Refusals, before anything is created
 

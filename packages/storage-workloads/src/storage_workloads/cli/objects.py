@@ -147,8 +147,7 @@ def _object_options() -> argparse.ArgumentParser:
     common.add_argument(
         "--buckets",
         choices=BUCKET_SCHEMES,
-        default="pow2",
-        help="size buckets of the report: pow2 (default) or sai3",
+        help="size buckets of the report: pow2 (default) or sai3 (a preset's default)",
     )
     common.add_argument(
         "--skip-existing",
@@ -497,7 +496,7 @@ def _run(args: argparse.Namespace) -> int:
         "out_dir": args.out,
         "seed": args.seed,
         "skip_existing": args.skip_existing,
-        "bucket_scheme": args.buckets,
+        "bucket_scheme": args.buckets or ("sai3" if preset is not None else "pow2"),
         "log": log,
     }
     if hosts:
