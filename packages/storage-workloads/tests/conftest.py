@@ -153,3 +153,17 @@ def endpoint() -> Iterator[str]:
             yield f"http://127.0.0.1:{port}"
         finally:
             server.stop()
+
+
+@pytest.fixture
+def no_remote_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Open MPI's remote launcher (ssh) replaced by a shim that records any call and fails:
+    Open MPI must take the loopback names for this machine and launch nothing remotely (any
+    other host fails as an unreachable one).
+    Returns the file the shim would write."""
+    calls = tmp_path / "rsh-calls"
+    shim = tmp_path / "rsh-shim"
+    shim.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexit 1\n')
+    shim.chmod(0o755)
+    monkeypatch.setenv("OMPI_MCA_plm_rsh_agent", str(shim))
+    return calls

@@ -1,8 +1,8 @@
 """Object-storage runs over two client hosts on the loopback through Open MPI's own mpirun
 (``--hosts localhost:1,127.0.0.1:1``), against a moto S3 server: the agents' frames go through
 mpirun's forwarded stdin and stdout. Open MPI's remote launcher (ssh) is replaced by a shim that
-records any call and fails, so the loopback names launch locally and any other host fails as
-an unreachable one would. Skipped (saying why) without mpirun (Debian: openmpi-bin)."""
+records any call and fails (conftest's ``no_remote_launch``), so the loopback names launch
+locally and any other host fails as an unreachable one would. Skipped (saying why) without mpirun (Debian: openmpi-bin)."""
 
 from __future__ import annotations
 
@@ -23,18 +23,7 @@ SMALL = ["resnet50", "--objects", "64", "--size-mean", "6000", "--size-stdev", "
 SMALL += ["--size-min", "1KiB", "--size-max", "24KiB", "--concurrency", "2", "--quiet"]
 
 
-@pytest.fixture
-def rsh_calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The file the failing ssh shim writes its arguments to."""
-    calls = tmp_path / "rsh-calls"
-    shim = tmp_path / "rsh-shim"
-    shim.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexit 1\n')
-    shim.chmod(0o755)
-    monkeypatch.setenv("OMPI_MCA_plm_rsh_agent", str(shim))
-    return calls
-
-
-def test_run_over_two_loopback_hosts(endpoint: str, tmp_path: Path, rsh_calls: Path) -> None:
+def test_run_over_two_loopback_hosts(endpoint: str, tmp_path: Path, no_remote_launch: Path) -> None:
     out = tmp_path / "out"
     argv = ["object", "run", *SMALL, "--ops", "100", "--endpoint", endpoint, "--bucket", "mpi"]
     assert main([*argv, "--out", str(out), "--hosts", "localhost:1,127.0.0.1:1"]) == 0
@@ -45,11 +34,11 @@ def test_run_over_two_loopback_hosts(endpoint: str, tmp_path: Path, rsh_calls: P
     for host in results["hosts"]:
         assert [p["status"] for p in host["phases"]] == ["done", "done"]
         assert [p["totals"]["ops"] for p in host["phases"]] == [32, 50]
-    assert not rsh_calls.exists()  # nothing was launched through ssh
+    assert not no_remote_launch.exists()  # nothing was launched through ssh
 
 
 def test_an_unreachable_host_is_named(
-    endpoint: str, tmp_path: Path, rsh_calls: Path, capsys: pytest.CaptureFixture[str]
+    endpoint: str, tmp_path: Path, no_remote_launch: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
     argv = ["object", "prepare", *SMALL, "--endpoint", endpoint, "--bucket", "mpi-down"]
