@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import hashlib
 import os
 import platform
@@ -120,10 +121,11 @@ _START_DELAY_S: Final = 0.5
 _STOP_WAIT_S: Final = 10.0  # how long an agent may take to exit once told to stop
 #: How a host's part of a phase can end; ``ready`` and ``warm`` wait for the next ``start``.
 _ENDED: Final = frozenset({"done", "failed", "silent", "stopped"})
-# Figures of a multi-host results.json, besides those of a one-host run.
+#: The schema of a multi-host ``results.json``: a one-host run's, plus the hosts' parts.
 _SCHEMA_HOSTS: Final = SCHEMA + "+hosts"
 
 
+@functools.cache
 def code_digest() -> str:
     """A digest of this package's Python files: two hosts with the same digest run the same
     code (a version number alone would not tell two checkouts apart)."""
@@ -163,7 +165,8 @@ def agent_main() -> int:
     Reads its :class:`_HostTask` from stdin, runs its clients as a local run does, says
     ``ready`` when they are, starts them after the delay of each ``start``, and writes ``warm``
     and ``done`` with each client's report, ``alive`` meanwhile; a failure is written as
-    ``error``. Its clients are stopped if the controller goes away (end of stdin).
+    ``error``. Its clients are stopped if the controller goes away, or calls the phase off,
+    before a start (end of stdin).
     """
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints go to stderr, not into the frames
@@ -183,7 +186,10 @@ def agent_main() -> int:
     starts: list[float] = []
 
     def start(warm: dict[int, ClientReport] | None) -> float:
-        send("ready", _identity()) if warm is None else send("warm", warm)
+        if warm is None:
+            send("ready", _identity())
+        else:
+            send("warm", warm)
         kind, delay = _read_frame(stdin)
         if kind != "start":
             raise ObjectStoreError(f"expected start from the controller, got {kind!r}")
@@ -345,17 +351,15 @@ class _HostState:
     started: float | None = None
 
 
-def agent_command(
-    spec: HostSpec, *, mpi_args: Sequence[str] = (), python: str | None = None
-) -> list[str]:
+def agent_command(spec: HostSpec, *, mpi_args: Sequence[str] = ()) -> list[str]:
     """``mpirun -n 1 --host NAME:1 [mpi_args] -x VAR... PYTHON -m storage_workloads._host_agent``
-    for one host; ``RuntimeError`` when mpirun is missing, ``ValueError`` when ``mpi_args``
-    choose hosts too."""
+    for one host, PYTHON this one's (the same path on every host); ``RuntimeError`` when mpirun
+    is missing, ``ValueError`` when ``mpi_args`` choose hosts too."""
     cmd = mpirun_prefix(1, hosts=[HostSpec(spec.name, 1)], mpi_args=mpi_args)
     for name in FORWARDED_ENV:
         if name in os.environ or name == "PYTHONPATH":
             cmd += ["-x", name]
-    return [*cmd, python or sys.executable, "-m", AGENT_MODULE]
+    return [*cmd, sys.executable, "-m", AGENT_MODULE]
 
 
 class _HostRunner:
