@@ -19,6 +19,14 @@ if shutil.which("mpirun") is None:
 
 pytestmark = pytest.mark.slow
 
+
+@pytest.fixture(autouse=True)
+def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Open MPI's own traffic kept on the loopback interface, as in the DLIO loopback run."""
+    monkeypatch.setenv("OMPI_MCA_btl_tcp_if_include", "lo")
+    monkeypatch.setenv("OMPI_MCA_oob_tcp_if_include", "lo")
+
+
 SMALL = ["resnet50", "--objects", "64", "--size-mean", "6000", "--size-stdev", "4000"]
 SMALL += ["--size-min", "1KiB", "--size-max", "24KiB", "--concurrency", "2", "--quiet"]
 
