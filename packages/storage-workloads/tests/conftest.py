@@ -1,10 +1,13 @@
-"""Fixtures shared by the tests of DLIO runs that need no DLIO."""
+"""Fixtures shared by the tests of DLIO runs that need no DLIO, and the local S3 endpoint of
+the object-storage tests (moto's server mode on the loopback)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +116,54 @@ def _fork_checkpointing(run_dir: Path, cmd: list[str], section: dict[str, Any]) 
 def fake_dlio(monkeypatch: pytest.MonkeyPatch) -> None:
     """DLIO's launch replaced by :func:`_fake_execute`."""
     monkeypatch.setattr(runs, "_execute", _fake_execute)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A port of 127.0.0.1 that nothing listens on (it was free a moment ago)."""
+    return _free_port()
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 (a free port) for the test module, with test credentials
+    and no AWS configuration files in the environment; its URL."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+            mp.delenv(name, raising=False)
+        mp.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        port = _free_port()
+        from moto.server import ThreadedMotoServer  # the dev group's; only these tests need it
+
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def no_remote_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Open MPI's remote launcher (ssh) replaced by a shim that records any call and fails:
+    Open MPI must take the loopback names for this machine and launch nothing remotely (any
+    other host fails as an unreachable one).
+    Returns the file the shim would write."""
+    calls = tmp_path / "rsh-calls"
+    shim = tmp_path / "rsh-shim"
+    shim.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexit 1\n')
+    shim.chmod(0o755)
+    monkeypatch.setenv("OMPI_MCA_plm_rsh_agent", str(shim))
+    return calls

@@ -11,6 +11,7 @@ import pytest
 
 from storage_workloads import OBJECT_WORKLOADS
 from storage_workloads.cli import main
+from storage_workloads.objpresets import OBJECT_PRESETS
 
 REQUIRED = ["--bucket", "bench", "--out", "out"]
 
@@ -18,7 +19,8 @@ REQUIRED = ["--bucket", "bench", "--out", "out"]
 def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["object", "list"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert listed == {name: w.as_dict() for name, w in OBJECT_WORKLOADS.items()}
+    workloads = {name: w.as_dict() for name, w in OBJECT_WORKLOADS.items()}
+    assert listed == workloads | {name: p.as_dict() for name, p in OBJECT_PRESETS.items()}
     assert listed["resnet50_object"]["total_objects"] == 614_400
 
 
@@ -69,7 +71,7 @@ def test_module_entry_point() -> None:
         text=True,
         check=True,
     )
-    assert set(json.loads(done.stdout)) == set(OBJECT_WORKLOADS)
+    assert set(json.loads(done.stdout)) == set(OBJECT_WORKLOADS) | set(OBJECT_PRESETS)
 
 
 def test_import_loads_neither_boto3_nor_torch() -> None:

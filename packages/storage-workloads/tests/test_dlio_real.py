@@ -248,19 +248,6 @@ def test_config_name_clash_is_caught(
 LOOPBACK = "localhost:1,127.0.0.1:1"
 
 
-@pytest.fixture
-def no_remote_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Open MPI's remote launcher (ssh) replaced by a shim that records any call and fails:
-    Open MPI must take both loopback names for this machine and launch nothing remotely.
-    Returns the file the shim would write."""
-    calls = tmp_path / "rsh-calls"
-    shim = tmp_path / "rsh-shim"
-    shim.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexit 1\n')
-    shim.chmod(0o755)
-    monkeypatch.setenv("OMPI_MCA_plm_rsh_agent", str(shim))
-    return calls
-
-
 def test_two_loopback_hosts(
     npz: Path, tmp_path: Path, no_remote_launch: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

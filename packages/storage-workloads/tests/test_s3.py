@@ -5,16 +5,12 @@ from __future__ import annotations
 import collections
 import csv
 import json
-import logging
-import socket
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from storage_workloads import OBJECT_WORKLOADS
 from storage_workloads.cli import main
@@ -36,33 +32,6 @@ SMALL = OBJECT_WORKLOADS["resnet50_object"].override(
     size_max=24_576,
     concurrency=4,
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def endpoint() -> Iterator[str]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-            mp.delenv(name, raising=False)
-        mp.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
-        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        port = _free_port()
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-        server.start()
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -228,8 +197,8 @@ def test_get_beyond_the_prepared_objects_names_the_missing_key(
 
 
 @pytest.mark.parametrize("phase", [prepare, get])
-def test_unreachable_endpoint_names_the_url(endpoint: str, phase: Any) -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+def test_unreachable_endpoint_names_the_url(endpoint: str, closed_port: int, phase: Any) -> None:
+    url = f"http://127.0.0.1:{closed_port}"
     with pytest.raises(ObjectStoreError, match=f"cannot reach the S3 endpoint {url}"):
         phase(SMALL.override(ops=5), S3Target(bucket=BUCKET, endpoint=url))
 
@@ -254,9 +223,9 @@ def test_a_client_process_that_dies_is_reported(
 
 
 def test_cli_errors_are_one_line(
-    endpoint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    endpoint: str, closed_port: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{closed_port}"
     base = ["--ops", "5", "--out", str(tmp_path / "o"), "--quiet"]
     cases = [
         (["get", "resnet50", "--endpoint", url, "--bucket", BUCKET], f"S3 endpoint {url}"),

@@ -14,8 +14,10 @@
   :mod:`storage_workloads.hosts`: the client hosts of a multi-host run and the memory read
   from them; :mod:`storage_workloads.layout`: the results layout of mlpstorage.
 - :data:`OBJECT_WORKLOADS` / :func:`object_workload`: the object-storage workloads (sai3-bench
-  ResNet50 and UNet3D); :mod:`storage_workloads.s3` runs them against an S3 endpoint (boto3,
-  the ``s3`` extra) and :mod:`storage_workloads.objresults` holds their results format.
+  ResNet50 and UNet3D); :data:`OBJECT_PRESETS` / :func:`object_preset`: their 1-, 4- and
+  8-host configurations; :mod:`storage_workloads.s3` runs them against an S3 endpoint (boto3,
+  the ``s3`` extra; several hosts: :mod:`storage_workloads.s3.multihost`) and
+  :mod:`storage_workloads.objresults` holds their results format.
 
 No torch here: the package imports with only PyYAML installed (boto3 only when a run starts).
 """
@@ -51,6 +53,7 @@ from storage_workloads.objects import (
     object_workload,
     parse_mix,
 )
+from storage_workloads.objpresets import OBJECT_PRESETS, ObjectPreset, object_preset
 from storage_workloads.rules import (
     CLOSED_PARAMETERS,
     DIVISIONS,
@@ -108,6 +111,7 @@ __all__ = [
     "FRAMEWORKS",
     "HOST_MEMORY_FACTOR",
     "MODELS",
+    "OBJECT_PRESETS",
     "OBJECT_WORKLOADS",
     "ODIRECT_MODELS",
     "OPEN_PARAMETERS",
@@ -123,6 +127,7 @@ __all__ = [
     "Engine",
     "Issue",
     "Level",
+    "ObjectPreset",
     "ObjectWorkload",
     "ParquetColumn",
     "ParquetSchema",
@@ -140,6 +145,7 @@ __all__ = [
     "draw_uniform_sizes",
     "dump_yaml",
     "lognormal_params",
+    "object_preset",
     "object_workload",
     "parse_mix",
     "required_num_files",

@@ -18,7 +18,9 @@
     storage-workloads object prepare|get|run WORKLOAD --bucket B --out DIR [--endpoint URL]
         [--clients N] [--concurrency C] [--duration S | --ops N] [--objects N] [--seed S]
         [--size-distribution lognormal|uniform|fixed] [--mix get=70,put=20,...]
-        [--warmup-period S | --warmup-ops N] ...
+        [--warmup-period S | --warmup-ops N] [--hosts HOST:SLOTS,... [--host-timeout S]] ...
+    (WORKLOAD: an object workload or a preset of sai3-bench's 1-, 4- and 8-host configurations;
+    a --hosts list runs one agent per host through mpirun and merges their results)
 
 Exit status: 0 on success (``check``: CLOSED or OPEN; ``run``: the AU threshold met; ``object``:
 no failed operation), 1 when the command completed with a negative outcome (``check``:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storage_workloads.cli.options import PROG, _int_at_least, _seconds
+from storage_workloads.hosts import HostSpec, format_hosts, parse_hosts
 from storage_workloads.objects import (
     MAX_LIST_KEYS,
     MAX_OBJECT_SIZE,
@@ -17,7 +18,11 @@ from storage_workloads.objects import (
     object_workload,
     parse_mix,
 )
+from storage_workloads.objpresets import OBJECT_PRESETS, ObjectPreset, object_preset
 from storage_workloads.objresults import BUCKET_SCHEMES, PERCENTILES, ObjectResults, OpStats
+
+if TYPE_CHECKING:
+    from storage_workloads.s3.multihost import MultiHostResults
 
 _UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
 
@@ -73,7 +78,7 @@ def _add_object(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN or AWS_PROFILE).",
     )
     actions = obj.add_subparsers(dest="command", required=True, metavar="{list,prepare,get,run}")
-    actions.add_parser("list", help="print the object workloads as JSON")
+    actions.add_parser("list", help="print the object workloads and presets as JSON")
     common = _object_options()
     helps = {
         "prepare": "create the bucket if missing and upload the dataset",
@@ -87,7 +92,13 @@ def _add_object(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def _object_options() -> argparse.ArgumentParser:
     """The options of ``object prepare``, ``get`` and ``run``, as a parent parser."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("workload", help=f"one of {', '.join(OBJECT_WORKLOADS)}")
+    common.add_argument(
+        "workload",
+        help=f"one of {', '.join(OBJECT_WORKLOADS)}, or a preset of sai3-bench's 1-, 4- and "
+        "8-host configurations (object list): "
+        + ", ".join(name for name in OBJECT_PRESETS if not name.endswith("_get"))
+        + ", each also as NAME_get (get only)",
+    )
     common.add_argument(
         "--endpoint",
         metavar="URL",
@@ -136,8 +147,7 @@ def _object_options() -> argparse.ArgumentParser:
     common.add_argument(
         "--buckets",
         choices=BUCKET_SCHEMES,
-        default="pow2",
-        help="size buckets of the report: pow2 (default) or sai3",
+        help="size buckets of the report: pow2 (default) or sai3 (a preset's default)",
     )
     common.add_argument(
         "--skip-existing",
@@ -184,6 +194,32 @@ def _object_options() -> argparse.ArgumentParser:
         type=_int_at_least(1),
         metavar="N",
         help=f"keys per LIST page, at most {MAX_LIST_KEYS} (default {MAX_LIST_KEYS})",
+    )
+    hosts = common.add_argument_group(
+        "client hosts", "a run over several hosts, one agent each through mpirun"
+    )
+    hosts.add_argument(
+        "--hosts",
+        metavar="HOST:SLOTS,...",
+        help="the client hosts (as for `run --hosts`); SLOTS client processes on each (1 when "
+        "left out), each with --concurrency requests in flight; each host prepares the "
+        "objects of its own clients and every host reads the whole dataset; the results "
+        "of all hosts are merged into --out",
+    )
+    hosts.add_argument(
+        "--mpi-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra mpirun argument for the agents' launch (--mpi-arg=--mca "
+        "--mpi-arg=plm_rsh_agent --mpi-arg=ssh); repeatable",
+    )
+    hosts.add_argument(
+        "--host-timeout",
+        type=_seconds,
+        metavar="S",
+        help="a host that says nothing for S seconds is stopped and named, the run marked "
+        "incomplete (default: 60)",
     )
     common.add_argument("--out", required=True, metavar="DIR", help="results directory")
     common.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -248,13 +284,60 @@ def _with_sizes(args: argparse.Namespace, base: ObjectWorkload) -> ObjectWorkloa
     )
 
 
-def _workload(args: argparse.Namespace) -> ObjectWorkload:
+def _host_list(args: argparse.Namespace) -> tuple[HostSpec, ...]:
+    """The ``--hosts`` list (empty without one); the options that need one are refused
+    without it."""
+    if args.hosts is None:
+        for flag, given in (
+            ("--mpi-arg", args.mpi_arg),
+            ("--host-timeout", args.host_timeout is not None),
+        ):
+            if given:
+                raise ValueError(f"{flag} applies to a run over a --hosts list")
+        return ()
+    hosts = parse_hosts(args.hosts)
+    if isinstance(hosts, int):
+        raise ValueError(
+            f"object --hosts takes the client hosts as host:slots,..., got the count {hosts}: "
+            "a count names no host to start the agents on (one host: --clients N)"
+        )
+    slots = sum(h.slots for h in hosts)
+    if args.clients is not None and args.clients != slots:
+        raise ValueError(
+            f"--clients {args.clients} does not match --hosts {format_hosts(hosts)} ({slots} "
+            "slots in all): the slots are the client processes; leave --clients out"
+        )
+    return hosts
+
+
+def _preset_for(args: argparse.Namespace, hosts: tuple[HostSpec, ...]) -> ObjectPreset | None:
+    """The preset named by the workload argument, checked against the host list."""
+    preset = object_preset(args.workload)
+    if preset is None:
+        return None
+    given = len(hosts) or 1
+    if given != preset.hosts:
+        named = f"--hosts names {given}" if hosts else "no --hosts list was given"
+        raise ValueError(
+            f"{preset.name} is sai3-bench's {preset.hosts}-host configuration but {named}: "
+            f"give {preset.hosts} hosts, or the workload {preset.workload.name.split('_')[0]}"
+            "_object with --scale-with-clients"
+        )
+    if args.scale_with_clients:
+        raise ValueError(
+            f"--scale-with-clients does not apply to {preset.name}, whose dataset is already "
+            f"that of {preset.hosts} host(s)"
+        )
+    return preset
+
+
+def _workload(args: argparse.Namespace, preset: ObjectPreset | None = None) -> ObjectWorkload:
     if args.command == "prepare":
         for name in _GET_ONLY_FLAGS:
             if getattr(args, name) is not None:
                 flag = "--" + name.replace("_", "-")
                 raise ValueError(f"{flag} applies to get and run, not prepare")
-    base = object_workload(args.workload)
+    base = preset.workload if preset is not None else object_workload(args.workload)
     prefix, put_prefix = args.prefix, args.put_prefix
     if prefix and not prefix.endswith("/"):
         prefix += "/"
@@ -350,14 +433,54 @@ def _table(results: ObjectResults) -> str:
 
 
 def _list() -> int:
-    print(json.dumps({name: w.as_dict() for name, w in OBJECT_WORKLOADS.items()}, indent=2))
+    listed = {name: w.as_dict() for name, w in OBJECT_WORKLOADS.items()}
+    listed.update({name: p.as_dict() for name, p in OBJECT_PRESETS.items()})
+    print(json.dumps(listed, indent=2))
     return 0
+
+
+def _hosts_table(results: MultiHostResults) -> str:
+    """One row per host and phase: how it ended, its figures, its start and end."""
+    rows = [["host", "phase", "status", "ops", "ops/s", "MiB/s", "p99", "started", "finished"]]
+    for host in results.hosts:
+        for part in host.phases:
+            t = part.totals
+            rows.append(
+                [
+                    host.host,
+                    part.phase,
+                    part.status,
+                    "-" if t is None else f"{t.ops:,}",
+                    "-" if t is None else f"{t.ops_per_s:,.1f}",
+                    "-" if t is None else f"{t.mib_per_s:,.1f}",
+                    "-" if t is None else _ms(t.p99_ms),
+                    part.started_at or "-",
+                    part.finished_at or "-",
+                ]
+            )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["hosts (p99 in ms; times on each host's clock):"]
+    for r in rows:
+        lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    return "\n".join(lines)
 
 
 def _run(args: argparse.Namespace) -> int:
     from storage_workloads.s3 import S3Target, run
+    from storage_workloads.s3.multihost import (
+        DEFAULT_HOST_TIMEOUT_S,
+        MultiHostResults,
+        run_on_hosts,
+    )
 
-    workload = _workload(args)
+    hosts = _host_list(args)
+    preset = _preset_for(args, hosts)
+    workload = _workload(args, preset)
+    if hosts:
+        workload = workload.override(clients=sum(h.slots for h in hosts))
+    command = args.command
+    if preset is not None and command == "run" and "prepare" not in preset.phases:
+        command = "get"  # a get-only configuration: its run has no prepare stage
     target = S3Target(
         bucket=args.bucket,
         endpoint=args.endpoint,
@@ -369,17 +492,31 @@ def _run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(message, file=sys.stderr, flush=True)
 
-    results = run(
-        args.command,
-        workload,
-        target,
-        out_dir=args.out,
-        seed=args.seed,
-        skip_existing=args.skip_existing,
-        bucket_scheme=args.buckets,
-        log=log,
-    )
+    how: dict[str, Any] = {
+        "out_dir": args.out,
+        "seed": args.seed,
+        "skip_existing": args.skip_existing,
+        "bucket_scheme": args.buckets or ("sai3" if preset is not None else "pow2"),
+        "log": log,
+    }
+    if hosts:
+        timeout = args.host_timeout or DEFAULT_HOST_TIMEOUT_S
+        results: ObjectResults = run_on_hosts(
+            command, workload, target, hosts, mpi_args=args.mpi_arg, host_timeout_s=timeout, **how
+        )
+    else:
+        results = run(command, workload, target, **how)
     print(_table(results))
+    if isinstance(results, MultiHostResults):
+        print(_hosts_table(results))
+        if not results.complete:
+            missing = "; ".join(results.incomplete_hosts) or "a phase did not run"
+            print(
+                f"{PROG}: the run is incomplete ({missing}); the results of the other hosts are "
+                f"in {args.out}",
+                file=sys.stderr,
+            )
+            return 1
     failed = results.failed_ops
     if failed:
         samples = results.error_samples

@@ -11,8 +11,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
@@ -79,13 +79,14 @@ def _collect(
     inbox: queue_mod.Queue[Any], clients: Sequence[_Client], kind: str, timeout: float | None
 ) -> dict[int, Any]:
     got: dict[int, Any] = {}
+    by_id = {client.task.client_id: client for client in clients}
     deadline = None if timeout is None else time.monotonic() + timeout
     while len(got) < len(clients):
         wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         try:
             cid, what, payload = inbox.get(timeout=wait)
         except queue_mod.Empty:
-            missing = sorted(set(range(len(clients))) - set(got))
+            missing = sorted(set(by_id) - set(got))
             raise ObjectStoreError(
                 f"client processes {missing} were not {kind} after {timeout:.0f} s"
             ) from None
@@ -94,7 +95,7 @@ def _collect(
         if what == "eof":
             if cid in got:
                 continue  # it said what it had to say, then exited
-            client = clients[cid]
+            client = by_id[cid]
             code = client.proc.wait()
             tail = client.stderr_tail()
             raise ObjectStoreError(
@@ -106,14 +107,21 @@ def _collect(
     return got
 
 
+#: What one client reports at the end of a phase: what it measured and the seconds from the
+#: common start to its end.
+ClientReport = tuple[_Part, float]
+
+
 @dataclass
 class _Measured:
-    """What the clients of a phase measured: the counted phase and, if any, the warm-up."""
+    """What the clients of a phase measured: the counted phase and, if any, the warm-up, merged,
+    and each client's own report of the counted phase (by client id)."""
 
     part: _Part
     elapsed_s: float
     warmup: _Part | None = None
     warmup_elapsed_s: float = 0.0
+    clients: dict[int, ClientReport] = field(default_factory=dict)
 
 
 def _merge_reports(scheme: str, reports: dict[int, Any]) -> tuple[_Part, float]:
@@ -126,15 +134,23 @@ def _merge_reports(scheme: str, reports: dict[int, Any]) -> tuple[_Part, float]:
     return merged, elapsed
 
 
-def _start_all(clients: Sequence[_Client]) -> None:
-    t0 = time.time() + _START_DELAY_S
+#: When the clients start: called once they are all ready (with ``None``) and, after a
+#: warm-up, again with what each client measured in it; returns the common start time.
+StartTime = Callable[[dict[int, ClientReport] | None], float]
+
+
+def _soon(_: dict[int, ClientReport] | None) -> float:
+    return time.time() + _START_DELAY_S
+
+
+def _start_all(clients: Sequence[_Client], t0: float) -> None:
     for client in clients:
         _write_frame(client.stdin, t0)
 
 
-def _run_clients(tasks: Sequence[_ClientTask]) -> _Measured:
-    """Run the tasks in one process each, started together (and, after a warm-up, started
-    together again); what they measured, merged."""
+def _run_clients(tasks: Sequence[_ClientTask], start: StartTime = _soon) -> _Measured:
+    """Run the tasks in one process each, started together at ``start``'s time (and, after a
+    warm-up, started together again); what they measured, merged and by client."""
     inbox: queue_mod.Queue[Any] = queue_mod.Queue()
     clients: list[_Client] = []
     scheme = tasks[0].scheme
@@ -145,10 +161,11 @@ def _run_clients(tasks: Sequence[_ClientTask]) -> _Measured:
             clients.append(_Client(task, inbox))
             _write_frame(clients[-1].stdin, task)
         _collect(inbox, clients, "ready", _READY_TIMEOUT_S)
-        _start_all(clients)
+        _start_all(clients, start(None))
         if tasks[0].has_warmup:
-            warm = _merge_reports(scheme, _collect(inbox, clients, "warm", None))
-            _start_all(clients)
+            warm_reports = _collect(inbox, clients, "warm", None)
+            warm = _merge_reports(scheme, warm_reports)
+            _start_all(clients, start(warm_reports))
         done = _collect(inbox, clients, "done", None)
         finished = True
     except OSError as exc:  # a pipe to a client broke
@@ -160,5 +177,5 @@ def _run_clients(tasks: Sequence[_ClientTask]) -> _Measured:
             client.stop()
     part, elapsed = _merge_reports(scheme, done)
     if warm is None:
-        return _Measured(part, elapsed)
-    return _Measured(part, elapsed, warm[0], warm[1])
+        return _Measured(part, elapsed, clients=done)
+    return _Measured(part, elapsed, warm[0], warm[1], clients=done)

@@ -8,10 +8,10 @@ import datetime as _dt
 import os
 import platform
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from storage_workloads._records import JsonRecord
 from storage_workloads.objects import ObjectWorkload
@@ -42,6 +42,10 @@ Command = Literal["prepare", "get", "run"]
 
 #: ``run``'s commands; ``run`` is prepare then get.
 COMMANDS: Final = ("prepare", "get", "run")
+
+#: How a phase's client tasks run: :func:`~storage_workloads.s3.clients._run_clients` (local
+#: processes) by default; a multi-host run spreads them over its hosts.
+ClientRunner = Callable[[Sequence[_ClientTask]], _Measured]
 
 
 @dataclass(frozen=True)
@@ -137,13 +141,14 @@ def prepare(
     skip_existing: bool = False,
     bucket_scheme: str = "pow2",
     log: Callable[[str], None] | None = None,
+    runner: ClientRunner = _run_clients,
 ) -> PrepareSummary:
     """Create the bucket if missing and upload the dataset; the phase summary (op ``PUT``).
 
     Object ``i`` gets key ``workload.object_key(i)`` and ``workload.object_sizes(seed)[i]``
     random bytes. The ``clients`` processes upload every ``clients``-th object each, with
     ``concurrency`` threads. With ``skip_existing`` the objects already there with the right
-    size are left alone (and counted as ``skipped``).
+    size are left alone (and counted as ``skipped``). ``runner`` runs the client tasks.
     """
     _check_scheme(bucket_scheme)
     n = workload.total_objects
@@ -173,7 +178,7 @@ def prepare(
             )
             for c in range(workload.clients)
         ]
-        measured = _run_clients(tasks)
+        measured = runner(tasks)
         rec, elapsed = measured.part.recorder("PUT"), measured.elapsed_s
     else:
         rec, elapsed = Recorder(bucket_scheme), 0.0
@@ -240,6 +245,7 @@ def get(
     seed: int = 0,
     bucket_scheme: str = "pow2",
     log: Callable[[str], None] | None = None,
+    runner: ClientRunner = _run_clients,
 ) -> GetSummary:
     """Run the workload's mix over a prepared dataset (GETs only by default); the phase summary.
 
@@ -261,7 +267,7 @@ def get(
     streams; when every client has finished it, all start the counted phase together, so its
     ``elapsed_s`` and rates cover the counted ops only, and ``warmup`` says how many ops the
     warm-up ran. Fails early, naming them, if the bucket or the first or last object of the
-    dataset is missing.
+    dataset is missing. ``runner`` runs the client tasks.
     """
     _check_scheme(bucket_scheme)
     n = workload.total_objects
@@ -310,7 +316,7 @@ def get(
         )
         for c in range(workload.clients)
     ]
-    measured = _run_clients(tasks)
+    measured = runner(tasks)
     warmup = _warmup_summary(workload, measured)
     if warmup is not None:
         _say(
@@ -356,6 +362,29 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
+def _run_fields(
+    command: str,
+    workload: ObjectWorkload,
+    target: S3Target,
+    seed: int,
+    bucket_scheme: str,
+    started_at: str,
+) -> dict[str, Any]:
+    """The fields of :class:`ObjectResults` that say what ran where, from this host."""
+    return {
+        "schema": SCHEMA,
+        "command": command,
+        "workload": workload,
+        "endpoint": target.endpoint_name,
+        "bucket": target.bucket,
+        "prefix": workload.prefix,
+        "seed": seed,
+        "bucket_scheme": bucket_scheme,
+        "started_at": started_at,
+        "host": HostInfo(node=platform.node(), python=platform.python_version()),
+    }
+
+
 def run(
     command: Command,
     workload: ObjectWorkload,
@@ -382,22 +411,12 @@ def run(
     if out.exists() and not out.is_dir():
         raise ObjectStoreError(f"--out {out} exists and is not a directory")
     started_at = _now()
-    host = HostInfo(node=platform.node(), python=platform.python_version())
     phases: list[PhaseSummary] = []
 
     def results(finished_at: str | None) -> ObjectResults:
         return ObjectResults(
-            schema=SCHEMA,
-            command=command,
-            workload=workload,
-            endpoint=target.endpoint_name,
-            bucket=target.bucket,
-            prefix=workload.prefix,
-            seed=seed,
-            bucket_scheme=bucket_scheme,
-            started_at=started_at,
+            **_run_fields(command, workload, target, seed, bucket_scheme, started_at),
             finished_at=finished_at,
-            host=host,
             phases=list(phases),
         )
 
