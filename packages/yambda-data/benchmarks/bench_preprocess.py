@@ -24,7 +24,8 @@ With ``--shaped USERS ...`` the inputs also (or only) include files shaped like 
 by a generator of this script (:func:`shaped_events`: listening sessions on the 5-second grid
 with ``--same-stamp`` of their events at the timestamp of the one before, uint16/uint32 columns,
 dictionary-encoded ``event_type``, 50,000-row row groups), one per value of ``--same-stamp``
-(few or many rows sharing their (uid, timestamp)); cached under ``--work``.
+(few or many rows sharing their (uid, timestamp)) and of ``--repeated`` (the share of rows that
+repeat an earlier row in every column, as real logs hold some); cached under ``--work``.
 
 A project run is the ``yambda-data preprocess`` command (:func:`yambda_data.cli.run`, as the
 installed script runs it) in its child. Every project run also reports the seconds of each
@@ -61,6 +62,9 @@ Run from the repository root::
     uv run python packages/yambda-data/benchmarks/bench_preprocess.py --shaped 16000 40000 \\
         --same-stamp 0.02 0.35 --partitions default --no-validate --repeat 2 \\
         --work /tmp/yambda-bench --reference ../training
+    uv run python packages/yambda-data/benchmarks/bench_preprocess.py --shaped 16000 \\
+        --same-stamp 0.35 --repeated 0.005 0.01 0.05 --partitions default --no-validate \\
+        --repeat 2 --work /tmp/yambda-bench --reference ../training
     uv run python packages/yambda-data/benchmarks/bench_preprocess.py 40000 --median 500 \\
         --partitions default --no-validate --repeat 2 --work /tmp/yambda-bench \\
         --reference ../training --layout enum:50000 dictionary:50000 string:50000 \\
@@ -70,6 +74,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shutil
 import statistics
@@ -190,7 +195,8 @@ _WRITE_SHAPED = (
     "import sys\n"
     "sys.path.insert(0, sys.argv[1])\n"
     "from bench_preprocess import write_shaped\n"
-    "write_shaped(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]))\n"
+    "users, same_stamp, seed, repeated = sys.argv[3:]\n"
+    "write_shaped(sys.argv[2], int(users), float(same_stamp), int(seed), float(repeated))\n"
 )
 SHAPED_ROW_GROUP_ROWS = 50_000
 SHAPED_TIME_SPAN = 300 * 86_400
@@ -237,6 +243,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="for --shaped: the shares of a session's events at the timestamp of the event "
         "before (one input per value; default 0.35)",
     )
+    parser.add_argument(
+        "--repeated",
+        nargs="+",
+        type=float,
+        default=[0.0],
+        metavar="SHARE",
+        help="for --shaped: the shares of rows that repeat an earlier row in every column (one "
+        "input per value and --same-stamp value; default 0)",
+    )
     parser.add_argument("--median", type=int, default=None, help="median listens per user")
     parser.add_argument(
         "--partitions",
@@ -278,6 +293,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--shaped: users must be at least 1")
     if any(not 0 <= share < 1 for share in args.same_stamp):
         parser.error("--same-stamp: each share must be in [0, 1)")
+    if any(not 0 <= share < 1 for share in args.repeated):
+        parser.error("--repeated: each share must be in [0, 1)")
     for root in args.raw:
         if not multi_event_path(root, _common.SIZE).is_file():
             parser.error(f"--raw: {multi_event_path(root, _common.SIZE)}: no such file")
@@ -357,7 +374,7 @@ def layout_input(work: Path, raw: Path, spec: str, seed: int) -> Path:
     return root
 
 
-def shaped_events(users: int, same_stamp: float, seed: int):
+def shaped_events(users: int, same_stamp: float, seed: int, repeated: float = 0.0):
     """A Yambda-shaped events table (pyarrow) of ``users`` users, not the synthesizer's.
 
     Events per user log-normal (median 400, clipped to 3..20,000); timestamps on the 5-second
@@ -369,6 +386,12 @@ def shaped_events(users: int, same_stamp: float, seed: int):
     are of the item just heard, at its timestamp. uid, timestamp, item_id and
     track_length_seconds uint32, played_ratio_pct uint16, is_organic uint8, event_type
     dictionary-encoded strings; sorted by uid, then time.
+
+    ``repeated``: the share of the rows that are copies of an earlier row in every column, of
+    rows drawn uniformly (so across users and timestamps; a row drawn twice is copied twice),
+    each placed right after its row or, as often, after the last row of its (uid, timestamp)
+    run (not adjacent where the run has more rows: listen, like, listen). They come from a
+    stream of their own, so the rows they copy are the file of ``repeated`` 0.
     """
     import numpy as np
     import pyarrow as pa
@@ -410,7 +433,7 @@ def shaped_events(users: int, same_stamp: float, seed: int):
     ).astype(np.uint16)
     track_length = ((item.astype(np.uint64) * 2_654_435_761) >> 7) % 420 + 60
     listen_only = ~is_listen
-    return pa.table(
+    table = pa.table(
         {
             "uid": uid,
             "timestamp": timestamp,
@@ -423,29 +446,46 @@ def shaped_events(users: int, same_stamp: float, seed: int):
             ),
         }
     )
+    if not repeated:
+        return table
+    extra = np.random.default_rng([seed, 1])
+    copies = round(total * repeated / (1 - repeated))
+    source = extra.choice(total, copies)
+    new_run = np.r_[True, (uid[1:] != uid[:-1]) | (timestamp[1:] != timestamp[:-1])]
+    run_last = np.r_[np.flatnonzero(new_run)[1:], total] - 1
+    after = np.where(extra.random(copies) < 0.5, source, run_last[np.cumsum(new_run)[source] - 1])
+    # A copy goes right after the row ``after``, behind the copies before it that go there too.
+    order = np.argsort(np.r_[2 * np.arange(total), 2 * after + 1], kind="stable")
+    return table.take(np.r_[np.arange(total), source][order])
 
 
-def write_shaped(root: str | Path, users: int, same_stamp: float, seed: int) -> None:
+def write_shaped(
+    root: str | Path, users: int, same_stamp: float, seed: int, repeated: float = 0.0
+) -> None:
     """:func:`shaped_events` as the raw dataset ``root`` (zstd, 50,000-row row groups)."""
     import pyarrow.parquet as pq
 
     path = multi_event_path(root, _common.SIZE)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table = shaped_events(users, same_stamp, seed)
+    table = shaped_events(users, same_stamp, seed, repeated)
     pq.write_table(table, path, compression="zstd", row_group_size=SHAPED_ROW_GROUP_ROWS)
 
 
-def shaped_input(work: Path, users: int, same_stamp: float, seed: int) -> tuple[Path, str]:
+def shaped_input(
+    work: Path, users: int, same_stamp: float, repeated: float, seed: int
+) -> tuple[Path, str]:
     """The Yambda-shaped input under ``work`` (written in a child once, cached); (root, how)."""
-    root = work / f"shaped-u{users}-same{same_stamp:g}-s{seed}"
+    name = f"shaped-u{users}-same{same_stamp:g}" + (f"-rep{repeated:g}" if repeated else "")
+    root = work / f"{name}-s{seed}"
     stamp = root / _LAYOUT_SOURCE
-    spec = json.dumps({"users": users, "same_stamp": same_stamp, "seed": seed})
+    settings = {"users": users, "same_stamp": same_stamp, "seed": seed}
+    spec = json.dumps(settings | ({"repeated": repeated} if repeated else {}))
     if stamp.is_file() and stamp.read_text() == spec:
         return root, "cached"
     shutil.rmtree(root, ignore_errors=True)
     here = str(Path(__file__).resolve().parent)
     result = _common.run_code(
-        _WRITE_SHAPED, [here, str(root), str(users), str(same_stamp), str(seed)]
+        _WRITE_SHAPED, [here, str(root), str(users), str(same_stamp), str(seed), str(repeated)]
     )
     stamp.write_text(spec)
     return root, f"written in {result.wall_s:.1f} s"
@@ -590,9 +630,10 @@ def main(argv: list[str] | None = None) -> None:
             (root.name, root, describe_input(root, root.name, "--raw")) for root in args.raw
         ]
         for users in args.shaped:
-            for share in args.same_stamp:
-                root, how = shaped_input(work, users, share, args.seed)
+            for share, repeated in itertools.product(args.same_stamp, args.repeated):
+                root, how = shaped_input(work, users, share, repeated, args.seed)
                 label = f"shaped {users:,} users, same stamp {share:g}"
+                label += f", repeated {repeated:g}" if repeated else ""
                 sources.append((label, root, describe_input(root, label, how)))
         for label, raw, rows in sources:
             inputs = {spec: layout_input(work, raw, spec, args.seed) for spec in args.layout}

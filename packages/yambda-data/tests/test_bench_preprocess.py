@@ -92,3 +92,35 @@ def test_paired_ratios_are_each_pairs_and_their_median():
     assert bench_preprocess.paired_ratios(project, reference) == (
         "events/s, project / reference, per alternated pair: 1.83x, 2.00x, 2.25x; median 2.00x"
     )
+
+
+def test_the_shaped_generator_repeats_the_share_of_rows_asked_for(tmp_path):
+    """``repeated``: that share of the rows are copies of an earlier row in every column, of
+    many users and timestamps, some next to their row and some not; the file stays valid and
+    the rows without the copies are the file of ``repeated`` 0."""
+    import polars as pl
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import bench_preprocess
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    from yambda_data.schema import count_duplicate_rows, validate_multi_event
+
+    plain = pl.from_arrow(bench_preprocess.shaped_events(200, 0.35, 0))
+    bench_preprocess.write_shaped(tmp_path / "raw", 200, 0.35, 0, 0.05)
+    path = multi_event_path(tmp_path / "raw", "50m")
+    validate_multi_event(path)  # sorted by (uid, timestamp), on the grid, nulls right
+    events = pl.read_parquet(path)
+    copies = events.height - plain.height
+    assert copies == round(plain.height * 0.05 / 0.95)
+    assert count_duplicate_rows(events) == count_duplicate_rows(plain) + copies
+    as_plain = events.with_columns(pl.col("event_type").cast(pl.String))
+    plain = plain.with_columns(pl.col("event_type").cast(pl.String))
+    assert as_plain.unique(maintain_order=True).equals(plain.unique(maintain_order=True))
+    repeats = as_plain.filter(as_plain.is_duplicated())
+    assert repeats["uid"].n_unique() > 100 and repeats["timestamp"].n_unique() > copies // 2
+    # Next to their row (equal to the row before) or not (an other row of the run between).
+    next_to = as_plain.select(pl.all_horizontal(pl.all().eq_missing(pl.all().shift(1)))).to_series()
+    adjacent = int(next_to.sum())
+    assert copies // 3 < adjacent < copies, (adjacent, copies)

@@ -975,3 +975,37 @@ def test_repeated_rows_agree_with_the_reference_count():
             frame = frame.with_columns(uid=pl.lit(1, pl.UInt32), timestamp=pl.lit(5, pl.UInt32))
         frame = frame.sort("uid", "timestamp", maintain_order=True)
         assert prep._repeated_rows(frame) == count_duplicate_rows(frame), case
+
+
+def test_repeats_in_long_runs_agree_whether_packed_in_one_integer_or_not():
+    """Runs longer than the lags compared are counted by one sort of the rows packed in mixed
+    radix, or, when the columns' ranges do not fit 64 bits, by a sort on every column: both
+    give count_duplicate_rows."""
+    rng = np.random.default_rng(1)
+    n = 400
+    base = pl.DataFrame(
+        {
+            "uid": np.repeat([3, 9], n // 2),
+            "timestamp": np.full(n, 10),
+            "item_id": rng.integers(0, 6, n),
+            "is_organic": rng.integers(0, 2, n),
+            "played_ratio_pct": pl.Series(rng.integers(0, 3, n)).set(
+                pl.Series(rng.random(n) < 0.3), None
+            ),
+            "track_length_seconds": rng.integers(0, 2, n),
+            "event_type": rng.choice(["listen", "like"], n),
+        },
+        schema=MULTI_EVENT_SCHEMA,
+    )
+    wide = base.with_columns(  # ranges of about 2**32 each: no room left in 64 bits
+        item_id=pl.col("item_id") * (2**32 // 6),
+        track_length_seconds=pl.col("track_length_seconds") * (2**32 - 1),
+    )
+    assert prep._mixed_radix([base[c].to_numpy() for c in ("uid", "item_id")]) is not None
+    assert (
+        prep._mixed_radix([wide[c].to_numpy() for c in ("item_id", "track_length_seconds")]) is None
+    )
+    for frame in (base, wide):
+        expected = count_duplicate_rows(frame)
+        assert expected > n // 4  # dense in repeats, most of them far from their first row
+        assert prep._repeated_rows(frame) == expected
