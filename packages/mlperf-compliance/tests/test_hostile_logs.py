@@ -158,10 +158,10 @@ def test_score_counts_a_fifo_and_a_dangling_link_as_runs_that_fail(
     assert len(report.runs) == 5 and report.failed_runs == 2
     assert [p for r in report.runs for p in r.problems] == [
         f"{folder / 'result_3.txt'}: a FIFO, not a log file",
-        f"{folder / 'result_4.txt'}: a dangling symbolic link, not a log",
+        f"{folder / 'result_4.txt'}: a dangling symbolic link, not a log file",
     ]
     assert main(["check", str(folder / "result_3.txt")]) == 2
-    assert "a FIFO, not a log file" in capsys.readouterr().err
+    assert f"no MLPerf log at {folder / 'result_3.txt'} (a FIFO)" in capsys.readouterr().err
 
 
 def _alive(pid: int) -> bool:

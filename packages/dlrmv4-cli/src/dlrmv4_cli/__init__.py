@@ -230,6 +230,25 @@ def _end_group(proc: subprocess.Popen[Any], grace_s: float) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[list[int]]:
+    """SIGINT, SIGTERM and SIGHUP arriving inside are recorded in the yielded list instead of
+    handled (main thread only; ignored signals stay ignored)."""
+    pending: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield pending
+        return
+    previous: dict[int, Any] = {}
+    try:
+        for signum in (signal.SIGINT, *STOP_SIGNALS):
+            if signal.getsignal(signum) not in (signal.SIG_IGN, None):
+                previous[signum] = signal.signal(signum, lambda n, _f: pending.append(n))
+        yield pending
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def run_child(
     cmd: Sequence[str],
     *,
@@ -243,8 +262,11 @@ def run_child(
     group gets SIGTERM and, ``grace_s`` later, SIGKILL, before the exception propagates.
     In its own group a terminal's Ctrl-C reaches only the caller, which ends the group."""
     input_data = popen.pop("input", None)
-    proc = subprocess.Popen(list(cmd), start_new_session=True, **popen)
+    with _signals_deferred() as pending:  # a signal inside Popen() would orphan the child
+        proc = subprocess.Popen(list(cmd), start_new_session=True, **popen)
     try:
+        for signum in pending:
+            signal.raise_signal(signum)  # its own handler, now that the child can be ended
         out, err = proc.communicate(input_data, timeout=timeout)
     except BaseException:
         _end_group(proc, grace_s)

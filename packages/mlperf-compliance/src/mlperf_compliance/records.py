@@ -116,24 +116,30 @@ def bounded_lines(fh: Any) -> Iterator[str]:
         yield line
 
 
-def not_a_file(path: Path) -> str | None:
-    """Why ``path`` cannot be read as a log without waiting or failing (a FIFO would block
-    its reader forever), or ``None`` for a regular file."""
+def _what_is(path: Path) -> str | None:
+    """What ``path`` is when it is no regular file (``a FIFO``), ``None`` when it is one."""
     if path.is_file():
         return None
     if path.is_symlink() and not path.exists():
-        return f"{path}: a dangling symbolic link, not a log"
+        return "a dangling symbolic link"
     if path.is_fifo():
-        return f"{path}: a FIFO, not a log file"
+        return "a FIFO"
     if path.is_dir():
-        return f"{path}: a directory, not a log file"
-    if path.exists():
-        return f"{path}: not a regular file"
-    return f"{path}: no such file"
+        return "a directory"
+    return "not a regular file" if path.exists() else "no such file"
+
+
+def not_a_file(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a log without waiting or failing (a FIFO would block
+    its reader forever), or ``None`` for a regular file."""
+    what = _what_is(path)
+    return None if what is None else f"{path}: {what}, not a log file"
 
 
 def why_not_a_log(log: Path) -> str:
-    return f"no MLPerf log at {log}" if not os.path.lexists(log) else str(not_a_file(log))
+    """The message of the ``FileNotFoundError`` for a log that is not a regular file."""
+    what = _what_is(log)
+    return f"no MLPerf log at {log}" + ("" if what in (None, "no such file") else f" ({what})")
 
 
 def read_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
