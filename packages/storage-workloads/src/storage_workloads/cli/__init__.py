@@ -69,12 +69,13 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = dlrmv4_cli.OneLineParser(
         prog=PROG,
         description="MLPerf Storage workloads: definitions, sizing, rules checker, DLIO runs "
         "and the object-storage runner.",
     )
     commands = parser.add_subparsers(
+        parser_class=dlrmv4_cli.OneLineParser,
         dest="area",
         required=True,
         metavar="{list,show,size,check,datagen,run,checkpoint,report,object}",
