@@ -372,3 +372,24 @@ def test_a_new_holder_is_named_before_it_writes_its_record(tmp_path):
     finally:
         live.kill()
         live.wait()
+
+
+def test_ctrl_c_inside_an_import_error_is_an_interrupt(capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise ImportError("partially initialized module 'torch'") from None
+    except ImportError as error:
+        caught = error
+    assert caught.__context__ is not None  # `from None` hides it from the traceback only
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with pytest.raises(SystemExit) as exited:
+            train.exit_for(caught)  # it ignores SIGTERM and SIGINT from there on
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    assert exited.value.code == 130
+    assert capsys.readouterr().err == "train.py: interrupted\n"
+    assert not train.interrupted_by_ctrl_c(ValueError("x"))

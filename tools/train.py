@@ -138,6 +138,20 @@ def main(argv: list[str] | None = None) -> dict:
     return summary
 
 
+def interrupted_by_ctrl_c(error: BaseException) -> bool:
+    """A KeyboardInterrupt, or an error raised while handling one: Ctrl-C in the first
+    seconds lands in the imports, where a module that catches it re-raises it as its own
+    (an ImportError, say) with the KeyboardInterrupt as its context."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def exit_for(error: BaseException) -> NoReturn:
     """Say why the run ended in one line on stderr and exit with its status (see the module
     docstring); re-raise what is not the run's to report, or anything under --debug."""
@@ -150,7 +164,7 @@ def exit_for(error: BaseException) -> NoReturn:
         where = f"rank {rank} of {ranks}: " if ranks != "1" and rank is not None else ""
         print(f"train.py: {where}{error}", file=sys.stderr)
         sys.exit(error.code)
-    if isinstance(error, KeyboardInterrupt):  # before the run started
+    if interrupted_by_ctrl_c(error):  # before the run started
         sys.exit(dlrmv4_cli.interrupted("train.py"))
     if debugging(sys.argv[1:]) or not isinstance(error, Exception):
         raise error

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +148,25 @@ def test_imports_nothing_outside_the_standard_library():
         "assert not outside, outside\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_run_child_ends_its_whole_group_on_timeout(tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild"
+    script = f"sleep 60 & echo $! > {pid_file}; wait"
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        dlrmv4_cli.run_child(["sh", "-c", script], timeout=1.0, grace_s=1.0)
+    assert time.monotonic() - started < 10
+    grandchild = int(pid_file.read_text())
+    stat = Path(f"/proc/{grandchild}/stat")
+    # Gone, or a zombie waiting for init: not a sleeping orphan.
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_stop_on_signals_raises_stopped_and_restores() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(dlrmv4_cli.Stopped) as caught, dlrmv4_cli.stop_on_signals():
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pause()
+    assert caught.value.status == 143 and str(caught.value) == "stopped by SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -373,3 +373,46 @@ def test_contextual_feature_file_errors(tmp_path):
     )
     with pytest.raises(ConfigError, match=r"d\.json: model\.contextual_features: expected int"):
         resolve_config("tiny", file=path, environ={})
+
+
+BILLION_LAUGHS = (
+    "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    + "".join(
+        f"{name}: &{name} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, "
+        f"*{prev}, *{prev}]\n"
+        for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    + "model: {num_layers: *i}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        # 10^9 values in about 700 bytes: refused before anything walks them.
+        (BILLION_LAUGHS, r"c\.yaml: cannot parse yaml config: its aliases expand to more than"),
+        ("model: &m [*m]\n", r"c\.yaml: model: expected a mapping of its fields, got list"),
+        (
+            "model: {num_layers: 2\n",
+            r"c\.yaml: cannot parse yaml config: expected ',' or '}'.* at line 2, column 1$",
+        ),
+        ("model:\n  - [\n", r"c\.yaml: cannot parse yaml config: .* at line 3, column 1$"),
+        (
+            "model: " + "[" * 5000 + "]" * 5000 + "\n",
+            r"c\.yaml: cannot parse yaml config: nested too deep",
+        ),
+    ],
+)
+def test_hostile_yaml_is_refused_in_one_line(tmp_path, text, pattern):
+    path = write(tmp_path, "c.yaml", text)
+    with pytest.raises(ConfigError, match=pattern) as caught:
+        resolve_config("tiny", file=path, environ={})
+    assert "\n" not in str(caught.value)
+
+
+def test_yaml_aliases_within_the_bound_still_work(tmp_path):
+    path = write(tmp_path, "c.yaml", "base: &n 3\nmodel: {num_layers: *n}\n")
+    with pytest.raises(ConfigError, match=r"base"):  # an unknown section, named: not the alias
+        resolve_config("tiny", file=path, environ={})
+    path = write(tmp_path, "d.yaml", "model: &m {num_layers: 3}\n")
+    assert resolve_config("tiny", file=path, environ={}).model.num_layers == 3

@@ -5,6 +5,7 @@ traceback or another file read in its place."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -127,3 +128,74 @@ def test_report_of_damaged_runs_only_is_an_error(
     assert main(["report", str(run)]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "results.json" in err
+
+
+def _nested(path: Path) -> None:
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps(data)[:-1] + ', "x": ' + "[" * 3000 + "]" * 3000 + "}")
+
+
+def _au(value: str) -> object:
+    def damage(path: Path) -> None:
+        text = path.read_text()
+        path.write_text(text.replace('"au_mean_percent": 73.7', f'"au_mean_percent": {value}'))
+
+    return damage
+
+
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _dangling(path: Path) -> None:
+    path.unlink()
+    path.symlink_to(path.parent / "gone.json")
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (_nested, "nested deeper than 64 levels"),
+        (_au("Infinity"), "Infinity is not a finite number"),
+        (_au("NaN"), "NaN is not a finite number"),
+        (_au("1e400"), "1e400 is not a finite number"),
+        (_fifo, "a FIFO, not a regular file"),
+        (_dangling, "a dangling symbolic link"),
+    ],
+)
+def test_report_names_a_hostile_results_file_and_reports_the_rest(
+    tmp_path: Path, damage: object, reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "results"
+    _training_run(root / "good")
+    victim = _training_run(root / "victim") / "results.json"
+    damage(victim)  # type: ignore[operator]
+    report = aggregate_results([root])
+    assert [r.run for r in report.runs] == [str(root / "good")] and report.all_passed
+    (entry,) = report.damaged
+    assert entry.run == str(victim.parent) and reason in entry.reason
+    assert main(["report", str(root), "--format", "json"]) == 1
+    json.loads(capsys.readouterr().out, parse_constant=pytest.fail)  # no NaN, no Infinity
+
+
+def test_report_reads_no_fifo_in_place_of_metadata(tmp_path: Path) -> None:
+    run = _training_run(tmp_path / "run")
+    (run / "results.json").unlink()  # an mlpstorage run: summary.json and its metadata
+    metadata = run / "training_20250101_000000_metadata.json"
+    metadata.unlink()
+    os.mkfifo(metadata)
+    (run / "x_metadata.json").write_text(json.dumps({"model": "dlrm"}))
+    report = aggregate_results([run])  # returns: nothing waits on the FIFO
+    assert [r.run for r in report.runs] == [str(run)]
+
+
+def test_report_names_a_results_file_of_the_wrong_shape(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    _training_run(root / "good")
+    victim = _training_run(root / "victim") / "results.json"
+    victim.write_text(victim.read_text().replace('"epochs": [', '"epochs": 5, "x": ['))
+    report = aggregate_results([root])
+    (entry,) = report.damaged
+    assert entry.run == str(victim.parent) and entry.file == "results.json"
+    assert [r.run for r in report.runs] == [str(root / "good")]

@@ -93,6 +93,11 @@ def test_parse_hosts() -> None:
         HostSpec("10.0.0.2", 3),
     )
     assert str(HostSpec("h1", 2)) == "h1:2"
+    assert parse_hosts("node_7,gpu-a1.rack-2.example:8,1e3x") == (
+        HostSpec("node_7"),
+        HostSpec("gpu-a1.rack-2.example", 8),
+        HostSpec("1e3x"),
+    )
 
 
 @pytest.mark.parametrize(
@@ -100,12 +105,23 @@ def test_parse_hosts() -> None:
     [
         ("0", "--hosts must be a host count >= 1 or host:slots,..., got '0'"),
         ("-2", "--hosts must be a host count >= 1"),
-        ("h1:0", "--hosts: the slots of 'h1' must be an integer >= 1, got '0' in 'h1:0'"),
-        ("h1:two", "the slots of 'h1' must be an integer >= 1, got 'two'"),
+        ("h1:0", "--hosts: the slots of 'h1' must be an integer from 1 to 4,096, got '0' in"),
+        ("h1:two", "the slots of 'h1' must be an integer from 1 to 4,096, got 'two'"),
         ("h1:2,h1:1", "--hosts names 'h1' twice in 'h1:2,h1:1'"),
         ("h1:2,", "--hosts takes host:slots,..."),
         (":2", "--hosts takes host:slots,..."),
         ("a b:1", "got 'a b:1' in 'a b:1'"),
+        # Not host names: an mpirun option, numbers that are no count, empty labels.
+        ("--host", "got '--host' in '--host'"),
+        ("h1,-x:2", "got '-x:2' in 'h1,-x:2'"),
+        ("1e3", "--hosts takes a host count (an integer) or host:slots,...; '1e3' in '1e3'"),
+        ("h1,2.5:2", "'2.5' in 'h1,2.5:2' is neither"),
+        ("h1..lan", "got 'h1..lan'"),
+        ("h1-:2", "got 'h1-:2'"),
+        ("a" * 64 + ".lan", "got 'aaaa"),
+        ("h1:2,H1:2", "--hosts names 'h1' twice in 'h1:2,H1:2' (as 'h1' and 'H1'; host names"),
+        ("h1:5000", "must be an integer from 1 to 4,096, got '5000'"),
+        ("1000001", "--hosts '1000001': more than 100,000 hosts"),
     ],
 )
 def test_parse_hosts_errors(text: str, message: str) -> None:
@@ -292,7 +308,7 @@ def test_checker_flags_understated_and_malformed_memory() -> None:
     ("extra", "message"),
     [
         (["--hosts", "0"], "--hosts must be a host count >= 1"),
-        (["--hosts", "h1:2,h2:x"], "--hosts: the slots of 'h2' must be an integer >= 1"),
+        (["--hosts", "h1:2,h2:x"], "--hosts: the slots of 'h2' must be an integer from 1 to 4,096"),
         (["--hosts", "h1:2,h2:2", "--processes", "3"], "--processes 3 does not match --hosts"),
         (["--hosts", "h1:2", "--no-mpi"], "--hosts h1:2 needs mpirun; drop --no-mpi"),
         (

@@ -520,3 +520,42 @@ def test_cli_bad_mix_and_size_options_are_one_line(
         assert stderr.startswith("storage-workloads: error: ") and needle in stderr, stderr
         assert stderr.count("\n") == 1 and "Traceback" not in stderr
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        # Refused before boto3 is asked, in one line, the password never repeated.
+        (["--bucket", "..//x"], "S3Target.bucket must be a bucket name"),
+        (["--bucket", "b/c"], "got 'b/c'"),
+        (["--endpoint", "http://user:s3cr3t@127.0.0.1:9"], "'http://***@127.0.0.1:9'"),
+        (["--objects", "1000000000"], "--objects: ObjectWorkload.num_objects: 1,000,000,000"),
+        (["--objects", "1" + "0" * 20], "more than 100,000,000 (the run keeps every object's"),
+        (["--objects", "1e9"], "argument --objects: must be an integer, got '1e9'"),
+        (["--clients", "100000"], "--clients: ObjectWorkload.clients must be <= 1,024"),
+        (["--concurrency", "1000000"], "--concurrency: ObjectWorkload.concurrency must be <="),
+    ],
+)
+def test_hostile_object_flags_are_refused_before_any_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], needle: str
+) -> None:
+    given = dict(zip(args[::2], args[1::2], strict=True))
+    base = {"--endpoint": "http://127.0.0.1:9", "--bucket": "bench", "--ops": "1"} | given
+    flat = [x for pair in base.items() for x in pair]
+    command = ["object", "run", "resnet50", *flat, "--out", str(tmp_path / "o"), "--quiet"]
+    try:
+        status = main(command)
+    except SystemExit as exc:  # an argument error
+        status = exc.code
+    assert status == 2
+    stdout, stderr = capsys.readouterr()
+    assert stdout == "" and needle in stderr and stderr.count("\n") == 1, stderr
+    assert "s3cr3t" not in stderr and "usage:" not in stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_endpoint_password_from_the_environment_is_not_shown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://user:s3cr3t@127.0.0.1:9")
+    assert S3Target(bucket="bench").endpoint_name == "http://***@127.0.0.1:9"

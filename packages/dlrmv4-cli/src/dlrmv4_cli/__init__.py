@@ -6,6 +6,10 @@
 - Exit status: :data:`EXIT_FAILED` (1) the command ran and its outcome is negative or it
   failed, :data:`EXIT_REFUSED` (2) it refused its input (nothing was created or changed),
   ``128 + n`` ended by signal ``n`` (:func:`interrupted`, :func:`reader_gone`).
+- A command that starts child processes ends them with itself: :func:`stop_on_signals` makes
+  SIGTERM and SIGHUP raise :class:`Stopped` (as SIGINT raises ``KeyboardInterrupt``), and
+  :func:`run_child` runs a child in its own process group, ended (SIGTERM, then SIGKILL after
+  a grace period) when its parent is interrupted, stopped or out of time.
 - ``--debug`` or the environment variable ``DLRMV4_DEBUG`` adds the traceback
   (:func:`debug_requested` is the one reading of that variable).
 
@@ -15,12 +19,16 @@ Standard library only, so that any tool can use it before anything else is insta
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
+import subprocess
 import sys
+import threading
+import time
 import traceback
-from collections.abc import Mapping
-from typing import NoReturn
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NoReturn
 
 __all__ = [
     "DEBUG_ENV",
@@ -31,6 +39,7 @@ __all__ = [
     "EXPECTED",
     "TRACEBACK_HINT",
     "OneLineParser",
+    "Stopped",
     "add_debug_option",
     "debug_requested",
     "describe",
@@ -38,7 +47,10 @@ __all__ = [
     "interrupted",
     "reader_gone",
     "report_error",
+    "run_child",
     "signal_status",
+    "stop_on_signals",
+    "stopped",
     "usage_line",
 ]
 __version__ = "0.1.0"
@@ -143,3 +155,122 @@ def reader_gone() -> int:
     the command."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return signal_status(signal.SIGPIPE)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""The signals that :func:`stop_on_signals` turns into :class:`Stopped`."""
+CHILD_GRACE_S = 5.0
+"""How long :func:`run_child` gives a child's process group between SIGTERM and SIGKILL."""
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP arrived inside :func:`stop_on_signals`. A ``BaseException``, like the
+    ``KeyboardInterrupt`` of SIGINT, so that ``except Exception`` does not swallow it and
+    every ``finally`` (children ended, temporary files removed) runs on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = int(signum)
+        super().__init__(f"stopped by {signal.Signals(self.signum).name}")
+
+    @property
+    def status(self) -> int:
+        """``128 + signum``, what a shell reports for a command the signal killed."""
+        return signal_status(self.signum)
+
+
+def _raise_stopped(signum: int, _frame: object) -> None:
+    raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def stop_on_signals(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[None]:
+    """Inside, each of ``signals`` raises :class:`Stopped` in the main thread; the previous
+    handlers come back on exit. Elsewhere than the main thread it does nothing (Python runs
+    handlers only there). A signal the caller ignores (``nohup``'s SIGHUP) stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, Any] = {}
+    try:
+        for signum in signals:
+            if signal.getsignal(signum) is signal.SIG_IGN:
+                continue
+            previous[signum] = signal.signal(signum, _raise_stopped)
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def stopped(prog: str, exc: Stopped) -> int:
+    """``PROG: stopped by SIGTERM`` on stderr; returns ``128 + signum``."""
+    print(f"{prog}: {exc}", file=sys.stderr)
+    return exc.status
+
+
+def _end_group(proc: subprocess.Popen[Any], grace_s: float) -> None:
+    """SIGTERM to the child's process group, SIGKILL to it after ``grace_s`` if the child
+    still runs; reaps the child. Grandchildren (mpirun's ranks) are in the group too."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:  # members that outlive the leader get the SIGKILL too
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[list[int]]:
+    """SIGINT, SIGTERM and SIGHUP arriving inside are recorded in the yielded list instead of
+    handled (main thread only; ignored signals stay ignored)."""
+    pending: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield pending
+        return
+    previous: dict[int, Any] = {}
+    try:
+        for signum in (signal.SIGINT, *STOP_SIGNALS):
+            if signal.getsignal(signum) not in (signal.SIG_IGN, None):
+                previous[signum] = signal.signal(signum, lambda n, _f: pending.append(n))
+        yield pending
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def run_child(
+    cmd: Sequence[str],
+    *,
+    timeout: float | None = None,
+    grace_s: float = CHILD_GRACE_S,
+    **popen: Any,
+) -> subprocess.CompletedProcess[Any]:
+    """``subprocess.run(cmd, timeout=timeout, **popen)``, with the child (and whatever it
+    starts) in a process group of its own that is ended with the caller: on a timeout
+    (``subprocess.TimeoutExpired``), Ctrl-C, :class:`Stopped` or any other exception, the
+    group gets SIGTERM and, ``grace_s`` later, SIGKILL, before the exception propagates.
+    In its own group a terminal's Ctrl-C reaches only the caller, which ends the group."""
+    input_data = popen.pop("input", None)
+    with _signals_deferred() as pending:  # a signal inside Popen() would orphan the child
+        proc = subprocess.Popen(list(cmd), start_new_session=True, **popen)
+    try:
+        for signum in pending:
+            signal.raise_signal(signum)  # its own handler, now that the child can be ended
+        out, err = proc.communicate(input_data, timeout=timeout)
+    except BaseException:
+        _end_group(proc, grace_s)
+        with contextlib.suppress(Exception):
+            proc.communicate(timeout=grace_s)
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

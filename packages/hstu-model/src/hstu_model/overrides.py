@@ -256,10 +256,41 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return found
 
 
+MAX_CONFIG_NODES = 100_000
+"""The most values a config file may hold with every YAML alias expanded: a config holds a
+few fields, and a few hundred bytes of nested aliases ("billion laughs") expand to 10^9."""
+
+
 def _yaml_repeated_key(yaml: Any, raw: bytes) -> str | None:
-    """The dotted path of the first key that a mapping of the YAML document `raw` repeats."""
+    """The dotted path of the first key that a mapping of the YAML document `raw` repeats.
+    Raises ConfigError-worthy ValueError for a document whose aliases expand past
+    MAX_CONFIG_NODES values. An alias is the node it names, so each node is walked once."""
+    expanded: dict[int, int] = {}
+
+    def size(node: Any) -> int:
+        if id(node) not in expanded:
+            expanded[id(node)] = 0  # a node that contains itself (a recursive alias) ends here
+            children = (
+                [v for pair in node.value for v in pair]
+                if isinstance(node, yaml.MappingNode)
+                else node.value
+                if isinstance(node, yaml.SequenceNode)
+                else []
+            )
+            total = 1
+            for child in children:
+                total += size(child)
+                if total > MAX_CONFIG_NODES:
+                    break
+            expanded[id(node)] = total
+        return expanded[id(node)]
+
+    walked: set[int] = set()
 
     def walk(node: Any, path: tuple[str, ...]) -> str | None:
+        if id(node) in walked:
+            return None
+        walked.add(id(node))
         children: list[tuple[str, Any]] = []
         if isinstance(node, yaml.MappingNode):
             seen = set()
@@ -278,7 +309,27 @@ def _yaml_repeated_key(yaml: Any, raw: bytes) -> str | None:
         return None
 
     root = yaml.compose(raw, Loader=yaml.SafeLoader)
-    return None if root is None else walk(root, ())
+    if root is None:
+        return None
+    if size(root) > MAX_CONFIG_NODES:
+        raise _TooLarge(
+            f"its aliases expand to more than {MAX_CONFIG_NODES:,} values; a config holds a "
+            "few fields"
+        )
+    return walk(root, ())
+
+
+class _TooLarge(ValueError):
+    """A config document that expands past MAX_CONFIG_NODES values."""
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """A PyYAML error in one line: its problem and where (its message quotes the document
+    over several lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+    return f"{problem}{where}"
 
 
 def _file_layer(path: str | os.PathLike[str]) -> _Layer:
@@ -324,7 +375,13 @@ def _file_layer(path: str | os.PathLike[str]) -> _Layer:
         raise
     except _GivenTwice as exc:
         raise ConfigError(f"{path}: {exc} is given twice; keep one of them") from None
+    except _TooLarge as exc:
+        raise ConfigError(f"{path}: cannot parse {suffix[1:]} config: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: cannot parse {suffix[1:]} config: nested too deep") from None
     except Exception as exc:  # the parsers' own errors, reported with the file name
+        if suffix in (".yaml", ".yml") and hasattr(exc, "problem_mark"):
+            raise ConfigError(f"{path}: cannot parse yaml config: {_yaml_problem(exc)}") from None
         raise ConfigError(f"{path}: cannot parse {suffix[1:]} config: {exc}") from None
     overrides: Overrides = {}
     sources: dict[_Path, str] = {}

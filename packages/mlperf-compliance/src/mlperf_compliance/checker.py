@@ -18,7 +18,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mlperf_compliance.records import MLLOG_PREFIX, LogLine, LogProblem, LogScan, scan_log
+import dlrmv4_cli
+from mlperf_compliance.records import (
+    MLLOG_PREFIX,
+    LogLine,
+    LogProblem,
+    LogScan,
+    scan_log,
+    why_not_a_log,
+)
 
 __all__ = [
     "DEV_RULESET",
@@ -631,7 +639,7 @@ def check_log(
     """
     log = Path(path)
     if not log.is_file():
-        raise FileNotFoundError(f"no MLPerf log at {log}")
+        raise FileNotFoundError(why_not_a_log(log))
     if division is not None and division not in ("closed", "open"):
         raise ValueError(f"division must be 'closed' or 'open', not {division!r}")
     check_ruleset(ruleset, usage)
@@ -677,15 +685,17 @@ def check_log(
             str(Path(tmp) / "compliance_checker.log"),
             str(log.resolve()),
         ]
-        proc = subprocess.run(
+        # In a process group of its own, ended with this process (Ctrl-C, SIGTERM under
+        # stop_on_signals, the timeout): an orphaned checker would run on at full CPU.
+        proc = dlrmv4_cli.run_child(
             command,
             cwd=tmp,
             env=env,
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             timeout=timeout,
-            check=False,
         )
     # The checker names its own log file, which was in the temporary directory just removed.
     output = "".join(

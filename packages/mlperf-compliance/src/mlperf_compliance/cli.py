@@ -132,7 +132,7 @@ def _print_check(result: CheckResult, log: str, verbose: bool) -> None:
 
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, subprocess.TimeoutExpired):
-        return f"the compliance checker ran longer than {exc.timeout:g} s"
+        return f"the compliance checker ran longer than {exc.timeout:g} s and was stopped"
     return dlrmv4_cli.describe(exc)
 
 
@@ -154,7 +154,7 @@ def _check(args: argparse.Namespace, debug: bool) -> int:
     except Exception as exc:  # no verdict: one line, status 2
         return _error("check", exc, args.format, debug, path=args.log, rules=[])
     if args.format == "json":
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps(result.to_dict(), indent=2, allow_nan=False))
     else:
         _print_check(result, args.log, args.verbose)
     return EXIT_PASS if result.passed else EXIT_FAIL
@@ -175,7 +175,7 @@ def _score(args: argparse.Namespace, debug: bool) -> int:
     except Exception as exc:  # no verdict: one line, status 2
         return _error("score", exc, args.format, debug, directory=args.directory, valid=False)
     if args.format == "json":
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps(report.to_dict(), indent=2, allow_nan=False))
     else:
         print(report.format_table())
     return EXIT_PASS if report.valid else EXIT_FAIL
@@ -188,7 +188,7 @@ def _score_reference(args: argparse.Namespace) -> int:
         args.directory, benchmark=args.benchmark, ruleset=args.ruleset, usage=args.usage
     )
     if args.format == "json":
-        print(json.dumps(reference.to_dict(), indent=2))
+        print(json.dumps(reference.to_dict(), indent=2, allow_nan=False))
     else:
         print(reference.format_table())
     return EXIT_PASS if reference.valid else EXIT_FAIL
@@ -202,11 +202,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)  # an argument error exits with status 2
     debug = debug_requested(getattr(args, "debug", False))
     try:
-        status = _COMMANDS[args.command](args, debug)
-        sys.stdout.flush()
+        with dlrmv4_cli.stop_on_signals():
+            status = _COMMANDS[args.command](args, debug)
+            sys.stdout.flush()
         return status
     except KeyboardInterrupt:
         return dlrmv4_cli.interrupted(f"mlperf-compliance {args.command}")
+    except dlrmv4_cli.Stopped as exc:
+        return dlrmv4_cli.stopped(f"mlperf-compliance {args.command}", exc)
     except BrokenPipeError:
         return dlrmv4_cli.reader_gone()
 

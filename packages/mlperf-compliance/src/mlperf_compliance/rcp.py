@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mlperf_compliance.olympic import package_file
-from mlperf_compliance.records import scan_log
+from mlperf_compliance.records import bounded_lines, not_a_file, scan_log
 
 __all__ = ["RcpVerdict", "rcp_check"]
 
@@ -105,13 +105,17 @@ def _stage(paths: list[Path], folder: Path) -> list[Path]:
     staged: list[Path] = []
     for i, path in enumerate(paths):
         target = folder / f"result_{i}.txt"
+        if not_a_file(path) is not None:  # a FIFO or dangling link: a run with no records
+            target.touch()
+            staged.append(target)
+            continue
         scan = scan_log(path)
         if scan.ok:
             shutil.copyfile(path, target)
         else:
             bad = {p.line for p in scan.problems}
             with path.open(encoding="latin-1") as src, target.open("w", encoding="latin-1") as dst:
-                for lineno, line in enumerate(src, start=1):
+                for lineno, line in enumerate(bounded_lines(src), start=1):
                     if lineno not in bad:
                         dst.write(line)
         staged.append(target)

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = [
     "MLLOG_PREFIX",
     "LogLine",
     "LogProblem",
     "LogScan",
+    "bounded_lines",
+    "not_a_file",
     "read_log",
     "scan_log",
 ]
@@ -22,6 +28,118 @@ MLLOG_PREFIX = ":::MLLOG "
 
 # The fields mlperf_logging's parser reads from every record (``string_to_logline``).
 _REQUIRED_FIELDS = ("time_ms", "key", "value", "metadata")
+
+#: The longest ``:::MLLOG`` line read (characters). A record of this repository's logger is
+#: under 1 KiB; the official checker's time grows with the square of a record's size (a
+#: 1.6 MB value keeps it busy for minutes), so a longer line is refused before it runs.
+MAX_RECORD_CHARS = 16 * 1024
+#: The deepest nesting of objects and lists in a record (the logger writes 3 levels).
+MAX_RECORD_DEPTH = 32
+
+
+class _RecordRefused(ValueError):
+    """A record that parses as JSON but that no MLPerf tool can judge (see ``_decode``)."""
+
+
+def _refuse_constant(name: str) -> float:
+    raise _RecordRefused(f"the record holds {name}, not a finite number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _RecordRefused(f"the number {text[:40]} is not finite as a float")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # JSON parsers disagree on a repeated name (Python keeps the last, others the first), so
+    # a record that says two things about one field is no record.
+    record: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in record:
+            raise _RecordRefused(f"the record gives {name!r} twice")
+        record[name] = value
+    return record
+
+
+def _check_tree(record: Any) -> None:
+    """Refuse nesting deeper than MAX_RECORD_DEPTH and integers no float can hold (the
+    checker computes with floats: ``float(10**400)`` raises OverflowError)."""
+    stack: list[tuple[Any, int]] = [(record, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth > MAX_RECORD_DEPTH:
+                raise _RecordRefused(f"the record nests deeper than {MAX_RECORD_DEPTH} levels")
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+        elif isinstance(node, int) and not isinstance(node, bool) and abs(node) > 2**1023:
+            raise _RecordRefused("the record holds an integer too large for a float")
+
+
+def _decode(body: str) -> Any:
+    """``json.loads`` of one record, refusing what parses but means nothing: NaN and
+    Infinity, numbers that overflow a float, a key given twice, nesting past
+    MAX_RECORD_DEPTH. Raises ``json.JSONDecodeError`` for bad JSON, ``_RecordRefused`` for
+    the rest."""
+    try:
+        record = json.loads(
+            body,
+            parse_constant=_refuse_constant,
+            parse_float=_finite_float,
+            object_pairs_hook=_unique_keys,
+        )
+    except RecursionError:
+        raise _RecordRefused(f"the record nests deeper than {MAX_RECORD_DEPTH} levels") from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:
+        if isinstance(exc, _RecordRefused):
+            raise
+        # int() of more digits than Python converts (sys.get_int_max_str_digits).
+        raise _RecordRefused("the record holds an integer too large for a float") from None
+    _check_tree(record)
+    return record
+
+
+def bounded_lines(fh: Any) -> Iterator[str]:
+    """The lines of a text file, each cut to MAX_RECORD_CHARS + 1 characters (the rest of
+    a longer line is read and dropped), so that one huge line costs no memory."""
+    while True:
+        line = fh.readline(MAX_RECORD_CHARS + 1)
+        if not line:
+            return
+        if len(line) > MAX_RECORD_CHARS and not line.endswith(("\n", "\r")):
+            while (rest := fh.readline(MAX_RECORD_CHARS)) and not rest.endswith(("\n", "\r")):
+                pass
+        yield line
+
+
+def _what_is(path: Path) -> str | None:
+    """What ``path`` is when it is no regular file (``a FIFO``), ``None`` when it is one."""
+    if path.is_file():
+        return None
+    if path.is_symlink() and not path.exists():
+        return "a dangling symbolic link"
+    if path.is_fifo():
+        return "a FIFO"
+    if path.is_dir():
+        return "a directory"
+    return "not a regular file" if path.exists() else "no such file"
+
+
+def not_a_file(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a log without waiting or failing (a FIFO would block
+    its reader forever), or ``None`` for a regular file."""
+    what = _what_is(path)
+    return None if what is None else f"{path}: {what}, not a log file"
+
+
+def why_not_a_log(log: Path) -> str:
+    """The message of the ``FileNotFoundError`` for a log that is not a regular file."""
+    what = _what_is(log)
+    return f"no MLPerf log at {log}" + ("" if what in (None, "no such file") else f" ({what})")
 
 
 def read_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -38,8 +156,8 @@ def read_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             if at < 0:
                 continue
             try:
-                records.append(json.loads(line[at + len(MLLOG_PREFIX) :]))
-            except json.JSONDecodeError as exc:
+                records.append(_decode(line[at + len(MLLOG_PREFIX) :]))
+            except ValueError as exc:
                 raise ValueError(f"{path}:{lineno}: malformed MLLOG record: {exc}") from exc
     return records
 
@@ -161,9 +279,11 @@ def _problem(record: Any) -> tuple[str, bool] | None:
     if isinstance(time_ms, (dict, list)) or time_ms is None:
         return f"time_ms must be a number, got {json.dumps(time_ms)}", True
     try:
-        float(time_ms)
-    except ValueError:
+        seconds = float(time_ms)
+    except (ValueError, OverflowError):
         return f"time_ms must be a number, got {json.dumps(time_ms)}", False
+    if not math.isfinite(seconds):  # "NaN" as a string: the parser takes it, every sum is NaN
+        return f"time_ms must be a finite number, got {json.dumps(time_ms)}", True
     return None
 
 
@@ -179,23 +299,36 @@ def scan_log(path: str | os.PathLike[str]) -> LogScan:
     """
     log = Path(path)
     if not log.is_file():
-        raise FileNotFoundError(f"no MLPerf log at {log}")
+        raise FileNotFoundError(why_not_a_log(log))
     name = os.fspath(path)
     scan = LogScan(path=name)
     # Iterate the file object as the official parser does (universal newlines), so that line
     # numbers match its own; str.splitlines would also split at form feeds and U+0085.
     with log.open(encoding="latin-1") as fh:
-        texts = list(fh)
+        texts = list(bounded_lines(fh))
     for lineno, line in enumerate(texts, start=1):
         at = line.rfind(MLLOG_PREFIX)
         if at < 0:
             continue
         index = len(scan.token_lines)
         scan.token_lines.append(lineno)
+        if len(line) > MAX_RECORD_CHARS:
+            scan.problems.append(
+                LogProblem(
+                    name,
+                    lineno,
+                    f"bad MLLOG record: the line is longer than {MAX_RECORD_CHARS:,} characters",
+                    fatal=True,
+                )
+            )
+            continue
         text = line[at:].strip()
         body = text[len(MLLOG_PREFIX) :]
         try:
-            record = json.loads(body)
+            record = _decode(body)
+        except _RecordRefused as exc:
+            scan.problems.append(LogProblem(name, lineno, f"bad MLLOG record: {exc}", fatal=True))
+            continue
         except json.JSONDecodeError as exc:
             last = lineno == len(texts) and not line.endswith(("\n", "\r"))
             what = (

@@ -23,7 +23,7 @@ from typing import Any
 from mlperf_compliance.checker import check_ruleset
 from mlperf_compliance.dlrmv4 import DLRMV4_TARGET_ACCURACY
 from mlperf_compliance.olympic import package_file
-from mlperf_compliance.records import LogScan, scan_log
+from mlperf_compliance.records import LogScan, not_a_file, scan_log
 from mlperf_compliance.score import find_result_logs
 
 __all__ = [
@@ -247,8 +247,12 @@ def _logged(scan: LogScan, key: str) -> Any:
 
 
 def _read_reference_run(path: Path, target: float) -> ReferenceRun:
-    scan = scan_log(path)
     run = ReferenceRun(path=os.fspath(path))
+    unreadable = not_a_file(path)
+    if unreadable is not None:
+        run.problems.append(unreadable)
+        return run
+    scan = scan_log(path)
     run.problems.extend(str(p) for p in scan.problems)
     benchmark = _logged(scan, "submission_benchmark")
     run.benchmark = benchmark if isinstance(benchmark, str) else None

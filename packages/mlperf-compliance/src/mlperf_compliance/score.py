@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from mlperf_compliance.checker import (
 )
 from mlperf_compliance.olympic import OlympicRule, olympic_mean, olympic_rule
 from mlperf_compliance.rcp import RcpVerdict, rcp_check
-from mlperf_compliance.records import LogScan, scan_log
+from mlperf_compliance.records import LogScan, not_a_file, scan_log
 from mlperf_compliance.score_report import RunScore, ScoreReport
 
 __all__ = [
@@ -72,10 +73,12 @@ def find_result_logs(directory: str | os.PathLike[str]) -> list[Path]:
     folder = Path(directory)
     if not folder.is_dir():
         raise FileNotFoundError(f"no directory {folder}")
-    found = {p for pattern in RESULT_PATTERNS for p in folder.glob(pattern) if p.is_file()}
+    # Whatever is named as a log and is not a folder is one: a FIFO or a dangling link among
+    # them is a run that does not count (named by _read_run), not a run that is not there.
+    found = {p for pattern in RESULT_PATTERNS for p in folder.glob(pattern) if not p.is_dir()}
     for fallback in ("*.log", f"*/{RUN_FOLDER_LOG}"):
         if not found:
-            found = {p for p in folder.glob(fallback) if p.is_file()}
+            found = {p for p in folder.glob(fallback) if not p.is_dir()}
     if not found:
         raise FileNotFoundError(
             f"{folder}: no result logs (result_*.txt, result_*.log, *.log or */{RUN_FOLDER_LOG})"
@@ -92,6 +95,10 @@ def _read_run(path: Path, benchmark: str) -> RunScore:
     """Read one log's run_start/run_stop, status and samples; note why it would not count."""
     name = os.fspath(path)
     run = RunScore(path=name)
+    unreadable = not_a_file(path)
+    if unreadable is not None:
+        run.problems.append(unreadable)
+        return run
     scan = scan_log(path)
     run.problems.extend(str(p) for p in scan.problems)
     run.problems.extend(v.detail for v in time_order_verdicts(scan))  # as check says it
@@ -133,10 +140,15 @@ def _read_run(path: Path, benchmark: str) -> RunScore:
 
 def _checked(path: Path, ruleset: str, usage: str) -> CheckResult | str:
     """:func:`check_log`'s result, or why the ruleset cannot check the log at all."""
+    unreadable = not_a_file(path)
+    if unreadable is not None:
+        return unreadable
     try:
         return check_log(path, ruleset=ruleset, usage=usage)
     except ValueError as exc:
         return str(exc)
+    except subprocess.TimeoutExpired as exc:  # this log gets no verdict; the others do
+        return f"{path}: the compliance checker ran longer than {exc.timeout:g} s and was stopped"
 
 
 def score_results(

@@ -65,7 +65,19 @@ HOST_OPTIONS: Final = frozenset(
 #: Most probes that run at once (one mpirun each).
 _PROBES_AT_ONCE: Final = 16
 _PROBE_TIMEOUT_S: Final = 120.0
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+# A host name as resolvers take it: dot-separated labels of letters, digits, '-' and '_'
+# (which /etc/hosts and some clusters use), none empty or starting or ending with '-' (so
+# that no name reads as an mpirun option), at most 63 characters a label, 253 in all.
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_NAME = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
+_MAX_NAME = 253
+#: The most hosts a count may give and processes one host may run: past any cluster's and
+#: any machine's, so that a typo (an extra digit or ten) is refused, not planned for.
+MAX_HOSTS: Final = 100_000
+MAX_SLOTS: Final = 4096
+# A name that reads as a number other than a count (1e3, 2.5): a typo for a count, or for
+# an address, never a host.
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 # What the probe prints, one key=value a line, then /proc/meminfo's MemTotal line and the
 # NAME and VERSION_ID of /etc/os-release. POSIX sh and coreutils only: it runs on every host.
 _PROBE_SCRIPT: Final = (
@@ -96,22 +108,32 @@ def parse_hosts(text: str, *, flag: str = "--hosts") -> int | tuple[HostSpec, ..
     """``--hosts`` as a host count (``"4"``) or a host list (``"h1:2,h2:2"``).
 
     Raises ``ValueError`` naming ``flag`` and the value: a count below 1, an empty or
-    malformed name, slots that are not an integer >= 1, or a host named twice (mpirun would
-    merge the two).
+    malformed name (one that starts with '-', as ``--host`` does, or reads as a number,
+    as ``1e3`` does), slots that are not an integer >= 1, or a host named twice, in any
+    case (host names ignore case: ``h1`` and ``H1`` are one host, which mpirun would run
+    twice as many processes on).
     """
     raw = text.strip()
     if re.fullmatch(r"[+-]?\d+", raw):
         count = int(raw)
         if count < 1:
             raise ValueError(f"{flag} must be a host count >= 1 or host:slots,..., got {text!r}")
+        if count > MAX_HOSTS:
+            raise ValueError(f"{flag} {text!r}: more than {MAX_HOSTS:,} hosts")
         return count
     hosts: list[HostSpec] = []
     for item in raw.split(","):
         name, sep, slots_text = item.strip().partition(":")
-        if not name or not _NAME.match(name):
+        if _NUMBER.fullmatch(name):
             raise ValueError(
-                f"{flag} takes host:slots,... (letters, digits, '.', '-', '_' in a name), "
-                f"got {item.strip()!r} in {text!r}"
+                f"{flag} takes a host count (an integer) or host:slots,...; {name!r} in "
+                f"{text!r} is neither"
+            )
+        if not name or len(name) > _MAX_NAME or not _NAME.fullmatch(name):
+            raise ValueError(
+                f"{flag} takes host:slots,... (a name is dot-separated labels of letters, "
+                f"digits, '-' and '_', none starting or ending with '-'), got "
+                f"{item.strip()!r} in {text!r}"
             )
         slots = 1
         if sep:
@@ -119,13 +141,15 @@ def parse_hosts(text: str, *, flag: str = "--hosts") -> int | tuple[HostSpec, ..
                 slots = int(slots_text)
             except ValueError:
                 slots = 0
-            if slots < 1:
+            if not 1 <= slots <= MAX_SLOTS:
                 raise ValueError(
-                    f"{flag}: the slots of {name!r} must be an integer >= 1, got "
-                    f"{slots_text!r} in {text!r}"
+                    f"{flag}: the slots of {name!r} must be an integer from 1 to "
+                    f"{MAX_SLOTS:,}, got {slots_text!r} in {text!r}"
                 )
-        if any(h.name == name for h in hosts):
-            raise ValueError(f"{flag} names {name!r} twice in {text!r}")
+        same = next((h.name for h in hosts if h.name.lower() == name.lower()), None)
+        if same is not None:
+            spelled = "" if same == name else f" (as {same!r} and {name!r}; host names ignore case)"
+            raise ValueError(f"{flag} names {same!r} twice in {text!r}{spelled}")
         hosts.append(HostSpec(name, slots))
     return tuple(hosts)
 

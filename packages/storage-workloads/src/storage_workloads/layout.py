@@ -43,6 +43,7 @@ from typing import Any, Final
 import yaml
 
 from storage_workloads._atomic import write_text_atomic
+from storage_workloads._reading import load_json_file, read_bounded_text
 from storage_workloads.dlio import dump_yaml
 from storage_workloads.hosts import HostMemory, HostSpec
 
@@ -430,7 +431,7 @@ def is_datagen(folder: Path) -> bool:
     if (folder / "datagen.json").is_file() or read_metadata(folder).get("command") == "datagen":
         return True
     try:
-        config = yaml.safe_load((folder / HYDRA_SUBDIR / "config.yaml").read_text("utf-8"))
+        config = yaml.safe_load(read_bounded_text(folder / HYDRA_SUBDIR / "config.yaml"))
     except (OSError, ValueError, yaml.YAMLError):
         return False
     return isinstance(config, Mapping) and generates_data(config)
@@ -444,8 +445,8 @@ def read_metadata(folder: Path) -> dict[str, Any]:
     no readable metadata file."""
     for candidate in sorted(folder.glob(f"*{METADATA_SUFFIX}")):
         try:
-            data = json.loads(candidate.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = load_json_file(candidate)
+        except (OSError, ValueError):  # a FIFO, NaN, truncated: no metadata to go by
             continue
         if not isinstance(data, dict):
             continue
@@ -472,7 +473,7 @@ def _is_ours(path: Path, schema_prefix: str) -> bool | None:
     """Whether a JSON file carries this package's schema; ``None`` when it cannot be read as
     JSON at all (truncated, not UTF-8, unreadable), so whose it is cannot be told."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json_file(path)
     except (OSError, ValueError):
         return None
     return isinstance(data, dict) and str(data.get("schema", "")).startswith(schema_prefix)
@@ -490,7 +491,8 @@ def run_kind(folder: Path) -> str | None:
     pointed) is not."""
     has_metadata = any(folder.glob(f"*{METADATA_SUFFIX}"))
     results = folder / "results.json"
-    if results.is_file():
+    # A FIFO or a dangling link named results.json is a damaged result, not an absent one.
+    if os.path.lexists(results) and not results.is_dir():
         ours = _is_ours(results, "storage-workloads/dlio-results/")
         run_folder = has_metadata or any(
             (folder / name).is_file() for name in ("run.json", "summary.json")

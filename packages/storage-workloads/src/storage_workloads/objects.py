@@ -71,6 +71,15 @@ __all__ = [
 
 #: The largest LIST page: S3's ``MaxKeys`` limit.
 MAX_LIST_KEYS: Final = 1000
+#: The most objects a dataset may have: a run keeps every object's size in memory
+#: (:meth:`ObjectWorkload.object_sizes`, about :data:`BYTES_PER_OBJECT` each) before it
+#: contacts the endpoint, so a typo of a few digits must be refused, not allocated.
+MAX_OBJECTS: Final = 100_000_000
+#: What one object of the dataset costs in memory (a list slot and an int), for the estimate.
+BYTES_PER_OBJECT: Final = 40
+#: The most client processes and threads per client: past what one host can run.
+MAX_CLIENTS: Final = 1024
+MAX_CONCURRENCY: Final = 4096
 
 #: Directory name of the ``index``-th (1-based) child at tree ``level`` (1-based), as in the
 #: sai3-bench configs (``dir_mask: "scan.d%d_w%d.dir"``).
@@ -179,6 +188,11 @@ class ObjectWorkload:
             ("clients", 1),
         ):
             _int(name, getattr(self, name), minimum)
+        for name, maximum in (("clients", MAX_CLIENTS), ("concurrency", MAX_CONCURRENCY)):
+            if getattr(self, name) > maximum:
+                raise ValueError(
+                    f"ObjectWorkload.{name} must be <= {maximum:,}, got {getattr(self, name):,}"
+                )
         self._check_sizes()
         _seconds("duration_s", self.duration_s)
         if not isinstance(self.scale_with_clients, bool):
@@ -187,6 +201,7 @@ class ObjectWorkload:
             )
         if self.num_objects is not None:
             _int("num_objects", self.num_objects, 1)
+        self._check_object_count()
         if self.ops is not None:
             _int("ops", self.ops, 1)
         try:
@@ -279,6 +294,32 @@ class ObjectWorkload:
     def leaf_dirs(self) -> int:
         """Leaf directories of the tree, ``width ** depth``."""
         return self.width**self.depth
+
+    def _check_object_count(self) -> None:
+        """Refuse a dataset of more than MAX_OBJECTS, with what it would take in memory.
+        Counted without building the tree: ``width ** depth`` of 10**6 ** 10**6 is not."""
+        if self.num_objects is not None:
+            total, field = int(self.num_objects), "num_objects"
+        else:
+            field = "width ** depth * files_per_dir" + (
+                " * clients" if self.scale_with_clients else ""
+            )
+            factor = self.files_per_dir * (self.clients if self.scale_with_clients else 1)
+            if self.depth * math.log2(self.width) + math.log2(factor) > 63:
+                total = 1 << 64  # past any bound; the number itself is not needed
+            else:
+                total = self.width**self.depth * factor
+        if total > MAX_OBJECTS:
+            shown = (
+                f"{total:,}"
+                if self.num_objects is not None or total < 1 << 64
+                else ("more than 2**64")
+            )
+            raise ValueError(
+                f"ObjectWorkload.{field}: {shown} objects, more than {MAX_OBJECTS:,} (the run "
+                f"keeps every object's size in memory, about {BYTES_PER_OBJECT} bytes each: "
+                f"{total * BYTES_PER_OBJECT / 1e9:,.0f} GB for these)"
+            )
 
     @property
     def total_objects(self) -> int:

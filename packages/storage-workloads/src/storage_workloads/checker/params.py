@@ -11,7 +11,7 @@ from typing import Any, Final
 
 import yaml
 
-from storage_workloads._reading import malformed_json, not_utf8
+from storage_workloads._reading import UnusableFile, malformed_json, read_bounded_text
 from storage_workloads.checker.report import _invalid, _same, flatten
 from storage_workloads.rules import CLOSED_PARAMETERS, DIVISIONS, OPEN_PARAMETERS, Issue
 
@@ -50,12 +50,12 @@ _RUN_RECORD_KEYS: Final = frozenset({"engine", "command"})
 def _load_mapping(path: Path, issues: list[Issue]) -> dict[str, Any] | None:
     """The mapping in a YAML or JSON file, or ``None`` with an INVALID issue saying why."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded_text(path)
     except OSError as exc:
         issues.append(_invalid(str(path), f"cannot read it: {exc.strerror or exc}", "readable"))
         return None
-    except UnicodeDecodeError as exc:
-        issues.append(_invalid(str(path), f"cannot read it: {not_utf8(exc)}", "readable"))
+    except UnusableFile as exc:
+        issues.append(_invalid(str(path), f"cannot read it: {exc}", "readable"))
         return None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)

@@ -71,12 +71,13 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = dlrmv4_cli.OneLineParser(
         prog=PROG,
         description="MLPerf Storage workloads: definitions, sizing, rules checker, DLIO runs "
         "and the object-storage runner.",
     )
     commands = parser.add_subparsers(
+        parser_class=dlrmv4_cli.OneLineParser,
         dest="area",
         required=True,
         metavar="{list,show,size,check,datagen,run,checkpoint,report,object}",
@@ -112,16 +113,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``storage-workloads``; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
-        if args.area != "object":
-            status = int(_COMMANDS[args.area](args))
-        elif args.command == "list":
-            status = _list()
-        else:
-            status = _run(args)
-        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        # SIGTERM and SIGHUP unwind as Ctrl-C does: DLIO, mpirun and the object clients are
+        # ended on the way out, and the status is 128 + the signal's number.
+        with dlrmv4_cli.stop_on_signals():
+            if args.area != "object":
+                status = int(_COMMANDS[args.area](args))
+            elif args.command == "list":
+                status = _list()
+            else:
+                status = _run(args)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return status
     except KeyboardInterrupt:
         return dlrmv4_cli.interrupted(PROG)
+    except dlrmv4_cli.Stopped as exc:
+        return dlrmv4_cli.stopped(PROG, exc)
     except BrokenPipeError:
         return dlrmv4_cli.reader_gone()
     except Exception as exc:  # one line (DLIO: plus its log's tail), never a traceback

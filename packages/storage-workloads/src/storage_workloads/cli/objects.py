@@ -7,6 +7,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+import dlrmv4_cli
 from storage_workloads.cli.options import PROG, _int_at_least, _seconds
 from storage_workloads.hosts import HostSpec, format_hosts, parse_hosts
 from storage_workloads.objects import (
@@ -77,7 +78,12 @@ def _add_object(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         description="Object-storage workloads against an S3 endpoint (boto3; credentials from "
         "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN or AWS_PROFILE).",
     )
-    actions = obj.add_subparsers(dest="command", required=True, metavar="{list,prepare,get,run}")
+    actions = obj.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="{list,prepare,get,run}",
+        parser_class=dlrmv4_cli.OneLineParser,
+    )
     actions.add_parser("list", help="print the object workloads and presets as JSON")
     common = _object_options()
     helps = {
@@ -358,6 +364,9 @@ def _workload(args: argparse.Namespace, preset: ObjectPreset | None = None) -> O
 
 
 _FLAG_OF_FIELD = {
+    "num_objects": "--objects",
+    "clients": "--clients",
+    "concurrency": "--concurrency",
     "prefix": "--prefix",
     "mix": "--mix",
     "put_prefix": "--put-prefix",

@@ -50,7 +50,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         write_report(args.out, report)
     status = 1 if report.damaged else 0
     if args.format == "json":
-        print(json.dumps(report.as_dict(), indent=2))
+        print(json.dumps(report.as_dict(), indent=2, allow_nan=False))
         return status
     if report.runs:
         rows = [["run", "workload", "procs", "AU %", "samples/s", "MB/s", "passed", "rules"]]

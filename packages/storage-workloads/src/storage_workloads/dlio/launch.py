@@ -27,6 +27,7 @@ from typing import Any, Final
 
 import yaml
 
+import dlrmv4_cli
 from storage_workloads._atomic import write_text_atomic
 from storage_workloads.dlio.config import ENGINE_NAMES, dump_yaml
 from storage_workloads.dlio_ext import LAUNCHER, PLUGIN_PATH
@@ -395,7 +396,9 @@ def _execute(launch: _Launch, *, run_dir: Path, timeout_s: float | None, log: Lo
     started = time.monotonic()
     try:
         with console.open("w", encoding="utf-8") as fh:
-            done = subprocess.run(
+            # DLIO, or mpirun and its ranks, in a process group ended with this process
+            # (Ctrl-C, SIGTERM, SIGHUP, the timeout): none is left running on its own.
+            done = dlrmv4_cli.run_child(
                 launch.cmd,
                 cwd=run_dir,
                 env=launch.env,
@@ -403,7 +406,6 @@ def _execute(launch: _Launch, *, run_dir: Path, timeout_s: float | None, log: Lo
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 timeout=timeout_s,
-                check=False,
             )
     except subprocess.TimeoutExpired:
         raise DlioError(

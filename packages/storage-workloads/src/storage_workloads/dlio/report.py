@@ -196,6 +196,14 @@ class Report:
         }
 
 
+_RESULT_FILES: Final = {
+    "training": "results.json",
+    "checkpoint": "checkpoint-results.json",
+    "dlio": "summary.json",
+}
+"""The file each kind of run is reported from (what a ``damaged`` entry names)."""
+
+
 def _training_row(path: Path) -> TrainingRow:
     data = _load_json(path / "results.json")
     return TrainingRow(
@@ -339,6 +347,10 @@ def aggregate_results(run_dirs: Sequence[str | os.PathLike[str]]) -> Report:
                     str(path), exc.path.name, f"{exc.path.name}: cannot read it: {exc.problem}"
                 )
             )
+        except (DlioError, OSError, ValueError, TypeError, AttributeError) as exc:
+            # A results file that parses but holds the wrong shapes ("epochs": 5), or a run
+            # folder that cannot be listed: that run is named, the others are reported.
+            damaged.append(DamagedRun(str(path), _RESULT_FILES.get(kind, path.name), str(exc)))
         if kind not in ("training", "checkpoint", "dlio"):
             reason = (
                 "data generation"

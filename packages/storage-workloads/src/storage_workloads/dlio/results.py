@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from storage_workloads._atomic import write_text_atomic
-from storage_workloads._reading import malformed_json, not_utf8
+from storage_workloads._reading import UnusableFile, load_json_file
 from storage_workloads._records import JsonRecord
 from storage_workloads.dlio.launch import DlioError
 
@@ -135,15 +135,15 @@ class UnreadableResult(DlioError):
 
 def _load_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_json_file(path)
     except FileNotFoundError:
+        if path.is_symlink():
+            raise UnreadableResult(path, "a dangling symbolic link") from None
         raise DlioError(f"{path} is missing: DLIO did not finish the run") from None
     except OSError as exc:
         raise UnreadableResult(path, str(exc.strerror or exc)) from None
-    except UnicodeDecodeError as exc:
-        raise UnreadableResult(path, not_utf8(exc)) from None
-    except json.JSONDecodeError as exc:
-        raise UnreadableResult(path, malformed_json(exc)) from None
+    except UnusableFile as exc:
+        raise UnreadableResult(path, str(exc)) from None
     if not isinstance(data, dict):
         raise UnreadableResult(path, f"expected a JSON object, got {type(data).__name__}")
     return data

@@ -5,6 +5,8 @@ at fault. boto3 is imported only when a client is made."""
 from __future__ import annotations
 
 import os
+import re
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -37,6 +39,19 @@ class S3Target:
     def __post_init__(self) -> None:
         if not isinstance(self.bucket, str) or not self.bucket.strip():
             raise ValueError(f"S3Target.bucket must be a non-empty string, got {self.bucket!r}")
+        if not _BUCKET.fullmatch(self.bucket) or ".." in self.bucket:
+            raise ValueError(
+                "S3Target.bucket must be a bucket name (up to 255 letters, digits, '.', '-' and "
+                f"'_', starting and ending with a letter or digit, no '..'), got {self.bucket!r}"
+            )
+        if isinstance(self.endpoint, str) and _has_credentials(self.endpoint):
+            # S3 signs requests with the access keys; a password in the URL is never used,
+            # only shown, so it is refused without being repeated.
+            raise ValueError(
+                "S3Target.endpoint must not hold credentials (user:password@): S3 requests "
+                "are signed with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE); "
+                f"got {redact_url(self.endpoint)!r}"
+            )
         if self.endpoint is not None and (
             not isinstance(self.endpoint, str)
             or not self.endpoint.lower().startswith(("http://", "https://"))
@@ -55,12 +70,37 @@ class S3Target:
     def endpoint_name(self) -> str:
         """The endpoint as error messages name it."""
         if self.endpoint:
-            return self.endpoint
+            return redact_url(self.endpoint)
         env = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        return env or "the default AWS S3 endpoint"
+        return redact_url(env) if env else "the default AWS S3 endpoint"
 
     def url(self, key: str = "") -> str:
         return f"s3://{self.bucket}/{key}"
+
+
+# The characters of a bucket name as S3 and the S3-compatible servers take them (the legacy
+# rule: up to 255 characters, '_' and capitals allowed); the server judges the rest (AWS
+# wants 3 to 63 lower-case characters and says so itself).
+_BUCKET = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,253}[A-Za-z0-9])?")
+
+
+def _has_credentials(url: str) -> bool:
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return False
+    return parts.username is not None or parts.password is not None
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced by ``***@``, for messages."""
+    return re.sub(r"(?<=://)[^/@\s]*@", "***@", url)
+
+
+def _flat(exc: BaseException) -> str:
+    """An exception's message on one line (botocore's validation errors take two), with no
+    password of an endpoint URL in it."""
+    return redact_url(" ".join(str(exc).split()))
 
 
 def _botocore_exceptions() -> Any:
@@ -91,7 +131,9 @@ def _make_client(target: S3Target, *, pool: int, attempts: int) -> Any:
             "s3", endpoint_url=target.endpoint, region_name=target.region, config=config
         )
     except ValueError as exc:  # botocore: "Invalid endpoint: ..."
-        raise ObjectStoreError(f"invalid S3 endpoint {target.endpoint_name}: {exc}") from None
+        raise ObjectStoreError(
+            f"invalid S3 endpoint {target.endpoint_name}: {_flat(exc)}"
+        ) from None
     except Exception as exc:
         raise _explain(exc, target, "creating the S3 client") from None
 
@@ -115,7 +157,7 @@ def _explain(exc: BaseException, target: S3Target, what: str) -> ObjectStoreErro
             "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
         )
     if isinstance(exc, be.ConnectionError | be.HTTPClientError):
-        return ObjectStoreError(f"{what}: cannot reach the S3 endpoint {where}: {exc}")
+        return ObjectStoreError(f"{what}: cannot reach the S3 endpoint {where}: {_flat(exc)}")
     if isinstance(exc, be.ClientError):
         code, status = _error_code(exc)
         if code in {"NoSuchBucket"} or (status == 404 and "bucket" in what):
@@ -128,12 +170,12 @@ def _explain(exc: BaseException, target: S3Target, what: str) -> ObjectStoreErro
                 f"{what}: access denied by {where} ({code or status}): check the credentials "
                 f"and the permissions on bucket {target.bucket!r}"
             )
-        return ObjectStoreError(f"{what}: {where} answered {code or status}: {exc}")
+        return ObjectStoreError(f"{what}: {where} answered {code or status}: {_flat(exc)}")
     if isinstance(exc, be.ParamValidationError):
-        return ObjectStoreError(f"{what}: invalid request: {exc}")
+        return ObjectStoreError(f"{what}: invalid request: {_flat(exc)}")
     if isinstance(exc, be.BotoCoreError):
-        return ObjectStoreError(f"{what}: {where}: {exc}")
-    return ObjectStoreError(f"{what}: {type(exc).__name__}: {exc}")
+        return ObjectStoreError(f"{what}: {where}: {_flat(exc)}")
+    return ObjectStoreError(f"{what}: {type(exc).__name__}: {_flat(exc)}")
 
 
 def _short(exc: BaseException) -> str:
