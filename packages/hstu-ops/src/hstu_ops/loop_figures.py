@@ -156,10 +156,10 @@ def _amdgcn_loops(asm: str) -> tuple[Loop, ...]:
     code, labels, pending = [], {}, []
     for line in asm.splitlines():
         line = line.split(";")[0].strip()
-        if not line or line.startswith((".", "//")):
-            continue
-        if line.endswith(":"):
+        if line.endswith(":") and " " not in line:
             labels[line[:-1]] = len(code)
+            continue
+        if not line or line.startswith((".", "//")):
             continue
         code.append((len(code), line))
         jump = re.match(r"s_(?:cbranch_\w+|branch)\s+(\S+)", line)

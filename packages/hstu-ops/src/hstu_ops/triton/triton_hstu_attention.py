@@ -11,6 +11,15 @@ Layout of the work:
 * forward: one program per (query block, head, sequence). It loads its query block once, loops
   over the key blocks that the mask can reach and accumulates ``w @ v`` in float32, ``w`` being
   the masked SiLU weights, which are never written to memory.
+* the inner loops are kept short, as the compiled code shows
+  (``benchmarks/bench_compiled_loops.py``): causal without ``max_attn_len``, the key (or query)
+  blocks wholly inside the allowed region get a loop without any mask, and only the diagonal,
+  target and last blocks a masked one; the mask is a 0/1 factor (times dropout's) computed from
+  positions before q k^T is used; sigmoid is one approximate exp2 and one approximate
+  reciprocal on GPUs (``_common.fast_exp2``, ``fast_reciprocal``; exact under the
+  interpreter); alpha / max_seq_len multiplies the accumulators once, after the loops; the
+  column masks go where the head dimension fills its block; key and query tiles are a scalar
+  step from loop-invariant 32-bit offsets.
 * backward, deterministic, no atomics: one kernel with a program per (key block, head,
   sequence) that loops over query blocks and accumulates dk and dv; a second kernel with a
   program per (query block, head, sequence) that loops over key blocks and accumulates dq. Both
