@@ -1,7 +1,8 @@
 """Compiling the Triton kernels for a GPU that is not there.
 
 Triton compiles for a named target without a device: :class:`GpuTarget` compiles one kernel
-for an H100 (``sm90``), an A100 (``sm80``) or an MI300X (``gfx942``) and knows the chip's
+for an H100 (``sm90``), an A100 (``sm80``), a B200 (``sm100``), an MI300X (``gfx942``) or an
+MI350X (``gfx950``) and knows the chip's
 shared memory (LDS) per block, which a launch over it fails on, so the compile checks catch what
 Triton's CPU interpreter never sees (types the compiler refuses, tiles too large for the chip).
 
