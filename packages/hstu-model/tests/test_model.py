@@ -228,6 +228,30 @@ def test_the_layers_run_in_the_autocast_dtype_where_the_token_mlps_return_float3
     assert torch.isfinite(logits).all()
 
 
+@pytest.mark.parametrize("recompute", [False, True])
+def test_the_layers_call_the_attention_with_offsets_it_need_not_read_back(
+    tiny_config, make_batch, build, recompute, monkeypatch
+):
+    """The model builds its offsets and target counts itself, so every attention call, also
+    the recomputation in the backward, skips the checks that read their values (one GPU wait
+    each, in every step)."""
+    from hstu_ops import _index_checks
+
+    model = build(tiny_config.replace(model={"recompute_layers": recompute})).train()
+    checks = []
+    attention = hstu_ops.hstu_mha
+
+    def watched(*args, **kwargs):
+        checks.append(_index_checks.index_value_checks())
+        return attention(*args, **kwargs)
+
+    monkeypatch.setattr(hstu_ops, "hstu_mha", watched)
+    batch = make_batch([3, 0, 9], seed=2)
+    model.loss(model(batch.uih, batch.candidates).logits, batch.labels).backward()
+    assert checks == [False] * len(model.layers) * (2 if recompute else 1)
+    assert _index_checks.index_value_checks()
+
+
 def test_trainer_fits_a_fixed_batch(tiny_config, make_batch, build):
     cfg = tiny_config.replace(
         model={"input_dropout": 0.0, "linear_dropout": 0.0},

@@ -691,8 +691,11 @@ def test_kernels_compile_for_gpus(gpu_target, dropout, triton_backend):
                 BLOCK_N=block_n,
                 BLOCK_DQK=128,
                 BLOCK_DV=128,
+                FULL_DQK=True,
+                FULL_DV=True,
                 DOT_PRECISION=None,
                 INTERPRET_BF16=False,
+                FAST_MATH=gpu_target.vendor,
             )
             options = {"num_warps": warps, "num_stages": cfg.num_stages}
             binary = gpu_target.compile(kernel, constants, options, types=SIGNATURE_TYPES)

@@ -16,6 +16,7 @@ only `HSTURanker` imports TorchRec, when it is built or run.
 from __future__ import annotations
 
 import abc
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -219,6 +220,17 @@ class STULayer(nn.Module):
             group_norm=False,
             kernel=kernels.kernel("hstu_compute_output"),
         )
+
+
+def _run_with_own_offsets(layer: nn.Module, *args) -> torch.Tensor:
+    """A layer called on the offsets and target counts the model built itself: the offsets
+    are the complete cumulative sum of the merged sequences' lengths (0 first, never
+    decreasing, the token count last), every sequence holds its num_candidates targets, and
+    max_seq_len is the longest of them, so the ops need not read them back from the GPU to
+    check them (a wait of the GPU queue per read). Also around a layer's recomputation, which
+    runs in the backward."""
+    with hstu_ops.index_values_trusted():
+        return layer(*args)
 
 
 @dataclass
@@ -538,14 +550,15 @@ class RankerBase(nn.Module, abc.ABC):
         recompute = cfg.recompute_layers and self.training and torch.is_grad_enabled()
         for layer in self.layers:
             args = (x, seq_offsets, max_seq_len, num_targets, self.kernels)
+            run = functools.partial(_run_with_own_offsets, layer)
             if recompute:
                 # Non-reentrant: the recomputation sees the same autocast state, and the saved
                 # random state draws the same dropout masks again.
                 x = torch.utils.checkpoint.checkpoint(
-                    layer, *args, use_reentrant=False, preserve_rng_state=True
+                    run, *args, use_reentrant=False, preserve_rng_state=True
                 )
             else:
-                x = layer(*args)
+                x = run(*args)
 
         candidate_rows = (
             seq_offsets[1:].unsqueeze(1)

@@ -38,7 +38,7 @@ from hstu_ops._kernel import (
 
 if TYPE_CHECKING:
     from hstu_ops import pytorch, selfcheck
-    from hstu_ops._index_checks import set_index_value_checks
+    from hstu_ops._index_checks import index_values_trusted, set_index_value_checks
     from hstu_ops._native import NativeExtensionError, native_available, native_build_info
     from hstu_ops._triton import (
         TritonUnavailableError,
@@ -85,6 +85,7 @@ _LAZY = {
     "swish_layer_norm": "hstu_ops.norms",
     "add_timestamp_positional_embeddings": "hstu_ops.position",
     "selfcheck": "hstu_ops.selfcheck",
+    "index_values_trusted": "hstu_ops._index_checks",
     "set_index_value_checks": "hstu_ops._index_checks",
     "verify_decision": "hstu_ops.selfcheck",
     "verify_kernel": "hstu_ops.selfcheck",
@@ -127,6 +128,7 @@ __all__ = [
     "hstu_compute_output",
     "hstu_compute_uqvk",
     "hstu_mha",
+    "index_values_trusted",
     "jagged_dense_bmm_broadcast_add",
     "kernel_family",
     "layer_norm",

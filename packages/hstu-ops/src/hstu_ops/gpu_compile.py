@@ -1,7 +1,8 @@
 """Compiling the Triton kernels for a GPU that is not there.
 
 Triton compiles for a named target without a device: :class:`GpuTarget` compiles one kernel
-for an H100 (``sm90``), an A100 (``sm80``) or an MI300X (``gfx942``) and knows the chip's
+for an H100 (``sm90``), an A100 (``sm80``), a B200 (``sm100``), an MI300X (``gfx942``) or an
+MI350X (``gfx950``) and knows the chip's
 shared memory (LDS) per block, which a launch over it fails on, so the compile checks catch what
 Triton's CPU interpreter never sees (types the compiler refuses, tiles too large for the chip).
 
@@ -36,7 +37,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["GPU_TARGETS", "GpuTarget", "LaunchRecorder", "compile_problems", "record_launches"]
+__all__ = [
+    "GPU_TARGETS",
+    "GpuTarget",
+    "LaunchRecorder",
+    "compile_problems",
+    "launch_figures",
+    "record_launches",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +115,9 @@ class GpuTarget:
 GPU_TARGETS = {
     "sm80": GpuTarget("sm80", ("cuda", 80, 32), "cubin", 163 * 1024, 108),  # A100
     "sm90": GpuTarget("sm90", ("cuda", 90, 32), "cubin", 227 * 1024, 132),  # H100 SXM
+    "sm100": GpuTarget("sm100", ("cuda", 100, 32), "cubin", 227 * 1024, 148),  # B200
     "gfx942": GpuTarget("gfx942", ("hip", "gfx942", 64), "hsaco", 64 * 1024, 304),  # MI300X
+    "gfx950": GpuTarget("gfx950", ("hip", "gfx950", 64), "hsaco", 160 * 1024, 256),  # MI350X
 }
 
 _LAUNCH_OPTIONS = {
@@ -279,7 +289,7 @@ def compile_problems(
         if unknown:
             problems.append(f"{what}: launch options {sorted(unknown)} unknown to {target.arch}")
             continue
-        shared, error = next(outcomes)
+        shared, error, _ = next(outcomes)
         if error is not None:  # every failure is listed, not only the first
             problems.append(f"{what}: {error}")
             continue
@@ -297,33 +307,54 @@ def compile_problems(
     return problems
 
 
-_Outcome = tuple[int, str | None]
-"""A compiled launch's shared memory in bytes, or the error that stopped its compilation."""
+def launch_figures(
+    recorder: LaunchRecorder, target: GpuTarget, *, jobs: int | None = None
+) -> list[tuple[Launch, Any]]:
+    """Compiles every recorded launch for ``target`` and reads its machine code: per launch,
+    its :class:`hstu_ops.loop_figures.KernelFigures`, or the error (a string) that stopped
+    its compilation. ``jobs`` as in :func:`compile_problems`."""
+    launches = list(recorder.launches.values())
+    outcomes = _compile_all(launches, target, jobs, figures=True)
+    return [
+        (launch, error if error is not None else figures)
+        for launch, (_, error, figures) in zip(launches, outcomes, strict=True)
+    ]
 
-_forked_work: tuple[list[Launch], GpuTarget] | None = None
+
+_Outcome = tuple[int, str | None, Any]
+"""A compiled launch's shared memory in bytes, or the error that stopped its compilation, and
+its figures when asked for."""
+
+_forked_work: tuple[list[Launch], GpuTarget, bool] | None = None
 """What the forked compiling processes read their launches from: the kernels are the parent's
 live objects, which do not pickle."""
 
 
 def _compile_one(index: int) -> _Outcome:
     assert _forked_work is not None
-    launches, target = _forked_work
+    launches, target, figures = _forked_work
     launch = launches[index]
     try:
         binary = target.compile(
             launch.kernel, launch.constants, launch.options, values=launch.values
         )
     except Exception as exc:
-        return 0, f"{type(exc).__name__}: {exc}"
-    return binary.metadata.shared, None
+        return 0, f"{type(exc).__name__}: {exc}", None
+    if not figures:
+        return binary.metadata.shared, None, None
+    from hstu_ops.loop_figures import kernel_figures
+
+    return binary.metadata.shared, None, kernel_figures(binary, target)
 
 
-def _compile_all(launches: list[Launch], target: GpuTarget, jobs: int | None) -> list[_Outcome]:
+def _compile_all(
+    launches: list[Launch], target: GpuTarget, jobs: int | None, figures: bool = False
+) -> list[_Outcome]:
     global _forked_work
     if jobs is None:
         jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     jobs = max(1, min(jobs or 1, len(launches)))
-    _forked_work = (launches, target)
+    _forked_work = (launches, target, figures)
     try:
         if jobs == 1 or "fork" not in multiprocessing.get_all_start_methods():
             return [_compile_one(i) for i in range(len(launches))]

@@ -29,22 +29,26 @@ _OP = "hstu_mha"
 _ATTENTION = "triton_hstu_attention"
 
 
-def _attention_problem(module, q, k, v, seq_offsets, num_targets, scalars: tuple):
+def _attention_problem(
+    module, q, k, v, seq_offsets, num_targets, scalars: tuple, *, check_values: bool
+):
     """The launchers' problem from the ops' arguments (``scalars``: those after num_targets);
-    the index values checked here, at run time."""
+    the index values checked here, at run time, when ``check_values`` and
+    :func:`~hstu_ops._index_checks.index_value_checks` allow."""
     from hstu_ops.pytorch.pt_hstu_attention import _check_inputs
+    from hstu_ops.triton import _common
 
     max_seq_len, alpha, causal, dropout_pr, max_attn_len, contextual_seq_len, seed, config = scalars
 
     lengths = _check_inputs(
         max_seq_len, q, k, v, seq_offsets, dropout_pr, num_targets, max_attn_len,
-        contextual_seq_len, values=index_value_checks(),
+        contextual_seq_len, values=check_values and index_value_checks(),
     )  # fmt: skip
     # On a GPU the grid covers max_seq_len rows per sequence, a bound known without reading
     # the offsets (the programs past a sequence's end return at once). CPU offsets (Triton's
     # interpreter) are read for free, and the interpreter pays for every program it starts.
     max_len = max_seq_len
-    if seq_offsets.device.type == "cpu":
+    if not _common.on_gpu(seq_offsets.device):
         max_len = int(lengths.max()) if lengths.numel() else 0
     return module._Problem(
         seq_offsets=seq_offsets,
@@ -81,7 +85,9 @@ def hstu_mha_fwd(
     int64 CPU scalar (None without dropout); ``config``: the fields of a ``BlockConfig``."""
     module = load_triton_module(_OP, _ATTENTION)
     scalars = (max_seq_len, alpha, causal, dropout_pr, max_attn_len, contextual_seq_len, seed)
-    problem = _attention_problem(module, q, k, v, seq_offsets, num_targets, (*scalars, config))
+    problem = _attention_problem(
+        module, q, k, v, seq_offsets, num_targets, (*scalars, config), check_values=True
+    )
     return module.hstu_attention_fwd(q, k, v, problem)
 
 
@@ -111,7 +117,11 @@ def hstu_mha_bwd(
     """(dq, dk, dv) for the output gradient ``dout``; the forward's other arguments."""
     module = load_triton_module(_OP, _ATTENTION)
     scalars = (max_seq_len, alpha, causal, dropout_pr, max_attn_len, contextual_seq_len, seed)
-    problem = _attention_problem(module, q, k, v, seq_offsets, num_targets, (*scalars, config))
+    # The forward checked these very offsets and targets (they are saved for the backward):
+    # checking again would only wait for the GPU a second time.
+    problem = _attention_problem(
+        module, q, k, v, seq_offsets, num_targets, (*scalars, config), check_values=False
+    )
     return module.hstu_attention_bwd(dout, q, k, v, problem)
 
 

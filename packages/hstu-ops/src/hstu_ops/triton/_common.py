@@ -24,6 +24,7 @@ import os
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 __all__ = [
     "FLOAT_DTYPES",
@@ -41,6 +42,9 @@ __all__ = [
     "device_arch",
     "dot",
     "dot_precision",
+    "fast_exp2",
+    "fast_math",
+    "fast_reciprocal",
     "fit_block",
     "int32_bits",
     "interpreting",
@@ -113,6 +117,32 @@ def cast(x, dtype: tl.constexpr, INTERPRET_BF16: tl.constexpr):
         bits = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
         x = bits.to(tl.float32, bitcast=True)
     return x.to(dtype)
+
+
+@triton.jit
+def fast_exp2(x, FAST_MATH: tl.constexpr):
+    """2**x in float32, approximately: one ``ex2.approx.ftz`` on NVIDIA (relative error about
+    2**-22, subnormal results flushed to 0), the backend's ``exp2`` elsewhere. FAST_MATH is
+    :func:`fast_math`'s answer for the launch's device."""
+    if FAST_MATH == "nvidia":
+        return tl.inline_asm_elementwise(
+            "ex2.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1
+        )
+    return tl.exp2(x)
+
+
+@triton.jit
+def fast_reciprocal(x, FAST_MATH: tl.constexpr):
+    """1 / x in float32, approximately: one ``rcp.approx.ftz`` on NVIDIA (relative error
+    about 2**-23), ``fast_dividef`` on AMD (one ``v_rcp_f32``), exact division under the
+    interpreter."""
+    if FAST_MATH == "nvidia":
+        return tl.inline_asm_elementwise(
+            "rcp.approx.ftz.f32 $0, $1;", "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1
+        )
+    if FAST_MATH == "amd":
+        return libdevice.fast_dividef(1.0, x)
+    return 1.0 / x
 
 
 @triton.jit
@@ -276,6 +306,14 @@ def device_arch(device: torch.device) -> str:
     if torch.version.hip:
         return props.gcnArchName.split(":")[0]
     return f"sm{props.major}{props.minor}"
+
+
+def fast_math(interpreted: bool) -> str:
+    """The FAST_MATH constexpr of :func:`fast_exp2` and :func:`fast_reciprocal` for a launch:
+    "plain" under the interpreter (numpy arithmetic), "amd" on ROCm, "nvidia" on CUDA."""
+    if interpreted:
+        return "plain"
+    return "amd" if torch.version.hip else "nvidia"
 
 
 def dot_precision(dtype: torch.dtype, arch: str | None) -> str | None:

@@ -11,6 +11,15 @@ Layout of the work:
 * forward: one program per (query block, head, sequence). It loads its query block once, loops
   over the key blocks that the mask can reach and accumulates ``w @ v`` in float32, ``w`` being
   the masked SiLU weights, which are never written to memory.
+* the inner loops are kept short, as the compiled code shows
+  (``benchmarks/bench_compiled_loops.py``): causal without ``max_attn_len``, the key (or query)
+  blocks wholly inside the allowed region get a loop without any mask, and only the diagonal,
+  target and last blocks a masked one; the mask is a 0/1 factor (times dropout's) computed from
+  positions before q k^T is used; sigmoid is one approximate exp2 and one approximate
+  reciprocal on GPUs (``_common.fast_exp2``, ``fast_reciprocal``; exact under the
+  interpreter); alpha / max_seq_len multiplies the accumulators once, after the loops; the
+  column masks go where the head dimension fills its block; key and query tiles are a scalar
+  step from loop-invariant 32-bit offsets.
 * backward, deterministic, no atomics: one kernel with a program per (key block, head,
   sequence) that loops over query blocks and accumulates dk and dv; a second kernel with a
   program per (query block, head, sequence) that loops over key blocks and accumulates dq. Both
@@ -53,7 +62,14 @@ import triton.language as tl
 from hstu_ops import triton_ops
 from hstu_ops.pytorch.pt_hstu_attention import _check_dropout_pr, _check_inputs
 from hstu_ops.triton import _common
-from hstu_ops.triton._common import cast, dot, philox4x32_10, sequence
+from hstu_ops.triton._common import (
+    cast,
+    dot,
+    fast_exp2,
+    fast_reciprocal,
+    philox4x32_10,
+    sequence,
+)
 
 __all__ = [
     "INTERPRETED",
@@ -114,7 +130,6 @@ def _end_pos_with_rank_le(r, c, h, n, HAS_CTX: tl.constexpr, HAS_TARGETS: tl.con
 def _allowed(
     pos_q,
     pos_k,
-    n,
     c,
     h,
     max_attn_len,
@@ -123,7 +138,10 @@ def _allowed(
     HAS_TARGETS: tl.constexpr,
     HAS_MAX_ATTN_LEN: tl.constexpr,
 ):
-    """Whether query pos_q may attend key pos_k (broadcast shapes), both real tokens."""
+    """Whether query pos_q may attend key pos_k (broadcast shapes), both real tokens.
+
+    Positions past the sequence are not refused here: the kernels read their rows of q, k, v
+    and dout as zeros, whose weights and gradients are zero, and never store them."""
     # The ranks of _rank, inlined: this runs in every iteration of the inner loops.
     r_q = pos_q
     r_k = pos_k
@@ -144,7 +162,7 @@ def _allowed(
     if HAS_CTX:
         # Contextual tokens (rank 0) see every non-target token.
         ok = ok | ((r_q == 0) & (r_k < h))
-    return ok & (pos_q < n) & (pos_k < n)
+    return ok
 
 
 @triton.jit
@@ -267,51 +285,6 @@ def _dropout_scale(b, head, pos_q, pos_k, seed_lo, seed_hi, drop_threshold, inv_
     return tl.where(keep, inv_keep, 0.0)
 
 
-@triton.jit
-def _pair_weight_rules(
-    pos_q,
-    pos_k,
-    b,
-    head,
-    n,
-    c,
-    h,
-    max_attn_len,
-    seed_lo,
-    seed_hi,
-    drop_threshold,
-    inv_keep,
-    CAUSAL: tl.constexpr,
-    HAS_CTX: tl.constexpr,
-    HAS_TARGETS: tl.constexpr,
-    HAS_MAX_ATTN_LEN: tl.constexpr,
-    HAS_DROPOUT: tl.constexpr,
-):
-    """(allowed, dropout factor) of the (query pos_q, key pos_k) pairs of a tile: the mask of
-    _allowed, and the factor of _dropout_scale (1.0 without dropout). The forward and both
-    backward kernels ask it the same question, so they agree on every pair."""
-    ok = _allowed(
-        pos_q, pos_k, n, c, h, max_attn_len, CAUSAL, HAS_CTX, HAS_TARGETS, HAS_MAX_ATTN_LEN
-    )
-    if HAS_DROPOUT:
-        scale = _dropout_scale(b, head, pos_q, pos_k, seed_lo, seed_hi, drop_threshold, inv_keep)
-    else:
-        scale = 1.0
-    return ok, scale
-
-
-@triton.jit
-def _score_grad(dw, z, sig, ok, scale, alpha, inv_max_seq_len, HAS_DROPOUT: tl.constexpr):
-    """dL/d(q.k) of the allowed pairs (0 elsewhere) from dL/dw, where w = silu(alpha * q.k) /
-    max_seq_len, times the pair's dropout factor."""
-    # d silu(z) / dz = sig * (1 + z * (1 - sig)); dz / d(q.k) = alpha.
-    dz = dw * sig * (1.0 + z * (1.0 - sig)) * (alpha * inv_max_seq_len)
-    dz = tl.where(ok, dz, 0.0)
-    if HAS_DROPOUT:
-        dz *= scale
-    return dz
-
-
 @triton.jit(do_not_specialize=_DROPOUT_SEEDS)
 def _dropout_mask_kernel(
     Mask,
@@ -346,9 +319,141 @@ def _dropout_mask_kernel(
             )
 
 
+@triton.jit
+def _pair_factor(
+    pos_q,
+    pos_k,
+    b,
+    head,
+    c,
+    h,
+    max_attn_len,
+    seed_lo,
+    seed_hi,
+    drop_threshold,
+    inv_keep,
+    CAUSAL: tl.constexpr,
+    HAS_CTX: tl.constexpr,
+    HAS_TARGETS: tl.constexpr,
+    HAS_MAX_ATTN_LEN: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """The factor of the weights of the (query pos_q, key pos_k) pairs of a tile: 0 where the
+    mask (MASKED tiles only: the others are wholly allowed) refuses the pair, else dropout's
+    1 / (1 - p) or 0 (1.0 without dropout). The forward and both backward kernels ask it the
+    same question, so they agree on every pair. It depends on positions only, not on q k^T, so
+    the compiler computes it while the tensor cores do."""
+    if HAS_DROPOUT:
+        factor = _dropout_scale(b, head, pos_q, pos_k, seed_lo, seed_hi, drop_threshold, inv_keep)
+    else:
+        factor = 1.0
+    if MASKED:
+        ok = _allowed(
+            pos_q, pos_k, c, h, max_attn_len, CAUSAL, HAS_CTX, HAS_TARGETS, HAS_MAX_ATTN_LEN
+        )
+        factor = tl.where(ok, factor, 0.0)
+    return factor
+
+
+@triton.jit
+def _sigmoid_of_scaled(qk, neg_alpha_log2e, FAST_MATH: tl.constexpr):
+    """sigmoid(alpha * qk) = 1 / (1 + 2**(-alpha * log2(e) * qk)): one multiplication, one
+    exp2, one addition and one reciprocal per element (approximate ones on GPUs)."""
+    return fast_reciprocal(1.0 + fast_exp2(qk * neg_alpha_log2e, FAST_MATH), FAST_MATH)
+
+
+@triton.jit
+def _load_tile(ptrs, row_ok, col_ok, MASK_ROWS: tl.constexpr, FULL_D: tl.constexpr):
+    """A tile of rows: rows where ``row_ok`` is False read as 0 (MASK_ROWS only: the callers
+    leave it off where every row is in the sequence), and so do columns where ``col_ok`` is
+    False (unless FULL_D: the head dimension fills the block)."""
+    if MASK_ROWS:
+        if FULL_D:
+            return tl.load(ptrs, mask=row_ok[:, None], other=0.0)
+        return tl.load(ptrs, mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+    if FULL_D:
+        return tl.load(ptrs)
+    return tl.load(ptrs, mask=col_ok[None, :], other=0.0)
+
+
+@triton.jit
+def _first_target(c, h, HAS_CTX: tl.constexpr):
+    """The position of the first target (the sequence's length without targets), the first
+    position of rank h."""
+    if HAS_CTX:
+        return h + c - 1
+    return h
+
+
+@triton.jit
+def _unmasked_key_end(m0, lo, c, h, BLOCK_N: tl.constexpr, HAS_CTX: tl.constexpr):
+    """Causal, without max_attn_len: the end of the key blocks [lo, end) that every query from
+    m0 on attends whole: the keys before m0 and before the first target (a key of rank r < h
+    is seen by every later query, of rank r' > r, or a contextual one). A sequence whose
+    contextual rows and targets leave no rank (h <= 0) gets none (lo)."""
+    end = (tl.minimum(m0, _first_target(c, h, HAS_CTX)) // BLOCK_N) * BLOCK_N
+    return tl.where(h > 0, tl.maximum(end, lo), lo)
+
+
 # --------------------------------------------------------------------------------------------
 # Forward
 # --------------------------------------------------------------------------------------------
+@triton.jit
+def _fwd_tile(
+    acc,
+    q,
+    K,
+    V,
+    k_tile,
+    v_tile,
+    start_n,
+    offs_m,
+    dqk_ok,
+    dv_ok,
+    b,
+    head,
+    n,
+    c,
+    h,
+    max_attn_len,
+    seed_lo,
+    seed_hi,
+    drop_threshold,
+    inv_keep,
+    neg_alpha_log2e,
+    stride_kt,
+    stride_vt,
+    CAUSAL: tl.constexpr,
+    HAS_CTX: tl.constexpr,
+    HAS_TARGETS: tl.constexpr,
+    HAS_MAX_ATTN_LEN: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    FULL_DQK: tl.constexpr,
+    FULL_DV: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    INTERPRET_BF16: tl.constexpr,
+    FAST_MATH: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """acc + (silu(alpha q k^T) / alpha, times the pair factors) @ v over keys
+    [start_n, start_n + BLOCK_N); alpha / max_seq_len is applied once, after the loop.
+    MASKED: the tile holds pairs the mask refuses, or keys past the sequence."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    factor = _pair_factor(
+        offs_m[:, None], offs_n[None, :], b, head, c, h, max_attn_len, seed_lo, seed_hi,
+        drop_threshold, inv_keep, CAUSAL, HAS_CTX, HAS_TARGETS, HAS_MAX_ATTN_LEN, HAS_DROPOUT,
+        MASKED,
+    )  # fmt: skip
+    key_ok = offs_n < n
+    k = _load_tile(K + start_n * stride_kt + k_tile, key_ok, dqk_ok, MASKED, FULL_DQK)
+    qk = dot(q, tl.trans(k), DOT_PRECISION, INTERPRET_BF16)
+    w = qk * _sigmoid_of_scaled(qk, neg_alpha_log2e, FAST_MATH) * factor
+    v = _load_tile(V + start_n * stride_vt + v_tile, key_ok, dv_ok, MASKED, FULL_DV)
+    return acc + dot(cast(w, v.dtype, INTERPRET_BF16), v, DOT_PRECISION, INTERPRET_BF16)
+
+
 @triton.jit(do_not_specialize=_DROPOUT_SEEDS)
 def _hstu_attn_fwd_kernel(
     Q,
@@ -384,14 +489,18 @@ def _hstu_attn_fwd_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_DQK: tl.constexpr,
     BLOCK_DV: tl.constexpr,
+    FULL_DQK: tl.constexpr,
+    FULL_DV: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     INTERPRET_BF16: tl.constexpr,
+    FAST_MATH: tl.constexpr,
 ):
     head, b, seq_start, n, h, m0 = _program_block(
         seq_offsets, num_targets, c, BLOCK_M, HAS_CTX, HAS_TARGETS
     )
     if m0 < n:
-        # Scalar (64-bit) offset to the sequence and head; tile offsets below stay 32-bit.
+        # Scalar (64-bit) offset to the sequence and head; tile offsets below stay 32-bit and
+        # are loop-invariant: a key block is a scalar step from the first.
         Q += seq_start * stride_qt + head * stride_qh
         K += seq_start * stride_kt + head * stride_kh
         V += seq_start * stride_vt + head * stride_vh
@@ -399,66 +508,47 @@ def _hstu_attn_fwd_kernel(
         offs_m = m0 + tl.arange(0, BLOCK_M)
         offs_dqk = tl.arange(0, BLOCK_DQK)
         offs_dv = tl.arange(0, BLOCK_DV)
-        q = tl.load(
-            Q + offs_m[:, None] * stride_qt + offs_dqk[None, :],
-            mask=(offs_m[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
-            other=0.0,
-        )
+        dqk_ok = offs_dqk < ATTN_DIM
+        dv_ok = offs_dv < HIDDEN_DIM
+        q = _load_tile(
+            Q + offs_m[:, None] * stride_qt + offs_dqk[None, :], offs_m < n, dqk_ok, True,
+            FULL_DQK,
+        )  # fmt: skip
+        rows = tl.arange(0, BLOCK_N)
+        k_tile = rows[:, None] * stride_kt + offs_dqk[None, :]
+        v_tile = rows[:, None] * stride_vt + offs_dv[None, :]
+        neg_alpha_log2e = alpha * -1.4426950408889634
         acc = tl.full([BLOCK_M, BLOCK_DV], 0.0, dtype=tl.float32)
         lo, hi = _key_range(
-            m0,
-            n,
-            c,
-            h,
-            max_attn_len,
-            BLOCK_M,
-            BLOCK_N,
-            CAUSAL,
-            HAS_CTX,
-            HAS_TARGETS,
+            m0, n, c, h, max_attn_len, BLOCK_M, BLOCK_N, CAUSAL, HAS_CTX, HAS_TARGETS,
             HAS_MAX_ATTN_LEN,
-        )
-        for start_n in range(lo, hi, BLOCK_N):
-            offs_n = start_n + tl.arange(0, BLOCK_N)
-            k = tl.load(
-                K + offs_n[:, None] * stride_kt + offs_dqk[None, :],
-                mask=(offs_n[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
-                other=0.0,
-            )
-            v = tl.load(
-                V + offs_n[:, None] * stride_vt + offs_dv[None, :],
-                mask=(offs_n[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
-                other=0.0,
-            )
-            z = dot(q, tl.trans(k), DOT_PRECISION, INTERPRET_BF16) * alpha
-            w = z / (1.0 + tl.exp(-z)) * inv_max_seq_len  # silu(z) / max_seq_len
-            ok, scale = _pair_weight_rules(
-                offs_m[:, None],
-                offs_n[None, :],
-                b,
-                head,
-                n,
-                c,
-                h,
-                max_attn_len,
-                seed_lo,
-                seed_hi,
-                drop_threshold,
-                inv_keep,
-                CAUSAL,
-                HAS_CTX,
-                HAS_TARGETS,
-                HAS_MAX_ATTN_LEN,
-                HAS_DROPOUT,
-            )
-            w = tl.where(ok, w, 0.0)
-            if HAS_DROPOUT:
-                w *= scale
-            acc += dot(cast(w, v.dtype, INTERPRET_BF16), v, DOT_PRECISION, INTERPRET_BF16)
+        )  # fmt: skip
+        split = lo
+        if CAUSAL and not HAS_MAX_ATTN_LEN:
+            split = _unmasked_key_end(m0, lo, c, h, BLOCK_N, HAS_CTX)
+        # Keys [lo, split) are attended by every row of the block: no mask; the block's
+        # diagonal, the targets and the keys past the sequence are masked.
+        for start_n in range(lo, split, BLOCK_N):
+            acc = _fwd_tile(
+                acc, q, K, V, k_tile, v_tile, start_n, offs_m, dqk_ok, dv_ok, b, head, n, c, h,
+                max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep, neg_alpha_log2e,
+                stride_kt, stride_vt, CAUSAL, HAS_CTX, HAS_TARGETS, HAS_MAX_ATTN_LEN,
+                HAS_DROPOUT, BLOCK_N, FULL_DQK, FULL_DV, DOT_PRECISION, INTERPRET_BF16,
+                FAST_MATH, False,
+            )  # fmt: skip
+        for start_n in range(split, hi, BLOCK_N):
+            acc = _fwd_tile(
+                acc, q, K, V, k_tile, v_tile, start_n, offs_m, dqk_ok, dv_ok, b, head, n, c, h,
+                max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep, neg_alpha_log2e,
+                stride_kt, stride_vt, CAUSAL, HAS_CTX, HAS_TARGETS, HAS_MAX_ATTN_LEN,
+                HAS_DROPOUT, BLOCK_N, FULL_DQK, FULL_DV, DOT_PRECISION, INTERPRET_BF16,
+                FAST_MATH, True,
+            )  # fmt: skip
+        acc *= alpha * inv_max_seq_len
         tl.store(
             Out + offs_m[:, None] * stride_ot + offs_dv[None, :],
             cast(acc, Out.dtype.element_ty, INTERPRET_BF16),
-            mask=(offs_m[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
+            mask=(offs_m[:, None] < n) & dv_ok[None, :],
         )
 
 
@@ -466,38 +556,73 @@ def _hstu_attn_fwd_kernel(
 # Backward: a kernel for dk, dv per key block, a kernel for dq per query block
 # --------------------------------------------------------------------------------------------
 @triton.jit
-def _block_tiles(
-    A,
-    B,
-    stride_a,
-    stride_b,
-    start,
-    n,
-    ATTN_DIM,
-    HIDDEN_DIM,
-    BLOCK: tl.constexpr,
-    BLOCK_DQK: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
+def _silu_grad(dw, qk, sig, alpha):
+    """d silu(z) / dz at z = alpha * qk, times dw: sig + z * sig * (1 - sig), written as
+    sig + (qk * sig) * (alpha - alpha * sig) (two fused multiply-adds)."""
+    return dw * ((qk * sig) * (alpha - alpha * sig) + sig)
+
+
+@triton.jit
+def _dkdv_tile(
+    dk,
+    dv,
+    k,
+    v,
+    Q,
+    DO,
+    q_tile,
+    do_tile,
+    start_m,
+    row_hi,
+    offs_n,
+    dqk_ok,
+    dv_ok,
+    b,
+    head,
+    c,
+    h,
+    max_attn_len,
+    seed_lo,
+    seed_hi,
+    drop_threshold,
+    inv_keep,
+    alpha,
+    neg_alpha_log2e,
+    stride_qt,
+    stride_dot,
+    CAUSAL: tl.constexpr,
+    HAS_CTX: tl.constexpr,
+    HAS_TARGETS: tl.constexpr,
+    HAS_MAX_ATTN_LEN: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    FULL_DQK: tl.constexpr,
+    FULL_DV: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    INTERPRET_BF16: tl.constexpr,
+    FAST_MATH: tl.constexpr,
+    MASKED: tl.constexpr,
 ):
-    """The prologue of the backward kernels, whose program owns rows [start, start + BLOCK) of
-    a sequence of n rows: those rows' offsets, the column offsets of q, k (attn_dim) and of
-    v, dout (hidden_dim), and the block's tiles of A (attn_dim wide: k for a key block, q for a
-    query block) and of B (hidden_dim wide: v, or dout). A and B point at the sequence and
-    head."""
-    offs = start + tl.arange(0, BLOCK)
-    offs_dqk = tl.arange(0, BLOCK_DQK)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    a = tl.load(
-        A + offs[:, None] * stride_a + offs_dqk[None, :],
-        mask=(offs[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
-        other=0.0,
-    )
-    b = tl.load(
-        B + offs[:, None] * stride_b + offs_dv[None, :],
-        mask=(offs[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
-        other=0.0,
-    )
-    return offs, offs_dqk, offs_dv, a, b
+    """(dk, dv) plus the contributions of query rows [start_m, start_m + BLOCK_M) (those below
+    row_hi), in transposed tiles (keys by queries), all without the factor alpha /
+    max_seq_len, which the caller applies once. MASKED: as in _fwd_tile."""
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    factor_t = _pair_factor(
+        offs_m[None, :], offs_n[:, None], b, head, c, h, max_attn_len, seed_lo, seed_hi,
+        drop_threshold, inv_keep, CAUSAL, HAS_CTX, HAS_TARGETS, HAS_MAX_ATTN_LEN, HAS_DROPOUT,
+        MASKED,
+    )  # fmt: skip
+    row_ok = offs_m < row_hi
+    q = _load_tile(Q + start_m * stride_qt + q_tile, row_ok, dqk_ok, MASKED, FULL_DQK)
+    do = _load_tile(DO + start_m * stride_dot + do_tile, row_ok, dv_ok, MASKED, FULL_DV)
+    qk_t = dot(k, tl.trans(q), DOT_PRECISION, INTERPRET_BF16)
+    sig_t = _sigmoid_of_scaled(qk_t, neg_alpha_log2e, FAST_MATH)
+    w_t = qk_t * sig_t * factor_t
+    dv += dot(cast(w_t, do.dtype, INTERPRET_BF16), do, DOT_PRECISION, INTERPRET_BF16)
+    dw_t = dot(v, tl.trans(do), DOT_PRECISION, INTERPRET_BF16)
+    dz_t = _silu_grad(dw_t, qk_t, sig_t, alpha) * factor_t
+    dk += dot(cast(dz_t, q.dtype, INTERPRET_BF16), q, DOT_PRECISION, INTERPRET_BF16)
+    return dk, dv
 
 
 @triton.jit(do_not_specialize=_DROPOUT_SEEDS)
@@ -541,8 +666,11 @@ def _hstu_attn_bwd_dkdv_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_DQK: tl.constexpr,
     BLOCK_DV: tl.constexpr,
+    FULL_DQK: tl.constexpr,
+    FULL_DV: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     INTERPRET_BF16: tl.constexpr,
+    FAST_MATH: tl.constexpr,
 ):
     head, b, seq_start, n, h, n0 = _program_block(
         seq_offsets, num_targets, c, BLOCK_N, HAS_CTX, HAS_TARGETS
@@ -555,9 +683,22 @@ def _hstu_attn_bwd_dkdv_kernel(
         DO += seq_start * stride_dot + head * stride_doh
         DK += seq_start * stride_dkt + head * stride_dkh
         DV += seq_start * stride_dvt + head * stride_dvh
-        offs_n, offs_dqk, offs_dv, k, v = _block_tiles(
-            K, V, stride_kt, stride_vt, n0, n, ATTN_DIM, HIDDEN_DIM, BLOCK_N, BLOCK_DQK, BLOCK_DV
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        offs_dqk = tl.arange(0, BLOCK_DQK)
+        offs_dv = tl.arange(0, BLOCK_DV)
+        dqk_ok = offs_dqk < ATTN_DIM
+        dv_ok = offs_dv < HIDDEN_DIM
+        key_ok = offs_n < n
+        k = _load_tile(
+            K + offs_n[:, None] * stride_kt + offs_dqk[None, :], key_ok, dqk_ok, True, FULL_DQK
         )
+        v = _load_tile(
+            V + offs_n[:, None] * stride_vt + offs_dv[None, :], key_ok, dv_ok, True, FULL_DV
+        )
+        rows = tl.arange(0, BLOCK_M)
+        q_tile = rows[:, None] * stride_qt + offs_dqk[None, :]
+        do_tile = rows[:, None] * stride_dot + offs_dv[None, :]
+        neg_alpha_log2e = alpha * -1.4426950408889634
         # Query rows that may attend these keys, apart from the contextual rows: [lo, hi).
         n_last = tl.minimum(n0 + BLOCK_N, n) - 1
         if CAUSAL:
@@ -581,77 +722,129 @@ def _hstu_attn_bwd_dkdv_kernel(
                 HAS_TARGETS,
             )
         lo = (lo // BLOCK_M) * BLOCK_M
+        # Query blocks [lo, first) hold the diagonal, [first, last) attend every key of the
+        # block (when it holds no target) and lie inside the sequence: no mask there.
+        first = hi
+        last = hi
+        if CAUSAL and not HAS_MAX_ATTN_LEN:
+            # A key block wholly before the first target (so inside the sequence) is attended
+            # whole by every later query (see _unmasked_key_end).
+            whole = (n0 + BLOCK_N <= _first_target(c, h, HAS_CTX)) & (h > 0)
+            first = tl.where(
+                whole, tl.minimum((n0 + BLOCK_N + BLOCK_M - 1) // BLOCK_M * BLOCK_M, hi), hi
+            )
+            last = tl.where(whole, tl.maximum((n // BLOCK_M) * BLOCK_M, first), hi)
         dk = tl.full([BLOCK_N, BLOCK_DQK], 0.0, dtype=tl.float32)
         dv = tl.full([BLOCK_N, BLOCK_DV], 0.0, dtype=tl.float32)
-        # Two passes over query rows: [lo, hi), then, with contextual tokens, the contextual
-        # rows below lo, which see every non-target key.
-        for rows_pass in tl.static_range(2 if HAS_CTX else 1):
-            if rows_pass == 0:
-                row_lo = lo
-                row_hi = hi
-            else:
-                row_lo = 0
-                row_hi = tl.minimum(tl.minimum(lo, c), n)
-            for start_m in range(row_lo, row_hi, BLOCK_M):
-                offs_m = start_m + tl.arange(0, BLOCK_M)
-                row_ok = offs_m < row_hi
-                q = tl.load(
-                    Q + offs_m[:, None] * stride_qt + offs_dqk[None, :],
-                    mask=row_ok[:, None] & (offs_dqk[None, :] < ATTN_DIM),
-                    other=0.0,
-                )
-                do = tl.load(
-                    DO + offs_m[:, None] * stride_dot + offs_dv[None, :],
-                    mask=row_ok[:, None] & (offs_dv[None, :] < HIDDEN_DIM),
-                    other=0.0,
-                )
-                # Transposed tiles: keys by queries, [BLOCK_N, BLOCK_M].
-                z_t = dot(k, tl.trans(q), DOT_PRECISION, INTERPRET_BF16) * alpha
-                sig_t = 1.0 / (1.0 + tl.exp(-z_t))
-                ok_t, scale_t = _pair_weight_rules(
-                    offs_m[None, :],
-                    offs_n[:, None],
-                    b,
-                    head,
-                    n,
-                    c,
-                    h,
-                    max_attn_len,
-                    seed_lo,
-                    seed_hi,
-                    drop_threshold,
-                    inv_keep,
-                    CAUSAL,
-                    HAS_CTX,
-                    HAS_TARGETS,
-                    HAS_MAX_ATTN_LEN,
-                    HAS_DROPOUT,
-                )
-                ok_t = ok_t & row_ok[None, :]
-                w_t = tl.where(ok_t, z_t * sig_t * inv_max_seq_len, 0.0)
-                if HAS_DROPOUT:
-                    w_t *= scale_t
-                dv += dot(cast(w_t, do.dtype, INTERPRET_BF16), do, DOT_PRECISION, INTERPRET_BF16)
-                dw_t = dot(v, tl.trans(do), DOT_PRECISION, INTERPRET_BF16)
-                dz_t = _score_grad(
-                    dw_t, z_t, sig_t, ok_t, scale_t, alpha, inv_max_seq_len, HAS_DROPOUT
-                )
-                dk += dot(cast(dz_t, q.dtype, INTERPRET_BF16), q, DOT_PRECISION, INTERPRET_BF16)
+        for start_m in range(lo, first, BLOCK_M):
+            dk, dv = _dkdv_tile(
+                dk, dv, k, v, Q, DO, q_tile, do_tile, start_m, hi, offs_n, dqk_ok, dv_ok, b,
+                head, c, h, max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep, alpha,
+                neg_alpha_log2e, stride_qt, stride_dot, CAUSAL, HAS_CTX, HAS_TARGETS,
+                HAS_MAX_ATTN_LEN, HAS_DROPOUT, BLOCK_M, FULL_DQK, FULL_DV, DOT_PRECISION,
+                INTERPRET_BF16, FAST_MATH, True,
+            )  # fmt: skip
+        for start_m in range(first, last, BLOCK_M):
+            dk, dv = _dkdv_tile(
+                dk, dv, k, v, Q, DO, q_tile, do_tile, start_m, hi, offs_n, dqk_ok, dv_ok, b,
+                head, c, h, max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep, alpha,
+                neg_alpha_log2e, stride_qt, stride_dot, CAUSAL, HAS_CTX, HAS_TARGETS,
+                HAS_MAX_ATTN_LEN, HAS_DROPOUT, BLOCK_M, FULL_DQK, FULL_DV, DOT_PRECISION,
+                INTERPRET_BF16, FAST_MATH, False,
+            )  # fmt: skip
+        for start_m in range(last, hi, BLOCK_M):
+            dk, dv = _dkdv_tile(
+                dk, dv, k, v, Q, DO, q_tile, do_tile, start_m, hi, offs_n, dqk_ok, dv_ok, b,
+                head, c, h, max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep, alpha,
+                neg_alpha_log2e, stride_qt, stride_dot, CAUSAL, HAS_CTX, HAS_TARGETS,
+                HAS_MAX_ATTN_LEN, HAS_DROPOUT, BLOCK_M, FULL_DQK, FULL_DV, DOT_PRECISION,
+                INTERPRET_BF16, FAST_MATH, True,
+            )  # fmt: skip
+        if HAS_CTX:
+            # The contextual rows below lo, which see every non-target key.
+            for start_m in range(0, tl.minimum(tl.minimum(lo, c), n), BLOCK_M):
+                dk, dv = _dkdv_tile(
+                    dk, dv, k, v, Q, DO, q_tile, do_tile, start_m,
+                    tl.minimum(tl.minimum(lo, c), n), offs_n, dqk_ok, dv_ok, b, head, c, h,
+                    max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep, alpha,
+                    neg_alpha_log2e, stride_qt, stride_dot, CAUSAL, HAS_CTX, HAS_TARGETS,
+                    HAS_MAX_ATTN_LEN, HAS_DROPOUT, BLOCK_M, FULL_DQK, FULL_DV, DOT_PRECISION,
+                    INTERPRET_BF16, FAST_MATH, True,
+                )  # fmt: skip
+        scale = alpha * inv_max_seq_len
         tl.store(
             DK + offs_n[:, None] * stride_dkt + offs_dqk[None, :],
-            cast(dk, DK.dtype.element_ty, INTERPRET_BF16),
-            mask=(offs_n[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
+            cast(dk * scale, DK.dtype.element_ty, INTERPRET_BF16),
+            mask=key_ok[:, None] & dqk_ok[None, :],
         )
         tl.store(
             DV + offs_n[:, None] * stride_dvt + offs_dv[None, :],
-            cast(dv, DV.dtype.element_ty, INTERPRET_BF16),
-            mask=(offs_n[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
+            cast(dv * scale, DV.dtype.element_ty, INTERPRET_BF16),
+            mask=key_ok[:, None] & dv_ok[None, :],
         )
 
 
 # --------------------------------------------------------------------------------------------
 # Backward: dq per query block
 # --------------------------------------------------------------------------------------------
+@triton.jit
+def _dq_tile(
+    dq,
+    q,
+    do,
+    K,
+    V,
+    k_tile,
+    v_tile,
+    start_n,
+    offs_m,
+    dqk_ok,
+    dv_ok,
+    b,
+    head,
+    n,
+    c,
+    h,
+    max_attn_len,
+    seed_lo,
+    seed_hi,
+    drop_threshold,
+    inv_keep,
+    alpha,
+    neg_alpha_log2e,
+    stride_kt,
+    stride_vt,
+    CAUSAL: tl.constexpr,
+    HAS_CTX: tl.constexpr,
+    HAS_TARGETS: tl.constexpr,
+    HAS_MAX_ATTN_LEN: tl.constexpr,
+    HAS_DROPOUT: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    FULL_DQK: tl.constexpr,
+    FULL_DV: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    INTERPRET_BF16: tl.constexpr,
+    FAST_MATH: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """dq plus the contributions of keys [start_n, start_n + BLOCK_N), without the factor
+    alpha / max_seq_len. MASKED: as in _fwd_tile."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    factor = _pair_factor(
+        offs_m[:, None], offs_n[None, :], b, head, c, h, max_attn_len, seed_lo, seed_hi,
+        drop_threshold, inv_keep, CAUSAL, HAS_CTX, HAS_TARGETS, HAS_MAX_ATTN_LEN, HAS_DROPOUT,
+        MASKED,
+    )  # fmt: skip
+    key_ok = offs_n < n
+    k = _load_tile(K + start_n * stride_kt + k_tile, key_ok, dqk_ok, MASKED, FULL_DQK)
+    v = _load_tile(V + start_n * stride_vt + v_tile, key_ok, dv_ok, MASKED, FULL_DV)
+    qk = dot(q, tl.trans(k), DOT_PRECISION, INTERPRET_BF16)
+    sig = _sigmoid_of_scaled(qk, neg_alpha_log2e, FAST_MATH)
+    dw = dot(do, tl.trans(v), DOT_PRECISION, INTERPRET_BF16)
+    dz = _silu_grad(dw, qk, sig, alpha) * factor
+    return dq + dot(cast(dz, k.dtype, INTERPRET_BF16), k, DOT_PRECISION, INTERPRET_BF16)
+
+
 @triton.jit(do_not_specialize=_DROPOUT_SEEDS)
 def _hstu_attn_bwd_dq_kernel(
     Q,
@@ -690,8 +883,11 @@ def _hstu_attn_bwd_dq_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_DQK: tl.constexpr,
     BLOCK_DV: tl.constexpr,
+    FULL_DQK: tl.constexpr,
+    FULL_DV: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     INTERPRET_BF16: tl.constexpr,
+    FAST_MATH: tl.constexpr,
 ):
     head, b, seq_start, n, h, m0 = _program_block(
         seq_offsets, num_targets, c, BLOCK_M, HAS_CTX, HAS_TARGETS
@@ -703,63 +899,50 @@ def _hstu_attn_bwd_dq_kernel(
         V += seq_start * stride_vt + head * stride_vh
         DO += seq_start * stride_dot + head * stride_doh
         DQ += seq_start * stride_dqt + head * stride_dqh
-        offs_m, offs_dqk, offs_dv, q, do = _block_tiles(
-            Q, DO, stride_qt, stride_dot, m0, n, ATTN_DIM, HIDDEN_DIM, BLOCK_M, BLOCK_DQK, BLOCK_DV
+        offs_m = m0 + tl.arange(0, BLOCK_M)
+        offs_dqk = tl.arange(0, BLOCK_DQK)
+        offs_dv = tl.arange(0, BLOCK_DV)
+        dqk_ok = offs_dqk < ATTN_DIM
+        dv_ok = offs_dv < HIDDEN_DIM
+        row_ok = offs_m < n
+        q = _load_tile(
+            Q + offs_m[:, None] * stride_qt + offs_dqk[None, :], row_ok, dqk_ok, True, FULL_DQK
         )
+        do = _load_tile(
+            DO + offs_m[:, None] * stride_dot + offs_dv[None, :], row_ok, dv_ok, True, FULL_DV
+        )
+        rows = tl.arange(0, BLOCK_N)
+        k_tile = rows[:, None] * stride_kt + offs_dqk[None, :]
+        v_tile = rows[:, None] * stride_vt + offs_dv[None, :]
+        neg_alpha_log2e = alpha * -1.4426950408889634
         dq = tl.full([BLOCK_M, BLOCK_DQK], 0.0, dtype=tl.float32)
         lo, hi = _key_range(
-            m0,
-            n,
-            c,
-            h,
-            max_attn_len,
-            BLOCK_M,
-            BLOCK_N,
-            CAUSAL,
-            HAS_CTX,
-            HAS_TARGETS,
+            m0, n, c, h, max_attn_len, BLOCK_M, BLOCK_N, CAUSAL, HAS_CTX, HAS_TARGETS,
             HAS_MAX_ATTN_LEN,
-        )
-        for start_n in range(lo, hi, BLOCK_N):
-            offs_n = start_n + tl.arange(0, BLOCK_N)
-            k = tl.load(
-                K + offs_n[:, None] * stride_kt + offs_dqk[None, :],
-                mask=(offs_n[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
-                other=0.0,
-            )
-            v = tl.load(
-                V + offs_n[:, None] * stride_vt + offs_dv[None, :],
-                mask=(offs_n[:, None] < n) & (offs_dv[None, :] < HIDDEN_DIM),
-                other=0.0,
-            )
-            z = dot(q, tl.trans(k), DOT_PRECISION, INTERPRET_BF16) * alpha
-            sig = 1.0 / (1.0 + tl.exp(-z))
-            dw = dot(do, tl.trans(v), DOT_PRECISION, INTERPRET_BF16)
-            ok, scale = _pair_weight_rules(
-                offs_m[:, None],
-                offs_n[None, :],
-                b,
-                head,
-                n,
-                c,
-                h,
-                max_attn_len,
-                seed_lo,
-                seed_hi,
-                drop_threshold,
-                inv_keep,
-                CAUSAL,
-                HAS_CTX,
-                HAS_TARGETS,
-                HAS_MAX_ATTN_LEN,
-                HAS_DROPOUT,
-            )
-            dz = _score_grad(dw, z, sig, ok, scale, alpha, inv_max_seq_len, HAS_DROPOUT)
-            dq += dot(cast(dz, k.dtype, INTERPRET_BF16), k, DOT_PRECISION, INTERPRET_BF16)
+        )  # fmt: skip
+        split = lo
+        if CAUSAL and not HAS_MAX_ATTN_LEN:
+            split = _unmasked_key_end(m0, lo, c, h, BLOCK_N, HAS_CTX)
+        for start_n in range(lo, split, BLOCK_N):
+            dq = _dq_tile(
+                dq, q, do, K, V, k_tile, v_tile, start_n, offs_m, dqk_ok, dv_ok, b, head, n, c,
+                h, max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep, alpha,
+                neg_alpha_log2e, stride_kt, stride_vt, CAUSAL, HAS_CTX, HAS_TARGETS,
+                HAS_MAX_ATTN_LEN, HAS_DROPOUT, BLOCK_N, FULL_DQK, FULL_DV, DOT_PRECISION,
+                INTERPRET_BF16, FAST_MATH, False,
+            )  # fmt: skip
+        for start_n in range(split, hi, BLOCK_N):
+            dq = _dq_tile(
+                dq, q, do, K, V, k_tile, v_tile, start_n, offs_m, dqk_ok, dv_ok, b, head, n, c,
+                h, max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep, alpha,
+                neg_alpha_log2e, stride_kt, stride_vt, CAUSAL, HAS_CTX, HAS_TARGETS,
+                HAS_MAX_ATTN_LEN, HAS_DROPOUT, BLOCK_N, FULL_DQK, FULL_DV, DOT_PRECISION,
+                INTERPRET_BF16, FAST_MATH, True,
+            )  # fmt: skip
         tl.store(
             DQ + offs_m[:, None] * stride_dqt + offs_dqk[None, :],
-            cast(dq, DQ.dtype.element_ty, INTERPRET_BF16),
-            mask=(offs_m[:, None] < n) & (offs_dqk[None, :] < ATTN_DIM),
+            cast(dq * (alpha * inv_max_seq_len), DQ.dtype.element_ty, INTERPRET_BF16),
+            mask=row_ok[:, None] & dqk_ok[None, :],
         )
 
 
@@ -954,6 +1137,10 @@ class _Problem:
             "HAS_DROPOUT": self.dropout_pr > 0.0,
             "BLOCK_DQK": _block_d(attn_dim),
             "BLOCK_DV": _block_d(hidden_dim),
+            # Head dims that fill their blocks need no column masks.
+            "FULL_DQK": attn_dim == _block_d(attn_dim),
+            "FULL_DV": hidden_dim == _block_d(hidden_dim),
+            "FAST_MATH": _common.fast_math(INTERPRETED),
             # float32 inputs: exact float32 products (no TF32), like the reference. 16-bit
             # inputs: the backend's default (naming "tf32" would be refused by AMD backends).
             "DOT_PRECISION": "ieee" if dtype == torch.float32 else None,
