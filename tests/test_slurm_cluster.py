@@ -27,6 +27,7 @@ _spec = importlib.util.spec_from_file_location(
     "local_cluster", ROOT / "tools" / "slurm" / "local_cluster.py"
 )
 local_cluster = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = local_cluster  # its dataclass looks its module up there
 _spec.loader.exec_module(local_cluster)
 
 pytestmark = [
@@ -128,10 +129,12 @@ class Job:
         self.cluster.run("scontrol", "update", f"JobId={self.id}", "BeginTime=now", check=False)
 
 
-def submit(cluster, tmp_path: Path, out: Path, *sbatch: str, **env: str) -> Job:
+def submit(
+    cluster, tmp_path: Path, out: Path, *sbatch: str, args: tuple[str, ...] = (), **env: str
+) -> Job:
     log = tmp_path / "job.log"
     result = subprocess.run(
-        ["sbatch", "--parsable", f"--output={log}", *sbatch, str(SCRIPT), *run_args(out)],
+        ["sbatch", "--parsable", f"--output={log}", *sbatch, str(SCRIPT), *run_args(out), *args],
         cwd=ROOT,
         env={
             **environment(RDZV_PORT=str(free_port()), **{"GPUS_PER_NODE": "2", **env}),
@@ -214,6 +217,7 @@ def test_a_killed_rank_fails_the_job_in_bounded_time(cluster, tmp_path):
     took = time.monotonic() - killed
     assert fields["JobState"] == "FAILED", job.log.read_text()[-3000:]
     assert took < 60, f"the job took {took:.0f} s to fail"
+    assert fields["ExitCode"] == "1:0"  # the run failed (torchrun and srun say 1 for any)
     assert '"status": "aborted"' in (out / "mlperf.log").read_text()
 
 
@@ -236,3 +240,14 @@ def rank_pid(job_id: str, rank: int) -> int:
         ):
             return int(entry.name)
     raise AssertionError(f"no rank {rank} of job {job_id}")
+
+
+def test_a_refusal_is_the_jobs_exit_status(cluster, tmp_path):
+    """torchrun and srun would say 1; the script finds the ranks' 2 in torchrun's report."""
+    out = tmp_path / "run"
+    job = submit(cluster, tmp_path, out, "--nodes=2", args=("--target-auc", "2"), GPUS_PER_NODE="1")
+    fields = job.wait("FAILED", "COMPLETED", "CANCELLED")
+    log = job.log.read_text()
+    assert fields["ExitCode"] == "2:0", log[-3000:]
+    assert "ends with status 2" in log and "--target-auc" in log
+    assert not out.exists()
