@@ -37,10 +37,11 @@ pytestmark = [
 
 STEPS = 8
 COMMAND = [
-    *("--users", "80", "--steps", str(STEPS), "--evals", "1", "--workers", "0"),
-    *("--target-auc", "0.99", "--checkpoint-every", "2", "--resume", "auto"),
+    *("--users", "160", "--steps", str(STEPS), "--evals", "1", "--workers", "0"),
+    *("--target-auc", "0.99", "--set", "train.batch_size=32"),
+    *("--checkpoint-every", "2", "--resume", "auto"),
 ]
-"""Checkpoints at steps 2, 4 and 6; the default batch of 256 a rank."""
+"""Checkpoints at steps 2, 4 and 6; a global batch that every time window holds at 4 ranks."""
 
 
 def free_port() -> int:
@@ -79,27 +80,31 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def torchrun_weights(tmp_path_factory) -> dict[int, str]:
-    """weights_sha256 of the command under a plain torchrun, by the number of ranks."""
-    found = {}
-    for ranks in (2, 4):
-        out = tmp_path_factory.mktemp(f"torchrun{ranks}") / "run"
-        result = subprocess.run(
-            [
-                *(sys.executable, "-m", "torch.distributed.run", "--nnodes", "1"),
-                *("--nproc-per-node", str(ranks), "--rdzv-backend", "c10d"),
-                *("--rdzv-endpoint", f"127.0.0.1:{free_port()}"),
-                *(str(ROOT / "tools" / "train.py"), *run_args(out)),
-            ],
-            cwd=ROOT,
-            env=environment(),
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
-        found[ranks] = weights(out)
-    return found
+def torchrun_weights(tmp_path_factory):
+    """weights_sha256 of the command under a plain torchrun at `ranks` ranks (run once)."""
+    found: dict[int, str] = {}
+
+    def at(ranks: int) -> str:
+        if ranks not in found:
+            out = tmp_path_factory.mktemp(f"torchrun{ranks}") / "run"
+            result = subprocess.run(
+                [
+                    *(sys.executable, "-m", "torch.distributed.run", "--nnodes", "1"),
+                    *("--nproc-per-node", str(ranks), "--rdzv-backend", "c10d"),
+                    *("--rdzv-endpoint", f"127.0.0.1:{free_port()}"),
+                    *(str(ROOT / "tools" / "train.py"), *run_args(out)),
+                ],
+                cwd=ROOT,
+                env=environment(),
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            assert result.returncode == 0, result.stderr[-3000:]
+            found[ranks] = weights(out)
+        return found[ranks]
+
+    return at
 
 
 class Job:
@@ -165,7 +170,7 @@ def test_sbatch_from_the_root_trains_what_torchrun_does(
     log = job.log.read_text()
     assert fields["JobState"] == "COMPLETED", log[-3000:]
     assert f"attempt 1, {nodes} node(s) x {per_node} rank(s)" in log
-    assert weights(out) == torchrun_weights[nodes * per_node]
+    assert weights(out) == torchrun_weights(nodes * per_node)
 
 
 def test_a_requeue_after_a_checkpoint_resumes_crash_exactly(cluster, torchrun_weights, tmp_path):
@@ -182,7 +187,7 @@ def test_a_requeue_after_a_checkpoint_resumes_crash_exactly(cluster, torchrun_we
     assert (out / "mlperf.log").read_text().count(":::MLLOG") and (
         (out / "mlperf.log").read_text().count('"key": "run_start"') == 1
     )
-    assert weights(out) == torchrun_weights[2]
+    assert weights(out) == torchrun_weights(2)
 
 
 def test_a_requeue_before_the_first_checkpoint_and_after_the_end_end_well(
@@ -195,7 +200,7 @@ def test_a_requeue_before_the_first_checkpoint_and_after_the_end_end_well(
     job.requeue()
     fields = job.wait("COMPLETED", "FAILED", "CANCELLED")
     assert fields["JobState"] == "COMPLETED", job.log.read_text()[-3000:]
-    assert weights(out) == torchrun_weights[2]
+    assert weights(out) == torchrun_weights(2)
     finished = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     # Requeued once more after its end: the same command finds the run done and says so.
     job.requeue()
