@@ -298,6 +298,15 @@ def test_a_requeued_run_without_a_checkpoint_starts_again_then_resumes(
     records = read_log(tmp_path / "run" / "mlperf.log")
     assert [r["key"] for r in records].count("run_start") == 1
     assert [r["key"] for r in records].count("run_stop") == 1
+    # Requeued once more after its end: the run is done, nothing of it changes; with other
+    # settings it is refused.
+    finished = tree_digest(tmp_path / "run", tmp_path / "ckpt")
+    capsys.readouterr()
+    assert train.main(argv) == resumed
+    assert "holds this run, finished" in capsys.readouterr().err
+    with pytest.raises(RunRefused, match=r"--seed 0 then, 3 now"):
+        train.main([*argv, "--seed", "3"])
+    assert tree_digest(tmp_path / "run", tmp_path / "ckpt") == finished
 
 
 def test_a_requeued_run_with_other_settings_is_refused(tmp_path, monkeypatch):

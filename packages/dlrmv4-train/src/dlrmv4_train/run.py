@@ -397,6 +397,8 @@ def _train_run(run: ResolvedRun, signals: RunSignals, log: Callable[[str], None]
             say(f"resuming from {plan.resume.path}, the newest checkpoint that verifies")
         for note in plan.notes:
             say(note)
+        if plan.finished:
+            return json.loads((plan.out / SUMMARY).read_text())
         # What --kernel auto chose is checked on this rank's device before the model runs it:
         # an op whose kernel fails there runs its reference, and the rank says so. The
         # decision that comes back is the one the model is built with.

@@ -235,6 +235,8 @@ class RunPlan:
     """The run's id (config.json, every checkpoint): a resumed run keeps its own."""
     notes: tuple[str, ...] = ()
     """What to tell the user about the choice."""
+    finished: bool = False
+    """`out` holds this run, finished: nothing to do (a requeued job that had ended)."""
 
 
 def plan_run(run: ResolvedRun, out: Path | None = None) -> RunPlan:
@@ -262,6 +264,22 @@ def plan_run(run: ResolvedRun, out: Path | None = None) -> RunPlan:
         raise RunRefused(
             f"--overwrite replaces the run in {out} and --resume auto continues it from "
             f"{resume.path}: pass one of them"
+        )
+    if state == "finished" and config.resume == "auto":
+        # The same command again after the run ended (a batch job requeued after its end):
+        # the run is done when it is this run, refused otherwise.
+        record = read_run_record(out)
+        differ = (
+            ["its config.json is missing or unreadable"]
+            if record is None or "identity" not in record
+            else run_differences(record["identity"], record, run)
+        )
+        if not differ:
+            note = f"{out} holds this run, finished ({out / SUMMARY}): nothing to do"
+            return RunPlan(out, None, (), False, record.get("run_id", fresh_id), (note,), True)
+        raise RunRefused(
+            f"--out {out} holds a finished run of other settings: {'; '.join(differ)}; write "
+            "elsewhere with another --out, or pass --overwrite to replace it"
         )
     if state == "finished":
         raise RunRefused(

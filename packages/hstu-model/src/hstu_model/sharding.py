@@ -32,7 +32,11 @@ from torchrec.distributed.fbgemm_qcomm_codec import (
     QCommsConfig,
     get_qcomm_codecs_registry,
 )
-from torchrec.distributed.model_parallel import DistributedModelParallel, get_unwrapped_module
+from torchrec.distributed.model_parallel import (
+    DefaultDataParallelWrapper,
+    DistributedModelParallel,
+    get_unwrapped_module,
+)
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
 from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
 from torchrec.distributed.types import CommOp, ShardingEnv, ShardingPlan
@@ -281,6 +285,22 @@ def _broadcast_replicated(
         dist.broadcast(state[f"{module_path}.embeddings.{table}.weight"], group_src=0, group=pg)
 
 
+def fixed_gradient_buckets() -> DefaultDataParallelWrapper:
+    """The DistributedDataParallel of the dense part, with one layout of its gradient buckets
+    for the whole life of a process.
+
+    By default DDP reduces a process's first backward in one bucket, then rebuilds its buckets
+    in the order the gradients came. A ring all-reduce sums each element over the ranks
+    starting at a rank that depends on where the element lies in its bucket, so a resumed
+    process (first backward at step k + 1) would sum its step k + 1 in another order than the
+    uninterrupted run, which rebuilt after step 1: at three ranks or more the sums round
+    differently and a resume is no longer bit-identical. Buckets are never rebuilt when DDP
+    looks for unused parameters in a dynamic graph; it pays for that with a walk of the
+    autograd graph in each forward and one small extra all-reduce per step.
+    """
+    return DefaultDataParallelWrapper(static_graph=False, find_unused_parameters=True)
+
+
 def shard_model(
     model: nn.Module,
     config: HSTUConfig,
@@ -393,6 +413,7 @@ def shard_model(
             device=device,
             plan=plan,
             sharders=[sharder],
+            data_parallel_wrapper=fixed_gradient_buckets(),
         )
     sharded = get_unwrapped_module(dmp).get_submodule(module_path)
     if weights is not None:

@@ -9,9 +9,11 @@ instead of waiting forever.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import datetime
 import os
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -107,6 +109,23 @@ def device_type() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _stop_with_the_launcher() -> None:
+    """A rank of torchrun gets SIGTERM when torchrun dies, however it dies (Linux). Without
+    it, a `kill -9` of the launcher leaves its ranks training on, orphaned, holding the run's
+    folders: the same command run again could not resume. The ranks are not in the
+    launcher's process group, so a signal to that group does not reach them either."""
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the launcher's SIGTERM still reaches them
+        return
+    if os.getppid() != parent:  # the launcher died before the request was made
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 @contextmanager
 def init_distributed(timeout_seconds: float = 300.0) -> Iterator[Distributed]:
     """The run's `Distributed`, with a process group while the block runs when WORLD_SIZE > 1.
@@ -126,6 +145,8 @@ def init_distributed(timeout_seconds: float = 300.0) -> Iterator[Distributed]:
     if world_size == 1:
         yield Distributed(device=device)
         return
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        _stop_with_the_launcher()
     dist.init_process_group(
         backend="nccl" if use_cuda else "gloo",
         timeout=datetime.timedelta(seconds=timeout_seconds),
