@@ -55,12 +55,13 @@ from dlrmv4_train.run_config import (
 from dlrmv4_train.run_folders import (
     CONFIG,
     DATA_FILES,
-    RUN_FILES,
     SUMMARY,
     RunRefused,
     claim_run,
     data_fingerprint,
     data_root,
+    remove_run_files,
+    write_run_record,
 )
 from hstu_model import checkpoint as ckpt
 from hstu_model.atomic_files import atomic_write_text
@@ -390,6 +391,9 @@ def _train_run(run: ResolvedRun, signals: RunSignals, log: Callable[[str], None]
         kernels = hstu_ops.verify_decision(run.kernels, ctx.device, report=log)
         run = dataclasses.replace(run, kernels=kernels)
         out, root = plan.out, data_root(config, plan.out)
+        if config.out is None:
+            say(f"run folder: {out}")
+        store = prepare_data(run, ctx, out, root, say)
         extras = {
             "run": run.as_json(out) | {"data": str(root)},
             "identity": run.identity(),
@@ -398,10 +402,8 @@ def _train_run(run: ResolvedRun, signals: RunSignals, log: Callable[[str], None]
         }
         if ctx.is_main:
             if plan.replace:
-                for name in RUN_FILES:
-                    (out / name).unlink(missing_ok=True)
-            if config.out is None:
-                say(f"run folder: {out}")
+                remove_run_files(out)
+            write_run_record(out, plan.run_id)  # before the run's first file
             hstu.save_json(out / CONFIG, **extras)
         ctx.barrier()
         # config.json as JSON data, saved with every checkpoint.
@@ -426,7 +428,7 @@ def _train_run(run: ResolvedRun, signals: RunSignals, log: Callable[[str], None]
                 if tracker.state == "new":
                     tracker.init_start()
                 streaming = _StreamingRun(
-                    run, out, root, record, ctx, mllog, tracker, resume, signals, log
+                    run, out, store, record, ctx, mllog, tracker, resume, signals, log
                 )
                 summary = streaming.run()
             except BaseException:
@@ -437,6 +439,34 @@ def _train_run(run: ResolvedRun, signals: RunSignals, log: Callable[[str], None]
         if ctx.is_main:
             atomic_write_text(out / SUMMARY, json.dumps(summary, indent=2) + "\n")
         return summary
+
+
+def prepare_data(
+    run: ResolvedRun, ctx: Distributed, out: Path, root: Path, say: Callable[[str], None]
+) -> yambda_data.SampleStore:
+    """The run's sample store, prepared before the run writes a file of its own: rank 0
+    synthesizes and prepares the data, checking what it reuses, and the other ranks open the
+    store it verified (each checking it again would read it once per rank). A row that the
+    preprocessing refuses, or a model too large for the data's tables, is a RunRefused: the
+    run folder then holds no run, and the corrected command runs there."""
+    config = run.config
+
+    def prepare() -> Path:
+        try:
+            if config.data is None:
+                yambda_data.synthesize_cached(root, config.synth_config(), progress=say)
+            return yambda_data.prepare_store(
+                root, config.size, out / "prepared", min_history=config.min_history, progress=say
+            ).path
+        except (yambda_data.SchemaError, yambda_data.InputFileError) as error:
+            raise RunRefused(str(error)) from None
+
+    store = yambda_data.SampleStore.open(_agree(ctx, prepare))
+    vocab = store.vocab.as_dict()
+    too_large = _agree(ctx, lambda: memory_refusal(run.hstu, vocab, ctx))
+    if too_large:  # the data's own tables (the run checked the config's before it began)
+        raise RunRefused(f"{store.path}: {too_large}")
+    return store
 
 
 def platform(ctx: Distributed) -> str:
@@ -474,7 +504,7 @@ class _StreamingRun:
         self,
         run: ResolvedRun,
         out: Path,
-        root: Path,
+        store: yambda_data.SampleStore,
         record: dict,
         ctx: Distributed,
         mllog: MLPerfLogger,
@@ -484,31 +514,12 @@ class _StreamingRun:
         log: Callable[[str], None],
     ) -> None:
         self.run_spec, self.config, self.hstu = run, run.config, run.hstu
-        self.out, self.root, self.record = out, root, record
-        """The run folder, the dataset root, and config.json as JSON data."""
+        self.out, self.store, self.record = out, store, record
+        """The run folder, the sample store it verified, and config.json as JSON data."""
         self.ctx, self.mllog, self.tracker, self.resume = ctx, mllog, tracker, resume
         self.signals = signals
         self.log = log if ctx.is_main else lambda message: None
         config = self.config
-
-        # Rank 0 synthesizes and prepares the data, checking what it reuses; the others open
-        # the store it verified (each checking it again would read it once per rank).
-        def prepare() -> Path:
-            if config.data is None:
-                yambda_data.synthesize_cached(self.root, config.synth_config(), progress=self.log)
-            return yambda_data.prepare_store(
-                self.root,
-                config.size,
-                out / "prepared",
-                min_history=config.min_history,
-                progress=self.log,
-            ).path
-
-        self.store = yambda_data.SampleStore.open(_agree(ctx, prepare))
-        vocab = self.store.vocab.as_dict()
-        too_large = _agree(ctx, lambda: memory_refusal(self.hstu, vocab, ctx))
-        if too_large:  # the data's own tables (the run checked the config's before it began)
-            raise ValueError(f"{self.store.path}: {too_large}")
         self.sample_config = yambda_data.SampleConfig(
             history_length=self.hstu.model.history_length,
             min_history=self.store.min_history,

@@ -23,7 +23,14 @@ from typing import Any, Literal
 
 import hstu_ops
 import yambda_data
-from hstu_model.config import PRESETS, ConfigError, HSTUConfig, ModelConfig, reference_departures
+from hstu_model.config import (
+    PRESETS,
+    ConfigError,
+    FeatureNames,
+    HSTUConfig,
+    ModelConfig,
+    reference_departures,
+)
 from hstu_model.overrides import resolve_config
 
 __all__ = [
@@ -335,6 +342,19 @@ def model_crosses(model: ModelConfig) -> tuple[yambda_data.CrossFeature, ...]:
     )
 
 
+def check_feature_names(model: ModelConfig) -> None:
+    """A run feeds the model yambda-data's batches, whose keys are FeatureNames' defaults:
+    another key would be looked up in vain once the first batch arrives (ConfigError naming
+    the field)."""
+    keys = dataclasses.asdict(FeatureNames())
+    for name, key in dataclasses.asdict(model.features).items():
+        if key != keys[name]:
+            raise ConfigError(
+                f"model.features.{name}: {key!r} is not the key of yambda-data's batches "
+                f"({keys[name]!r}), which a run feeds the model; leave it at {keys[name]!r}"
+            )
+
+
 @dataclass(frozen=True)
 class ResolvedRun:
     """A run resolved once, before it writes anything: the config as given, the model and
@@ -440,6 +460,7 @@ def resolve_run(
     if world_size > 1 or device_type != "cpu":
         hstu = hstu.replace(sharding={"compute_device": device_type})
     model_crosses(hstu.model)  # yambda-data must know every contextual feature
+    check_feature_names(hstu.model)
     if config.division == "closed":
         problems = _closed_division_problems(config, hstu)
         if problems:

@@ -12,6 +12,7 @@ from yambda_data._io import InputFileError, ReadError, WriteError
 from yambda_data.crosses import CROSS_FEATURE_NAMES, CROSS_FEATURES, CrossFeature, cross_features
 from yambda_data.dataset import (
     DLRMv4Samples,
+    check_prepare_outputs,
     load_dlrmv4_samples,
     prepare_preprocessed,
     prepare_store,
@@ -44,6 +45,7 @@ from yambda_data.synth import (
     SynthConfig,
     SynthData,
     SynthPaths,
+    check_synthesis_root,
     generate,
     synthesize,
     synthesize_cached,
@@ -83,6 +85,8 @@ __all__ = [
     "__version__",
     "build_samples",
     "build_store",
+    "check_prepare_outputs",
+    "check_synthesis_root",
     "compute_vocab_sizes",
     "cross_features",
     "generate",
