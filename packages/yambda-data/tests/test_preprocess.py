@@ -587,6 +587,35 @@ def test_leftovers_of_a_killed_run_are_removed(tiny_raw, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "out"]
 
 
+@pytest.mark.slow
+def test_sigterm_during_preprocessing_removes_its_temporary_output(tmp_path):
+    """SIGTERM while `yambda-data preprocess` writes: status 143, one line, and no
+    `.OUT.tmp-*` left beside the output."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from yambda_data.synth import SynthConfig, synthesize
+
+    raw = tmp_path / "raw"
+    synthesize(raw, SynthConfig(users=3000, median_events_per_user=200, seed=1))
+    command = [sys.executable, "-m", "yambda_data", "preprocess", "--raw", str(raw)]
+    command += ["--size", "50m", "--out", str(tmp_path / "out"), "--partitions", "8"]
+    child = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list(tmp_path.glob(".out.tmp-*")) and child.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=300)
+    if child.returncode == 0:
+        pytest.skip("the preprocessing ended before the signal")
+    assert child.returncode == 143, err
+    assert err.strip().splitlines() == ["yambda-data preprocess: terminated"]
+    assert not list(tmp_path.glob(".out.tmp-*")) and not (tmp_path / "out").exists()
+
+
 # hostile inputs and faults: nothing a user has is lost, every failure says what and where ----
 
 

@@ -81,6 +81,7 @@ from mlperf_compliance import (
     eval_schedule,
     first_eval_samples,
 )
+from yambda_data.dataset import STORE_DIR
 from yambda_data.loader import make_loader
 from yambda_data.schema import check_multi_event_header, mapping_path, multi_event_path
 
@@ -446,12 +447,16 @@ def prepare_data(
 ) -> yambda_data.SampleStore:
     """The run's sample store, prepared before the run writes a file of its own: rank 0
     synthesizes and prepares the data, checking what it reuses, and the other ranks open the
-    store it verified (each checking it again would read it once per rank). A row that the
-    preprocessing refuses, or a model too large for the data's tables, is a RunRefused: the
-    run folder then holds no run, and the corrected command runs there."""
+    store it verified (each checking it again would read it once per rank); rank 0 holds the
+    store for the life of the run (`yambda_data.hold_store`), and each loader process checks
+    it opened that store. A row that the preprocessing refuses, or a model too large for the
+    data's tables, is a RunRefused: the run folder then holds no run, and the corrected
+    command runs there."""
     config = run.config
 
     def prepare() -> Path:
+        # Held for the life of the run: another process's build into it is refused.
+        yambda_data.hold_store(out / "prepared" / STORE_DIR)
         try:
             if config.data is None:
                 yambda_data.synthesize_cached(root, config.synth_config(), progress=say)
@@ -579,6 +584,7 @@ class _StreamingRun:
             plan,
             num_workers=self.config.workers,
             crosses=self.crosses,
+            fingerprint=self.store.manifest.get("fingerprint"),
         )
 
     def train_plan(self, epoch: int = 0, first: int = 0, skip: int = 0) -> yambda_data.BatchPlan:

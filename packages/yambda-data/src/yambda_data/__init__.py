@@ -39,7 +39,7 @@ from yambda_data.schema import (
     validate_multi_event,
 )
 from yambda_data.split import SplitMeta, SplitResult, temporal_split
-from yambda_data.store import SampleStore, StoreError, build_store
+from yambda_data.store import SampleStore, StoreError, build_store, hold_store
 from yambda_data.streaming import TEST, BatchPlan, holdout_users
 from yambda_data.synth import (
     SynthConfig,
@@ -90,6 +90,7 @@ __all__ = [
     "compute_vocab_sizes",
     "cross_features",
     "generate",
+    "hold_store",
     "holdout_users",
     "load_dlrmv4_samples",
     "prepare_preprocessed",

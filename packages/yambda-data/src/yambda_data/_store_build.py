@@ -35,6 +35,7 @@ from yambda_data._store_read import (
     SampleStore,
     StoreError,
 )
+from yambda_data._store_readers import check_no_readers
 from yambda_data.preprocess import (
     CHECKSUMS_FILE,
     ITEM_POPULARITY_FILE,
@@ -235,6 +236,7 @@ def build_store(
         check_replaceable(
             out, MANIFEST_FILE, "a sample store", _written_by_build_store, "build_store"
         )
+        check_no_readers(out)
         if not inputs_checked:  # the store was damaged: it is built after all
             verify_checksums(preprocessed)
         # Under the lock no other builder runs: leftovers are from one that died.

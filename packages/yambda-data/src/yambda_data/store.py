@@ -70,6 +70,7 @@ from yambda_data._store_read import (
     SampleStore,
     StoreError,
 )
+from yambda_data._store_readers import check_no_readers, hold_store
 
 __all__ = [
     "ARRAY_FILES",
@@ -80,4 +81,6 @@ __all__ = [
     "SampleStore",
     "StoreError",
     "build_store",
+    "check_no_readers",
+    "hold_store",
 ]
