@@ -657,6 +657,24 @@ def test_is_organic_other_than_0_or_1_is_rejected_before_writing(tmp_path, capsy
     assert tree(tmp_path) == before
 
 
+@pytest.mark.parametrize(("column", "value"), [("item_id", 2**31), ("uid", 2**32 - 2)])
+def test_an_id_that_would_size_a_huge_array_is_refused_before_writing(tmp_path, column, value):
+    """An item_id of 2^31 would make a 16 GiB item_popularity.npy, a uid near 2^32 a table as
+    large: refused naming the file, the column, the row and the value, with nothing created."""
+    events = six_users()
+    ids = events[column].to_list()
+    ids[-1] = value  # the last row: the file stays in uid order
+    raw = write_raw(
+        tmp_path / "raw", events.with_columns(pl.Series(column, ids, events[column].dtype))
+    )
+    path = multi_event_path(raw, "50m")
+    with pytest.raises(SchemaError) as info:
+        preprocess(raw, "50m", tmp_path / "out", partitions=2)
+    assert info.value.source == str(path) and info.value.column == column
+    assert f"id {value:,} is above 134,217,727, the largest accepted" in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]
+
+
 @pytest.mark.parametrize(
     "failure",
     [

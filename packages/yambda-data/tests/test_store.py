@@ -579,3 +579,28 @@ def test_a_loader_refuses_a_store_that_is_not_the_one_verified(built_store):
     assert StoreBatches(store.path, config, plan, fingerprint=verified).store.path == store.path
     with pytest.raises(StoreError, match=r"not the store this run verified"):
         _ = StoreBatches(store.path, config, plan, fingerprint="another").store
+
+
+def test_a_mapping_id_that_would_size_huge_tables_is_refused_before_anything(built_store, tmp_path):
+    """One mapping row with item_id 2^32 - 1 would make two 16 GiB item tables: validate and
+    build_store refuse it naming the file, the column and the value, creating nothing."""
+    import shutil
+
+    import polars as pl
+
+    from yambda_data.schema import SchemaError, validate_mapping
+
+    raw, pre, _path = built_store
+    root = tmp_path / "raw"
+    shutil.copytree(raw, root)
+    path = root / "artist_item_mapping.parquet"
+    mapping = pl.read_parquet(path)
+    ids = mapping["item_id"].to_list()
+    ids[0] = 2**32 - 1
+    mapping.with_columns(pl.Series("item_id", ids, mapping["item_id"].dtype)).write_parquet(path)
+    with pytest.raises(SchemaError, match=r"column 'item_id': id 4,294,967,295 is above"):
+        validate_mapping(pl.scan_parquet(path), "artist", source=str(path))
+    with pytest.raises(SchemaError, match=r"would take 32\.0 GiB") as info:
+        build_store(pre, root, tmp_path / "store", min_history=16)
+    assert info.value.source == str(path)
+    assert not (tmp_path / "store").exists()

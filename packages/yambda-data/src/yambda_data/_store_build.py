@@ -54,7 +54,7 @@ from yambda_data.samples import (
     VocabSizes,
     event_arrays,
 )
-from yambda_data.schema import EVENT_TYPE_CODES, mapping_path, read_mapping
+from yambda_data.schema import EVENT_TYPE_CODES, check_mapping_ids, mapping_path, read_mapping
 from yambda_data.split import SplitMeta
 
 
@@ -138,7 +138,8 @@ def _check_inputs(preprocessed: Path, raw_root: Path) -> None:
     for kind in ("artist", "album"):
         path = raw_root / f"{kind}_item_mapping.parquet"
         with reading(path):
-            read_mapping(raw_root, kind)  # type: ignore[arg-type]
+            # an id sizes the item tables: bounded before any is allocated
+            check_mapping_ids(read_mapping(raw_root, kind), kind, str(path))  # type: ignore[arg-type]
 
 
 def _mapping_files(raw_root: Path) -> list[Path]:
