@@ -111,3 +111,11 @@ def test_a_feature_key_the_batches_lack_is_refused_with_the_arguments(capsys):
     assert "model.features.item_id: 'uid' is not the key of yambda-data's batches" in (
         capsys.readouterr().err
     )
+
+
+def test_a_runs_own_config_json_as_config_is_refused_saying_why(tmp_path, capsys):
+    record = tmp_path / "config.json"
+    record.write_text('{"model": {}, "run": {}, "identity": {}, "run_id": "x"}')
+    with pytest.raises(SystemExit):
+        train.parse_args([*RUN, "--config", str(record)])
+    assert f"--config: {record} is a run's record" in capsys.readouterr().err
