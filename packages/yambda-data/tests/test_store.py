@@ -546,7 +546,7 @@ def test_a_store_held_by_a_run_is_not_rebuilt_under_it(built_store, tmp_path):
     import subprocess
     import sys
 
-    from yambda_data.store import hold_store
+    from yambda_data.store import StoreInUse, hold_store
 
     raw, pre, _path = built_store
     out = tmp_path / "store"
@@ -557,7 +557,7 @@ def test_a_store_held_by_a_run_is_not_rebuilt_under_it(built_store, tmp_path):
     )
     try:
         assert holder.stdout.readline() == "held\n"
-        with pytest.raises(StoreError, match=rf"in use by process {holder.pid}, a run that"):
+        with pytest.raises(StoreInUse, match=rf"in use by process {holder.pid}, a run that"):
             build_store(pre, raw, out, min_history=8)
         assert _tree(out) == before
     finally:

@@ -84,6 +84,7 @@ from mlperf_compliance import (
 from yambda_data.dataset import STORE_DIR
 from yambda_data.loader import make_loader
 from yambda_data.schema import check_multi_event_header, mapping_path, multi_event_path
+from yambda_data.store import StoreInUse
 
 __all__ = [
     "MIN_HISTORY",
@@ -175,7 +176,7 @@ def check_inputs(config: RunConfig) -> None:
                 )
         try:
             check_multi_event_header(events)
-        except (yambda_data.SchemaError, yambda_data.InputFileError) as error:
+        except (yambda_data.SchemaError, yambda_data.InputFileError, StoreInUse) as error:
             raise RunRefused(str(error)) from None
 
 
@@ -450,8 +451,8 @@ def prepare_data(
     store it verified (each checking it again would read it once per rank); rank 0 holds the
     store for the life of the run (`yambda_data.hold_store`), and each loader process checks
     it opened that store. A row that the preprocessing refuses, or a model too large for the
-    data's tables, is a RunRefused: the run folder then holds no run, and the corrected
-    command runs there."""
+    data's tables, or a store that another run holds and this one would rebuild, is a
+    RunRefused: the run folder then holds no run, and the corrected command runs there."""
     config = run.config
 
     def prepare() -> Path:
@@ -463,7 +464,7 @@ def prepare_data(
             return yambda_data.prepare_store(
                 root, config.size, out / "prepared", min_history=config.min_history, progress=say
             ).path
-        except (yambda_data.SchemaError, yambda_data.InputFileError) as error:
+        except (yambda_data.SchemaError, yambda_data.InputFileError, StoreInUse) as error:
             raise RunRefused(str(error)) from None
 
     store = yambda_data.SampleStore.open(_agree(ctx, prepare))

@@ -15,6 +15,11 @@ from pathlib import Path
 
 from yambda_data._store_read import StoreError
 
+
+class StoreInUse(StoreError):
+    """A build refused because another process holds the store for reading; names it."""
+
+
 _HELD: dict[str, int] = {}
 """The readers files this process holds, by resolved path, with their descriptor."""
 
@@ -61,7 +66,7 @@ def _other_reader(fd: int) -> int | None:
 
 
 def check_no_readers(store: str | Path) -> None:
-    """StoreError, naming the process, when another process holds ``store`` for reading
+    """StoreInUse, naming the process, when another process holds ``store`` for reading
     (:func:`hold_store`): a build must not replace a store under a run that reads it. This
     process's own hold does not count."""
     store = Path(store)
@@ -77,7 +82,7 @@ def check_no_readers(store: str | Path) -> None:
             os.close(fd)
     if pid is not None:
         holder = f"process {pid}" if pid else "another process"
-        raise StoreError(
+        raise StoreInUse(
             f"{store}: in use by {holder}, a run that reads it; replacing it would change "
             "its data under it: wait for that run to end, or build the store elsewhere"
         )

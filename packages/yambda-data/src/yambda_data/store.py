@@ -70,7 +70,7 @@ from yambda_data._store_read import (
     SampleStore,
     StoreError,
 )
-from yambda_data._store_readers import check_no_readers, hold_store
+from yambda_data._store_readers import StoreInUse, check_no_readers, hold_store
 
 __all__ = [
     "ARRAY_FILES",
@@ -80,6 +80,7 @@ __all__ = [
     "STORE_FORMAT",
     "SampleStore",
     "StoreError",
+    "StoreInUse",
     "build_store",
     "check_no_readers",
     "hold_store",
