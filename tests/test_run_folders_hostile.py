@@ -5,6 +5,7 @@ blocks the corrected command (in-process: tools/train.py's main)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,15 @@ def test_overwrite_removes_only_what_the_run_wrote(tmp_path):
     (out / "summary.json").write_text("{}")  # run_and_time.sh's, beside the run
     train.main([*RUN, "--out", str(out), "--overwrite"])
     assert not (out / "summary.json").exists() and (out / "result.json").is_file()
+
+    # The run's process holds its store: another process's build into it is refused.
+    prepared = out / "prepared"
+    build = [sys.executable, "-m", "yambda_data", "build-store", "--min-history", "3"]
+    build += ["--preprocessed", str(prepared / "preprocessed"), "--raw", str(out / "data")]
+    done = subprocess.run(
+        [*build, "--out", str(prepared / "store")], capture_output=True, text=True
+    )
+    assert done.returncode != 0 and f"in use by process {os.getpid()}" in done.stderr
 
 
 def test_a_users_dataset_in_out_data_is_refused_before_anything(tmp_path):
