@@ -364,3 +364,35 @@ def test_run_and_time_tells_a_log_it_cannot_check_from_a_failing_one(tmp_path):
     done = run_and_time_with_fake_uv(tmp_path, fails)
     assert done.returncode == 1, explain(done)
     assert f"ERROR: {tmp_path}/run/mlperf.log fails the dev ruleset" in done.stderr
+
+
+def test_run_and_time_keeps_the_earlier_summary_when_train_py_refuses(tmp_path):
+    """A second run into a finished run's --out: train.py refuses (status 2) and the earlier
+    summary.json is what it was (uv stands in for train.py's refusal)."""
+    out = tmp_path / "run"
+    out.mkdir()
+    earlier = '{"status": "success", "eval_auc": 0.81}\n'
+    (out / "summary.json").write_text(earlier)
+    refusal = "echo 'train.py: error: --out holds a finished run' >&2\nexit 2"
+    done = run_and_time_with_fake_uv(tmp_path, refusal)
+    assert done.returncode == 2, explain(done)
+    assert "refused the run" in done.stderr and "failed with exit status" not in done.stderr
+    assert (out / "summary.json").read_text() == earlier
+    assert sorted(p.name for p in out.iterdir()) == ["summary.json"]
+
+
+def test_run_and_time_without_uv_creates_nothing(tmp_path):
+    """No uv on PATH: one line, status 2, and no --out created."""
+    path = os.pathsep.join(
+        d for d in os.environ["PATH"].split(os.pathsep) if not (Path(d) / "uv").exists()
+    )
+    done = subprocess.run(
+        ["bash", str(MLPERF / "run_and_time.sh"), "--out", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PATH": path, "MLPERF_NO_UV": "0"},
+        timeout=60,
+    )
+    assert done.returncode == 2, explain(done)
+    assert "needs uv" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()

@@ -15,6 +15,7 @@ import pytest
 
 import hstu_model
 from dlrmv4_train.run import RunRefused
+from dlrmv4_train.run_folders import write_run_record
 from hstu_model import checkpoint as ck
 from mlperf_compliance import check_log, read_log
 
@@ -396,6 +397,7 @@ def test_a_finished_run_is_kept_unless_overwritten(finished_run, tmp_path):
 def test_an_unfinished_run_is_refused_with_how_to_resume(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
+    write_run_record(out, "killed")
     (out / "mlperf.log").write_text(":::MLLOG {}\n")
     with pytest.raises(RunRefused, match=r"holds an unfinished run; pass --resume auto"):
         train.main([*TINY_RUN, "--out", str(out)])
@@ -442,6 +444,7 @@ def test_resume_without_out_takes_the_newest_unfinished_run(tmp_path, monkeypatc
     # A newer unfinished run that checkpointed elsewhere is not the one to continue.
     decoy = tmp_path / "runs" / "train-99999999-999999"
     decoy.mkdir()
+    write_run_record(decoy, "decoy")
     (decoy / "mlperf.log").write_text("")
     (decoy / "config.json").write_text(json.dumps({"run": {"checkpoint_dir": "elsewhere"}}))
     capsys.readouterr()

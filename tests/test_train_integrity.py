@@ -18,7 +18,7 @@ import pytest
 import hstu_model
 from dlrmv4_train import folder_lock
 from dlrmv4_train.run import RunConfig, RunRefused, flag
-from dlrmv4_train.run_folders import newest_unfinished_run
+from dlrmv4_train.run_folders import RUN_RECORD, newest_unfinished_run, write_run_record
 from mlperf_compliance import read_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -219,6 +219,7 @@ def test_resume_without_out_passes_over_a_run_that_is_running(tmp_path):
     for name in ("train-20260101-000000", "train-20260101-000001"):
         folder = runs / name
         folder.mkdir(parents=True)
+        write_run_record(folder, name)
         (folder / "config.json").write_text(
             json.dumps({"run": {"checkpoint_dir": str(checkpoints)}})
         )
@@ -265,7 +266,7 @@ def test_a_checkpoint_of_another_run_folder_is_refused(tmp_path, monkeypatch):
     argv = crashed_run(tmp_path, monkeypatch)
     other = tmp_path / "other"
     other.mkdir()
-    for name in ("mlperf.log", "config.json"):
+    for name in ("mlperf.log", "config.json", RUN_RECORD):
         (other / name).write_bytes((tmp_path / "run" / name).read_bytes())
     record = json.loads((other / "config.json").read_text())
     (other / "config.json").write_text(json.dumps(record | {"run_id": "another"}))

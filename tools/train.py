@@ -17,7 +17,8 @@ items, the dataset, the memory the model needs) is checked before any file is cr
 Exit status:
   0         the run ended: it reached the target AUC ("status": "success" in the JSON line) or
             ran its steps without reaching it ("status": "aborted", as its MLPerf log says)
-  1         the run started and failed (its log ends with run_stop "aborted")
+  1         the run started and failed (its log ends with run_stop "aborted"; a failure
+            while preparing the data, before the log, such as a full disk, leaves none)
   2         a bad input, or a folder in use by another run: refused in one line on stderr,
             before anything was created or changed
   130, 143  interrupted by SIGINT or SIGTERM (its log ends with run_stop "aborted")

@@ -58,12 +58,18 @@ in_workspace() {
     "$@"
     return
   fi
-  if ! command -v uv >/dev/null 2>&1; then
+  check_workspace_runner
+  uv run --project "$REPO_ROOT" "$@"
+}
+
+# check_workspace_runner: refuse (status 2) when in_workspace could not run a tool; a script
+# asks before it creates anything.
+check_workspace_runner() {
+  if [[ ${MLPERF_NO_UV:-0} != 1 ]] && ! command -v uv >/dev/null 2>&1; then
     echo "$(basename "$0"): needs uv (pip install uv) to run the workspace's tools, or" \
       "MLPERF_NO_UV=1 to use those of the current environment" >&2
     exit 2
   fi
-  uv run --project "$REPO_ROOT" "$@"
 }
 
 # raw_files DATA_DIR SIZE: the dataset files the reference reads, one per line.

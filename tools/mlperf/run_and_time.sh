@@ -72,6 +72,7 @@ if [[ -n $ruleset && ! $ruleset =~ ^(dev|[0-9]+\.[0-9]+\.[0-9]+)$ ]]; then
 fi
 [[ -n $out ]] || usage_error "--out must not be empty"
 check_creatable --out "$out"
+check_workspace_runner
 
 # MLPERF_LAUNCHER runs train.py: python by default, torchrun for several GPUs.
 read -r -a launcher <<<"${MLPERF_LAUNCHER:-python}"
@@ -116,14 +117,26 @@ start=$(date +%s)
 start_fmt=$(LC_ALL=C date '+%Y-%m-%d %r')
 echo "STARTING TIMING RUN AT $start_fmt"
 echo "running: ${train[*]}"
+# train.py's JSON line goes to a temporary file first: summary.json is replaced only once
+# train.py has accepted its inputs (a refusal, status 2, leaves an earlier run's as it was).
+captured=$(mktemp -t run_and_time.XXXXXX)
+trap 'rm -f "$captured"' EXIT
 set +e
-in_workspace "${train[@]}" | tee "$summary"
+in_workspace "${train[@]}" | tee "$captured"
 train_status=${PIPESTATUS[0]}
 set -e
 end=$(date +%s)
 end_fmt=$(LC_ALL=C date '+%Y-%m-%d %r')
 echo "ENDING TIMING RUN AT $end_fmt"
-if ((train_status != 0)); then
+if ((train_status != 2)); then
+  staged="$out/.summary.json.tmp-$$"
+  cp "$captured" "$staged" && mv -f "$staged" "$summary"
+fi
+if ((train_status == 2)); then
+  echo "$(basename "$0"): ERROR: tools/train.py refused the run (exit status 2, its error" \
+    "is above); $summary is left as it was" >&2
+  exit 2
+elif ((train_status != 0)); then
   echo "$(basename "$0"): ERROR: tools/train.py failed with exit status $train_status" >&2
   exit "$train_status"
 fi

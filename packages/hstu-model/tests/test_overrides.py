@@ -78,6 +78,14 @@ def test_env_and_cli_values_are_typed():
     ) == {"model": {"action_weights": (1, 2, 8), "kernel": "native"}, "train": {"seed": 3}}
 
 
+def test_two_spellings_of_one_variable_are_refused_naming_both():
+    """Names are case-insensitive: HSTU_MODEL__NUM_LAYERS and HSTU_model__num_layers set one
+    field, and which was meant is unknown."""
+    env = {"HSTU_MODEL__NUM_LAYERS": "2", "HSTU_model__num_layers": "5"}
+    with pytest.raises(ConfigError, match=r"HSTU_MODEL__NUM_LAYERS and environment variable "):
+        env_overrides(env)
+
+
 def test_precedence_cli_over_env_over_file(tmp_path):
     path = write(tmp_path, "c.toml", "[model]\nnum_layers = 4\n[train]\nseed = 1\n")
     env = {"HSTU_MODEL__NUM_LAYERS": "5", "HSTU_TRAIN__SEED": "2"}

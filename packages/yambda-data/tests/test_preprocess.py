@@ -587,6 +587,35 @@ def test_leftovers_of_a_killed_run_are_removed(tiny_raw, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [".out.lock", "out"]
 
 
+@pytest.mark.slow
+def test_sigterm_during_preprocessing_removes_its_temporary_output(tmp_path):
+    """SIGTERM while `yambda-data preprocess` writes: status 143, one line, and no
+    `.OUT.tmp-*` left beside the output."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from yambda_data.synth import SynthConfig, synthesize
+
+    raw = tmp_path / "raw"
+    synthesize(raw, SynthConfig(users=3000, median_events_per_user=200, seed=1))
+    command = [sys.executable, "-m", "yambda_data", "preprocess", "--raw", str(raw)]
+    command += ["--size", "50m", "--out", str(tmp_path / "out"), "--partitions", "8"]
+    child = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list(tmp_path.glob(".out.tmp-*")) and child.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=300)
+    if child.returncode == 0:
+        pytest.skip("the preprocessing ended before the signal")
+    assert child.returncode == 143, err
+    assert err.strip().splitlines() == ["yambda-data preprocess: terminated"]
+    assert not list(tmp_path.glob(".out.tmp-*")) and not (tmp_path / "out").exists()
+
+
 # hostile inputs and faults: nothing a user has is lost, every failure says what and where ----
 
 
@@ -626,6 +655,24 @@ def test_is_organic_other_than_0_or_1_is_rejected_before_writing(tmp_path, capsy
         "or 1 (first at row 17)\n"
     )
     assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize(("column", "value"), [("item_id", 2**31), ("uid", 2**32 - 2)])
+def test_an_id_that_would_size_a_huge_array_is_refused_before_writing(tmp_path, column, value):
+    """An item_id of 2^31 would make a 16 GiB item_popularity.npy, a uid near 2^32 a table as
+    large: refused naming the file, the column, the row and the value, with nothing created."""
+    events = six_users()
+    ids = events[column].to_list()
+    ids[-1] = value  # the last row: the file stays in uid order
+    raw = write_raw(
+        tmp_path / "raw", events.with_columns(pl.Series(column, ids, events[column].dtype))
+    )
+    path = multi_event_path(raw, "50m")
+    with pytest.raises(SchemaError) as info:
+        preprocess(raw, "50m", tmp_path / "out", partitions=2)
+    assert info.value.source == str(path) and info.value.column == column
+    assert f"id {value:,} is above 134,217,727, the largest accepted" in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]
 
 
 @pytest.mark.parametrize(

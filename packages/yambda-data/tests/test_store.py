@@ -529,3 +529,78 @@ def test_the_checksum_benchmark_runs(tmp_path):
         f"500m-sized store (sparse), {HASH_THREADS} threads",
         "500m-sized store (sparse), 1 thread",
     ]
+
+
+_HOLDER = """
+import sys, time
+from yambda_data.store import hold_store
+hold_store(sys.argv[1])
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_store_held_by_a_run_is_not_rebuilt_under_it(built_store, tmp_path):
+    """Another process holds the store (a run reading it): a build of other settings into it
+    is refused naming that process, and the store is as it was; its own hold does not count."""
+    import subprocess
+    import sys
+
+    from yambda_data.store import StoreInUse, hold_store
+
+    raw, pre, _path = built_store
+    out = tmp_path / "store"
+    build_store(pre, raw, out, min_history=16)
+    before = _tree(out)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(out)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(StoreInUse, match=rf"in use by process {holder.pid}, a run that"):
+            build_store(pre, raw, out, min_history=8)
+        assert _tree(out) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    hold_store(out)  # this process's own hold
+    assert build_store(pre, raw, out, min_history=8).min_history == 8
+
+
+def test_a_loader_refuses_a_store_that_is_not_the_one_verified(built_store):
+    from yambda_data.loader import StoreBatches
+    from yambda_data.samples import SampleConfig
+    from yambda_data.streaming import BatchPlan
+
+    store = SampleStore.open(built_store[2])
+    plan = BatchPlan((0,), 4)
+    config = SampleConfig(history_length=8, min_history=store.min_history)
+    verified = store.manifest["fingerprint"]
+    assert StoreBatches(store.path, config, plan, fingerprint=verified).store.path == store.path
+    with pytest.raises(StoreError, match=r"not the store this run verified"):
+        _ = StoreBatches(store.path, config, plan, fingerprint="another").store
+
+
+def test_a_mapping_id_that_would_size_huge_tables_is_refused_before_anything(built_store, tmp_path):
+    """One mapping row with item_id 2^32 - 1 would make two 16 GiB item tables: validate and
+    build_store refuse it naming the file, the column and the value, creating nothing."""
+    import shutil
+
+    import polars as pl
+
+    from yambda_data.schema import SchemaError, validate_mapping
+
+    raw, pre, _path = built_store
+    root = tmp_path / "raw"
+    shutil.copytree(raw, root)
+    path = root / "artist_item_mapping.parquet"
+    mapping = pl.read_parquet(path)
+    ids = mapping["item_id"].to_list()
+    ids[0] = 2**32 - 1
+    mapping.with_columns(pl.Series("item_id", ids, mapping["item_id"].dtype)).write_parquet(path)
+    with pytest.raises(SchemaError, match=r"column 'item_id': id 4,294,967,295 is above"):
+        validate_mapping(pl.scan_parquet(path), "artist", source=str(path))
+    with pytest.raises(SchemaError, match=r"would take 32\.0 GiB") as info:
+        build_store(pre, root, tmp_path / "store", min_history=16)
+    assert info.value.source == str(path)
+    assert not (tmp_path / "store").exists()

@@ -376,6 +376,49 @@ def test_leftovers_of_killed_syntheses_are_removed_and_nothing_else(tmp_path):
     assert said[-1] == f"{root}: synthetic data up to date"
 
 
+def test_synthesize_over_a_killed_one_removes_its_leftovers(tmp_path):
+    """`synth --overwrite` after a kill -9: the temporary files and part folders the killed
+    synthesis left beside the dataset are removed; the user's files are not."""
+    root = tmp_path / "data"
+    paths = synthesize(root, SMALL)
+    flat = paths.multi_event.parent
+    leftovers = [
+        flat / ".multi_event.parquet.k1ll3d.tmp",
+        root / ".album_item_mapping.parquet.x.tmp",
+    ]
+    for path in leftovers:
+        path.write_bytes(b"half")
+    parts = flat / ".multi_event.parquet.k1ll3d.tmp.parts-x9"
+    parts.mkdir()
+    (parts / "part-0000000.parquet").write_bytes(b"half")
+    mine = root / "notes.tmp"
+    mine.write_text("mine")
+    synthesize(root, SMALL)
+    assert not parts.exists() and not any(path.exists() for path in leftovers)
+    assert mine.read_text() == "mine"
+
+
+def test_a_synthesis_waits_for_a_live_one_and_keeps_its_temporaries(tmp_path):
+    """Two syntheses into one root take turns: while another holds the root, its temporary
+    file is not touched; once it is gone the file counts as a killed one's."""
+    import fcntl
+    import threading
+
+    root = tmp_path / "data"
+    paths = synthesize(root, SMALL)
+    live = paths.multi_event.parent / ".multi_event.parquet.l1ve.tmp"
+    with open(root / ".synthesis.lock", "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        live.write_bytes(b"being written")
+        second = threading.Thread(target=synthesize, args=(root, SMALL))
+        second.start()
+        second.join(timeout=1.0)
+        assert second.is_alive() and live.read_bytes() == b"being written"
+        fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    second.join(timeout=60)
+    assert not second.is_alive() and not live.exists()
+
+
 def test_cache_never_replaces_files_it_did_not_make(tmp_path):
     from yambda_data import synthesize_cached
 

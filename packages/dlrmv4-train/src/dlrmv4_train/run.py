@@ -55,12 +55,13 @@ from dlrmv4_train.run_config import (
 from dlrmv4_train.run_folders import (
     CONFIG,
     DATA_FILES,
-    RUN_FILES,
     SUMMARY,
     RunRefused,
     claim_run,
     data_fingerprint,
     data_root,
+    remove_run_files,
+    write_run_record,
 )
 from hstu_model import checkpoint as ckpt
 from hstu_model.atomic_files import atomic_write_text
@@ -80,8 +81,10 @@ from mlperf_compliance import (
     eval_schedule,
     first_eval_samples,
 )
+from yambda_data.dataset import STORE_DIR
 from yambda_data.loader import make_loader
 from yambda_data.schema import check_multi_event_header, mapping_path, multi_event_path
+from yambda_data.store import StoreInUse
 
 __all__ = [
     "MIN_HISTORY",
@@ -173,7 +176,7 @@ def check_inputs(config: RunConfig) -> None:
                 )
         try:
             check_multi_event_header(events)
-        except (yambda_data.SchemaError, yambda_data.InputFileError) as error:
+        except (yambda_data.SchemaError, yambda_data.InputFileError, StoreInUse) as error:
             raise RunRefused(str(error)) from None
 
 
@@ -405,6 +408,9 @@ def _train_run(run: ResolvedRun, signals: RunSignals, log: Callable[[str], None]
         kernels = hstu_ops.verify_decision(run.kernels, ctx.device, report=log)
         run = dataclasses.replace(run, kernels=kernels)
         out, root = plan.out, data_root(config, plan.out)
+        if config.out is None:
+            say(f"run folder: {out}")
+        store = prepare_data(run, ctx, out, root, say)
         extras = {
             "run": run.as_json(out) | {"data": str(root)},
             "identity": run.identity(),
@@ -413,10 +419,8 @@ def _train_run(run: ResolvedRun, signals: RunSignals, log: Callable[[str], None]
         }
         if ctx.is_main:
             if plan.replace:
-                for name in RUN_FILES:
-                    (out / name).unlink(missing_ok=True)
-            if config.out is None:
-                say(f"run folder: {out}")
+                remove_run_files(out)
+            write_run_record(out, plan.run_id)  # before the run's first file
             hstu.save_json(out / CONFIG, **extras)
         ctx.barrier()
         # config.json as JSON data, saved with every checkpoint.
@@ -442,7 +446,7 @@ def _train_run(run: ResolvedRun, signals: RunSignals, log: Callable[[str], None]
                     mllog.cache_clear()  # before init_start, where the reference logs it
                     tracker.init_start()
                 streaming = _StreamingRun(
-                    run, out, root, record, ctx, mllog, tracker, resume, signals, log
+                    run, out, store, record, ctx, mllog, tracker, resume, signals, log
                 )
                 summary = streaming.run()
             except BaseException:
@@ -453,6 +457,38 @@ def _train_run(run: ResolvedRun, signals: RunSignals, log: Callable[[str], None]
         if ctx.is_main:
             atomic_write_text(out / SUMMARY, json.dumps(summary, indent=2) + "\n")
         return summary
+
+
+def prepare_data(
+    run: ResolvedRun, ctx: Distributed, out: Path, root: Path, say: Callable[[str], None]
+) -> yambda_data.SampleStore:
+    """The run's sample store, prepared before the run writes a file of its own: rank 0
+    synthesizes and prepares the data, checking what it reuses, and the other ranks open the
+    store it verified (each checking it again would read it once per rank); rank 0 holds the
+    store for the life of the run (`yambda_data.hold_store`), and each loader process checks
+    it opened that store. A row that the preprocessing refuses, or a model too large for the
+    data's tables, or a store that another run holds and this one would rebuild, is a
+    RunRefused: the run folder then holds no run, and the corrected command runs there."""
+    config = run.config
+
+    def prepare() -> Path:
+        # Held for the life of the run: another process's build into it is refused.
+        yambda_data.hold_store(out / "prepared" / STORE_DIR)
+        try:
+            if config.data is None:
+                yambda_data.synthesize_cached(root, config.synth_config(), progress=say)
+            return yambda_data.prepare_store(
+                root, config.size, out / "prepared", min_history=config.min_history, progress=say
+            ).path
+        except (yambda_data.SchemaError, yambda_data.InputFileError, StoreInUse) as error:
+            raise RunRefused(str(error)) from None
+
+    store = yambda_data.SampleStore.open(_agree(ctx, prepare))
+    vocab = store.vocab.as_dict()
+    too_large = _agree(ctx, lambda: memory_refusal(run.hstu, vocab, ctx))
+    if too_large:  # the data's own tables (the run checked the config's before it began)
+        raise RunRefused(f"{store.path}: {too_large}")
+    return store
 
 
 def platform(ctx: Distributed) -> str:
@@ -490,7 +526,7 @@ class _StreamingRun:
         self,
         run: ResolvedRun,
         out: Path,
-        root: Path,
+        store: yambda_data.SampleStore,
         record: dict,
         ctx: Distributed,
         mllog: MLPerfLogger,
@@ -500,31 +536,12 @@ class _StreamingRun:
         log: Callable[[str], None],
     ) -> None:
         self.run_spec, self.config, self.hstu = run, run.config, run.hstu
-        self.out, self.root, self.record = out, root, record
-        """The run folder, the dataset root, and config.json as JSON data."""
+        self.out, self.store, self.record = out, store, record
+        """The run folder, the sample store it verified, and config.json as JSON data."""
         self.ctx, self.mllog, self.tracker, self.resume = ctx, mllog, tracker, resume
         self.signals = signals
         self.log = log if ctx.is_main else lambda message: None
         config = self.config
-
-        # Rank 0 synthesizes and prepares the data, checking what it reuses; the others open
-        # the store it verified (each checking it again would read it once per rank).
-        def prepare() -> Path:
-            if config.data is None:
-                yambda_data.synthesize_cached(self.root, config.synth_config(), progress=self.log)
-            return yambda_data.prepare_store(
-                self.root,
-                config.size,
-                out / "prepared",
-                min_history=config.min_history,
-                progress=self.log,
-            ).path
-
-        self.store = yambda_data.SampleStore.open(_agree(ctx, prepare))
-        vocab = self.store.vocab.as_dict()
-        too_large = _agree(ctx, lambda: memory_refusal(self.hstu, vocab, ctx))
-        if too_large:  # the data's own tables (the run checked the config's before it began)
-            raise ValueError(f"{self.store.path}: {too_large}")
         self.sample_config = yambda_data.SampleConfig(
             history_length=self.hstu.model.history_length,
             min_history=self.store.min_history,
@@ -587,6 +604,7 @@ class _StreamingRun:
             plan,
             num_workers=self.config.workers,
             crosses=self.crosses,
+            fingerprint=self.store.manifest.get("fingerprint"),
         )
 
     def train_plan(self, epoch: int = 0, first: int = 0, skip: int = 0) -> yambda_data.BatchPlan:

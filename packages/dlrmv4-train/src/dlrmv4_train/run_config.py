@@ -13,6 +13,7 @@ and checks the closed division; it is the only place that reads them.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import typing
@@ -23,8 +24,15 @@ from typing import Any, Literal
 
 import hstu_ops
 import yambda_data
-from hstu_model.config import PRESETS, ConfigError, HSTUConfig, ModelConfig, reference_departures
-from hstu_model.overrides import resolve_config
+from hstu_model.config import (
+    PRESETS,
+    ConfigError,
+    FeatureNames,
+    HSTUConfig,
+    ModelConfig,
+    reference_departures,
+)
+from hstu_model.overrides import MAX_CONFIG_BYTES, resolve_config
 
 __all__ = [
     "CLOSED_EVALS",
@@ -335,6 +343,37 @@ def model_crosses(model: ModelConfig) -> tuple[yambda_data.CrossFeature, ...]:
     )
 
 
+RUN_RECORD_KEYS = frozenset({"run", "identity", "run_id"})
+"""The keys a run adds to its effective config in config.json (dlrmv4_train.run)."""
+
+
+def is_run_record(path: Path) -> bool:
+    """Whether `path` is a run's config.json: a JSON object with `RUN_RECORD_KEYS` (anything
+    unreadable is left to the config file's own checks)."""
+    if path.suffix.lower() != ".json":
+        return False
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_CONFIG_BYTES:
+            return False
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.keys() >= RUN_RECORD_KEYS
+
+
+def check_feature_names(model: ModelConfig) -> None:
+    """A run feeds the model yambda-data's batches, whose keys are FeatureNames' defaults:
+    another key would be looked up in vain once the first batch arrives (ConfigError naming
+    the field)."""
+    keys = dataclasses.asdict(FeatureNames())
+    for name, key in dataclasses.asdict(model.features).items():
+        if key != keys[name]:
+            raise ConfigError(
+                f"model.features.{name}: {key!r} is not the key of yambda-data's batches "
+                f"({keys[name]!r}), which a run feeds the model; leave it at {keys[name]!r}"
+            )
+
+
 @dataclass(frozen=True)
 class ResolvedRun:
     """A run resolved once, before it writes anything: the config as given, the model and
@@ -434,12 +473,21 @@ def resolve_run(
         kernels = hstu_ops.decide_kernel(config.kernel, device_type)
     except hstu_ops.KernelUnavailableError as error:
         raise ConfigError(_kernel_refusal(error)) from None  # (it names the option itself)
+    if config.config_file is not None and is_run_record(config.config_file):
+        raise RunConfigError(
+            "config_file",
+            f"{config.config_file} is a run's record (the config.json a run writes), not a "
+            "config file: its effective config holds what that run's options chose (seed, "
+            "kernel, device); resume that run with --resume auto, or put the sections to "
+            "change in a file of their own",
+        )
     hstu = resolve_config(
         config.preset, file=config.config_file, environ=environ, cli=config.overrides
     ).replace(model={"kernel": kernels.family}, train={"seed": config.seed})
     if world_size > 1 or device_type != "cpu":
         hstu = hstu.replace(sharding={"compute_device": device_type})
     model_crosses(hstu.model)  # yambda-data must know every contextual feature
+    check_feature_names(hstu.model)
     if config.division == "closed":
         problems = _closed_division_problems(config, hstu)
         if problems:

@@ -17,14 +17,17 @@ import datetime
 import itertools
 import json
 import os
+import shutil
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import yambda_data
 from dlrmv4_train import folder_lock
 from dlrmv4_train.run_config import ResolvedRun, RunConfig, flag
 from hstu_model import checkpoint as ckpt
+from hstu_model.atomic_files import atomic_write_text
 from yambda_data.schema import mapping_path, multi_event_path
 
 __all__ = [
@@ -156,6 +159,15 @@ CONFIG = "config.json"
 """The run's effective config, identity and id: the first file a run writes into its folder."""
 RUN_FILES = ("mlperf.log", "metrics.csv", "metrics.png", CONFIG, SUMMARY)
 """What a run writes into its folder besides the data and the prepared store."""
+RUN_RECORD = ".run-files.json"
+"""The record a run writes into its folder before any other file: the entries it owns there
+(`OWNED`). A run folder's files that no record names are not a run's: a run counts them as no
+run, never replaces or removes them (--overwrite included), and refuses an --out that holds
+one."""
+OWNED = (*RUN_FILES, "mlperf.log.discarded", "tensorboard", "summary.json")
+"""The entries a run owns in its folder: its files, the records a resume moved aside, its
+TensorBoard events, and the summary that tools/mlperf/run_and_time.sh writes beside them. The
+data and the prepared store are yambda-data's, which checks them itself."""
 
 
 class RunRefused(ValueError):
@@ -165,12 +177,84 @@ class RunRefused(ValueError):
 
 def run_state(out: Path) -> str:
     """ "finished" (it has a summary), "unfinished" (a log, metrics or config without one) or
-    "empty"."""
-    if (out / SUMMARY).is_file():
+    "empty", counting only the files that the folder's `RUN_RECORD` says a run wrote."""
+    owned = owned_entries(out)
+    if SUMMARY in owned and (out / SUMMARY).is_file():
         return "finished"
-    if any((out / name).exists() for name in RUN_FILES):
+    if any((out / name).exists() for name in RUN_FILES if name in owned):
         return "unfinished"
     return "empty"
+
+
+def owned_entries(out: Path) -> frozenset[str]:
+    """The entries of `out` that its `RUN_RECORD` says a run owns (none without a record; a
+    record's names other than `OWNED` are not believed)."""
+    try:
+        record = json.loads((out / RUN_RECORD).read_text())
+    except (OSError, ValueError):
+        return frozenset()
+    entries = record.get("entries") if isinstance(record, dict) else None
+    return frozenset(OWNED).intersection(entries) if isinstance(entries, list) else frozenset()
+
+
+def write_run_record(out: Path, run_id: str) -> None:
+    """Claim `out` for the run `run_id`: its `RUN_RECORD`, written before any other file."""
+    record = {"written_by": "dlrmv4-train", "run_id": run_id, "entries": list(OWNED)}
+    atomic_write_text(out / RUN_RECORD, json.dumps(record, indent=2) + "\n")
+
+
+def remove_run_files(out: Path) -> None:
+    """Remove what the run in `out` wrote there (its `RUN_RECORD` names it), nothing else."""
+    for name in sorted(owned_entries(out)):
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def foreign_entry(run: ResolvedRun, out: Path) -> str | None:
+    """The first entry of `out` that is neither a run's (its `RUN_RECORD`, the folder lock,
+    their temporary files) nor the data and prepared store that yambda-data checks, nor the
+    run's own --checkpoint-dir; None when there is none."""
+    if not out.is_dir():
+        return None
+    config = run.config
+    allowed = {folder_lock.LOCK_FILE, RUN_RECORD, "prepared", *owned_entries(out)}
+    if data_root(config, out) == out / "data":
+        allowed.add("data")
+    if config.checkpoint_dir is not None:
+        inside = Path(os.path.relpath(os.path.abspath(config.checkpoint_dir), os.path.abspath(out)))
+        if inside.parts and inside.parts[0] != "..":
+            allowed.add(inside.parts[0])
+    temporaries = tuple(f".{name}." for name in (*OWNED, RUN_RECORD))
+    for entry in sorted(os.listdir(out)):
+        if entry not in allowed and not entry.startswith(temporaries):
+            return entry
+    return None
+
+
+def check_run_folder(run: ResolvedRun, out: Path | None) -> None:
+    """RunRefused, before anything is created, when `out` holds an entry that no run wrote,
+    or when the data or the prepared store the run will write there (or the shared synthetic
+    data, without `out`) is in a state yambda-data refuses."""
+    config = run.config
+    if out is not None:
+        entry = foreign_entry(run, out)
+        if entry is not None:
+            raise RunRefused(
+                f"--out {out} holds {entry}, which no run wrote there (no {RUN_RECORD} names "
+                "it), and a run writes only into an empty folder or one of its own: move it "
+                "away or use another --out"
+            )
+    root = data_root(config, out or RUNS_DIR / "train-new")
+    try:
+        if config.data is None:
+            yambda_data.check_synthesis_root(root, config.synth_config())
+        if out is not None:
+            yambda_data.check_prepare_outputs(root, config.size, out / "prepared")
+    except (OSError, ValueError) as error:
+        raise RunRefused(f"--out {out}: {error}" if out is not None else str(error)) from None
 
 
 def read_run_record(out: Path) -> dict | None:
@@ -249,6 +333,7 @@ def plan_run(run: ResolvedRun, out: Path | None = None) -> RunPlan:
         out = newest_unfinished_run(config.checkpoint_dir)
         if out is not None:
             notes.append(f"resuming the newest unfinished run, {out}")
+    check_run_folder(run, out)
     fresh_id = uuid.uuid4().hex
     state = "empty" if out is None else run_state(out)
     if state == "empty" or (config.overwrite and resume is None):

@@ -401,6 +401,11 @@ def _env_layer(environ: Mapping[str, str], prefix: str) -> _Layer:
         if not name.upper().startswith(prefix.upper()) or "__" not in name[len(prefix) :]:
             continue
         key_path = tuple(part.lower() for part in name[len(prefix) :].split("__"))
+        if key_path in sources:  # names are case-insensitive: which one was meant is unknown
+            raise ConfigError(
+                f"{sources[key_path]} and environment variable {name} both set "
+                f"{'.'.join(key_path)}; unset one of them"
+            )
         field_type = _resolve_path(key_path, f"environment variable {name}")
         where = f"environment variable {name}: {'.'.join(key_path)}"
         _put(overrides, key_path, parse_value(environ[name], field_type, where))

@@ -12,6 +12,7 @@ from yambda_data._io import InputFileError, ReadError, WriteError
 from yambda_data.crosses import CROSS_FEATURE_NAMES, CROSS_FEATURES, CrossFeature, cross_features
 from yambda_data.dataset import (
     DLRMv4Samples,
+    check_prepare_outputs,
     load_dlrmv4_samples,
     prepare_preprocessed,
     prepare_store,
@@ -38,12 +39,13 @@ from yambda_data.schema import (
     validate_multi_event,
 )
 from yambda_data.split import SplitMeta, SplitResult, temporal_split
-from yambda_data.store import SampleStore, StoreError, build_store
+from yambda_data.store import SampleStore, StoreError, build_store, hold_store
 from yambda_data.streaming import TEST, BatchPlan, holdout_users
 from yambda_data.synth import (
     SynthConfig,
     SynthData,
     SynthPaths,
+    check_synthesis_root,
     generate,
     synthesize,
     synthesize_cached,
@@ -83,9 +85,12 @@ __all__ = [
     "__version__",
     "build_samples",
     "build_store",
+    "check_prepare_outputs",
+    "check_synthesis_root",
     "compute_vocab_sizes",
     "cross_features",
     "generate",
+    "hold_store",
     "holdout_users",
     "load_dlrmv4_samples",
     "prepare_preprocessed",

@@ -35,6 +35,7 @@ from yambda_data._store_read import (
     SampleStore,
     StoreError,
 )
+from yambda_data._store_readers import check_no_readers
 from yambda_data.preprocess import (
     CHECKSUMS_FILE,
     ITEM_POPULARITY_FILE,
@@ -53,7 +54,7 @@ from yambda_data.samples import (
     VocabSizes,
     event_arrays,
 )
-from yambda_data.schema import EVENT_TYPE_CODES, mapping_path, read_mapping
+from yambda_data.schema import EVENT_TYPE_CODES, check_mapping_ids, mapping_path, read_mapping
 from yambda_data.split import SplitMeta
 
 
@@ -137,7 +138,8 @@ def _check_inputs(preprocessed: Path, raw_root: Path) -> None:
     for kind in ("artist", "album"):
         path = raw_root / f"{kind}_item_mapping.parquet"
         with reading(path):
-            read_mapping(raw_root, kind)  # type: ignore[arg-type]
+            # an id sizes the item tables: bounded before any is allocated
+            check_mapping_ids(read_mapping(raw_root, kind), kind, str(path))  # type: ignore[arg-type]
 
 
 def _mapping_files(raw_root: Path) -> list[Path]:
@@ -235,6 +237,7 @@ def build_store(
         check_replaceable(
             out, MANIFEST_FILE, "a sample store", _written_by_build_store, "build_store"
         )
+        check_no_readers(out)
         if not inputs_checked:  # the store was damaged: it is built after all
             verify_checksums(preprocessed)
         # Under the lock no other builder runs: leftovers are from one that died.

@@ -4,7 +4,6 @@ the dataset of a config once, under a lock, and checks its files' sha256 at ever
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +11,12 @@ from yambda_data._atomic import atomic_path, exclusive_lock
 from yambda_data._checksums import checksum_problem, file_checksums
 from yambda_data._io import writing
 from yambda_data._synth_config import SynthConfig, SynthPaths
-from yambda_data._synth_write import synthesize
+from yambda_data._synth_write import (
+    SYNTHESIS_LOCK,
+    killed_synthesis_leftovers,
+    remove_leftovers,
+    synthesize,
+)
 
 SYNTH_RECORD_FILE = "synth.json"
 """The record of :func:`synthesize_cached` in its root: the config and, once the files are
@@ -33,6 +37,39 @@ def synthesize_cached(
     were not made here and are never replaced (ValueError naming one); a synthesis claims
     ``root`` by writing a record without checksums first, so that files a killed synthesis
     left are replaced next time."""
+    root = Path(root)
+    check_synthesis_root(root, config)
+    paths = SynthPaths.of(root, config)
+    record = root / SYNTH_RECORD_FILE
+    say = progress or (lambda _message: None)
+    with writing(root):
+        root.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(record):
+        # The record's temporaries are written under this lock, the dataset's under the
+        # synthesis lock that `synthesize` takes: what is found now was left by a killed one.
+        leftovers = killed_synthesis_leftovers([record])
+        with exclusive_lock(root / SYNTHESIS_LOCK):
+            leftovers += killed_synthesis_leftovers(paths.files)
+            for leftover in leftovers:
+                say(f"removing {leftover} (left by a synthesis that was killed)")
+            remove_leftovers(leftovers)
+        why = _cache_problem(record, config, paths)
+        if why is None:
+            say(f"{root}: synthetic data up to date")
+            return paths
+        say(f"synthesizing {root}" + (f" ({why})" if why else ""))
+        _write_record(record, {"config": config.to_dict(), "files": None})
+        synthesize(root, config)
+        names = [path.relative_to(root).as_posix() for path in paths.files]
+        _write_record(record, {"config": config.to_dict(), "files": file_checksums(root, names)})
+    return paths
+
+
+def check_synthesis_root(root: str | Path, config: SynthConfig) -> None:
+    """What :func:`synthesize_cached` refuses before it creates anything, for a caller that
+    checks every input before its first write: a file of the dataset (or its record) that
+    cannot be replaced, or dataset files in ``root`` without a record (a dataset it did not
+    make); ValueError naming the path."""
     if not isinstance(config, SynthConfig):
         raise TypeError(f"config must be a SynthConfig, got {type(config).__name__}")
     root = Path(root)
@@ -48,37 +85,6 @@ def synthesize_cached(
                 f"{present[0]}: exists and {record} does not; refusing to replace a dataset "
                 "that synthesize_cached did not make"
             )
-    say = progress or (lambda _message: None)
-    with writing(root):
-        root.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(record):
-        for leftover in _killed_synthesis_leftovers(paths):
-            say(f"removing {leftover} (left by a synthesis that was killed)")
-            if leftover.is_dir():
-                shutil.rmtree(leftover)
-            else:
-                leftover.unlink()
-        why = _cache_problem(record, config, paths)
-        if why is None:
-            say(f"{root}: synthetic data up to date")
-            return paths
-        say(f"synthesizing {root}" + (f" ({why})" if why else ""))
-        _write_record(record, {"config": config.to_dict(), "files": None})
-        synthesize(root, config)
-        names = [path.relative_to(root).as_posix() for path in paths.files]
-        _write_record(record, {"config": config.to_dict(), "files": file_checksums(root, names)})
-    return paths
-
-
-def _killed_synthesis_leftovers(paths: SynthPaths) -> list[Path]:
-    """Temporary files of :func:`synthesize` (``.<name>.*.tmp``, and the part folders
-    ``.<name>.*.tmp.parts-*`` of its streaming path) and of the record, by their names."""
-    found: list[Path] = []
-    for target in [*paths.files, paths.root / SYNTH_RECORD_FILE]:
-        if target.parent.is_dir():
-            found += sorted(target.parent.glob(f".{target.name}.*.tmp"))
-            found += sorted(target.parent.glob(f".{target.name}.*.tmp.parts-*"))
-    return found
 
 
 def _cache_problem(record: Path, config: SynthConfig, paths: SynthPaths) -> str | None:

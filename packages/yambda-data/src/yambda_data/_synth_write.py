@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
-from yambda_data._atomic import atomic_path, atomic_paths
+from yambda_data._atomic import atomic_path, atomic_paths, exclusive_lock
 from yambda_data._io import writing
 from yambda_data._synth_config import SynthConfig, SynthPaths
 from yambda_data._synth_generate import (
@@ -20,6 +20,31 @@ from yambda_data._synth_generate import (
     _user_block,
     generate,
 )
+
+SYNTHESIS_LOCK = "synthesis"
+"""Every synthesis into a root holds the lock of ``<root>/.synthesis.lock`` while it writes
+(:func:`~yambda_data._atomic.exclusive_lock`): syntheses into one root take turns, and the
+temporary files one finds there under the lock are from a synthesis that was killed."""
+
+
+def killed_synthesis_leftovers(targets: list[Path]) -> list[Path]:
+    """The temporary files that writing ``targets`` atomically makes (``.<name>.*.tmp``,
+    and the part folders ``.<name>.*.tmp.parts-*`` of the streaming path), by their names:
+    left behind only by a synthesis that was killed, when found under the lock."""
+    found: list[Path] = []
+    for target in targets:
+        if target.parent.is_dir():
+            found += sorted(target.parent.glob(f".{target.name}.*.tmp"))
+            found += sorted(target.parent.glob(f".{target.name}.*.tmp.parts-*"))
+    return found
+
+
+def remove_leftovers(leftovers: list[Path]) -> None:
+    for leftover in leftovers:
+        if leftover.is_dir() and not leftover.is_symlink():
+            shutil.rmtree(leftover)
+        else:
+            leftover.unlink(missing_ok=True)
 
 
 def write_parquet_atomic(frame: pl.DataFrame, path: Path) -> None:
@@ -48,11 +73,22 @@ def synthesize(
 
     Existing files are replaced, nothing else: a target that exists and is not a file, or
     whose folder cannot be created, is refused (ValueError naming it) before anything is
-    generated."""
+    generated. Syntheses into one root take turns (:data:`SYNTHESIS_LOCK`), and each first
+    removes the temporary files that a killed one left there."""
     cfg = config or SynthConfig()
     root = Path(out_dir)
     paths = SynthPaths.of(root, cfg)
     paths.check_writable()
+    with writing(root):
+        root.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(root / SYNTHESIS_LOCK):
+        remove_leftovers(killed_synthesis_leftovers(paths.files))
+        _write(paths, cfg, stream)
+    return paths
+
+
+def _write(paths: SynthPaths, cfg: SynthConfig, stream: bool) -> None:
+    root = paths.root
     if stream:
         cat = _build_catalogue(cfg)
         mappings = [cat.artist_mapping, cat.album_mapping]
@@ -69,7 +105,6 @@ def synthesize(
                 _stream_events(cat, cfg, temps[-1])
             else:
                 data.events.write_parquet(temps[-1], compression="zstd", statistics=True)
-    return paths
 
 
 STREAM_ROW_GROUP_ROWS = 1_048_576

@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -377,9 +379,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)  # an argument error exits with status 2
     debug = debug_requested(getattr(args, "debug", False))
     prefix = f"yambda-data {args.command}"
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if on_main_thread else None
     try:
         _COMMANDS[args.command](args)
         sys.stdout.flush()
+    except _Terminated:
+        print(f"{prefix}: terminated", file=sys.stderr)
+        return dlrmv4_cli.signal_status(signal.SIGTERM)
     except BrokenPipeError:
         return dlrmv4_cli.reader_gone()
     except _Failed as exc:
@@ -394,7 +401,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return dlrmv4_cli.report_error(
             prefix, exc, debug=debug, expected=_EXPECTED, message=_one_line(exc)
         )
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised where the command is: its outputs' temporaries are removed on the way
+    out (a killed command's would stay until the next one into the same output)."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the cleanup
+    raise _Terminated
 
 
 def run() -> NoReturn:

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import polars as pl
 
-from yambda_data._atomic import atomic_path, check_apart, exclusive_lock
+from yambda_data._atomic import atomic_path, check_apart, check_replaceable, exclusive_lock
 from yambda_data._io import reading, writing
-from yambda_data._store_build import _BuildSettings, check_store_out
+from yambda_data._store_build import _BuildSettings, _written_by_build_store, check_store_out
+from yambda_data._store_read import MANIFEST_FILE
 from yambda_data.samples import (
     ItemFeatures,
     SampleConfig,
@@ -161,4 +162,26 @@ def prepare_store(
         min_history=min_history,
         window_seconds=window_seconds,
         progress=progress,
+    )
+
+
+def check_prepare_outputs(root: str | Path, size: str, work_dir: str | Path) -> None:
+    """What :func:`prepare_store` refuses of its outputs before it creates anything, for a
+    caller that checks everything before its first write (the raw files need not exist yet):
+    ``work_dir`` is a directory or can be one, apart from the inputs, and its
+    ``preprocessed`` and ``store`` hold nothing that the preprocessing or the store build did
+    not write (ValueError naming the first such entry)."""
+    from yambda_data.preprocess import SPLIT_META_FILE, _written_by_preprocess
+
+    work = Path(work_dir)
+    if work.exists() and not work.is_dir():
+        raise NotADirectoryError(f"{work}: exists and is not a directory")
+    pre, store = work / PREPROCESSED_DIR, work / STORE_DIR
+    check_apart(pre, [multi_event_path(root, size)], roots=[Path(root)])
+    check_store_out(pre, Path(root), store)
+    check_replaceable(
+        pre, SPLIT_META_FILE, "a preprocess output", _written_by_preprocess, "preprocess"
+    )
+    check_replaceable(
+        store, MANIFEST_FILE, "a sample store", _written_by_build_store, "build_store"
     )

@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from yambda_data.batching import HSTUBatch, make_batch
 from yambda_data.crosses import CROSS_FEATURES, CrossFeature
 from yambda_data.samples import SampleConfig
-from yambda_data.store import SampleStore
+from yambda_data.store import SampleStore, StoreError
 from yambda_data.streaming import BatchPlan
 
 __all__ = ["StoreBatches", "make_loader"]
@@ -47,18 +47,30 @@ class StoreBatches(IterableDataset):
         config: SampleConfig,
         plan: BatchPlan,
         crosses: tuple[CrossFeature, ...] = CROSS_FEATURES,
+        fingerprint: str | None = None,
     ) -> None:
         super().__init__()
         self.store_path = Path(store_path)
         self.config = config
         self.plan = plan
         self.crosses = crosses
+        self.fingerprint = fingerprint
+        """The manifest fingerprint of the store the caller verified (None: any store)."""
         self._store: SampleStore | None = None
 
     @property
     def store(self) -> SampleStore:
+        """The store, opened by path in each process; StoreError when it is not the one the
+        caller verified (built again from other inputs or settings since)."""
         if self._store is None:
-            self._store = SampleStore.open(self.store_path)
+            store = SampleStore.open(self.store_path)
+            found = store.manifest.get("fingerprint")
+            if self.fingerprint is not None and found != self.fingerprint:
+                raise StoreError(
+                    f"{self.store_path}: not the store this run verified (built again from "
+                    "other inputs or settings since it started); start the run again"
+                )
+            self._store = store
         return self._store
 
     def __getstate__(self) -> dict:
@@ -134,11 +146,14 @@ def make_loader(
     prefetch_factor: int = 4,
     pin_memory: bool | None = None,
     crosses: tuple[CrossFeature, ...] = CROSS_FEATURES,
+    fingerprint: str | None = None,
 ) -> DataLoader:
     """A ``DataLoader`` over :class:`StoreBatches` (batches arrive in the plan's order).
 
     ``num_workers=0`` builds batches in the calling process. ``pin_memory`` defaults to
-    whether CUDA is available. ``crosses``: the cross features of the batches.
+    whether CUDA is available. ``crosses``: the cross features of the batches. With
+    ``fingerprint`` (the manifest's, of the store the caller verified), each process that
+    opens the store checks it is that store (StoreError otherwise).
 
     Each worker runs in a process group of its own: a signal sent to the calling process's
     group (Ctrl-C, a launcher such as torchrun stopping its ranks) is the calling process's to
@@ -151,7 +166,7 @@ def make_loader(
         raise ValueError(f"num_workers: must be >= 0, got {num_workers}")
     if prefetch_factor < 1:
         raise ValueError(f"prefetch_factor: must be >= 1, got {prefetch_factor}")
-    dataset = StoreBatches(store_path, config, plan, crosses)
+    dataset = StoreBatches(store_path, config, plan, crosses, fingerprint)
     if pin_memory is None:
         pin_memory = torch.cuda.is_available()
     extra = {}

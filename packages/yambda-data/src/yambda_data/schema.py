@@ -251,6 +251,33 @@ def check_multi_event_header(path: str | Path) -> None:
         check_multi_event_columns(pl.scan_parquet(path).collect_schema(), str(path))
 
 
+MAX_ID = 2**27 - 1
+"""The largest uid, item_id, artist_id or album_id accepted. Arrays indexed by an id (the item
+popularity, the item -> artist and album tables, the embedding tables) are sized by the
+largest one, so an id is bounded before anything is allocated or written: at this bound the
+largest such array takes 1 GiB (8 bytes an id). Yambda's ids stay below 10 million."""
+
+
+def id_bound_problem(value: int) -> str:
+    """Why an id above :data:`MAX_ID` is refused, with the size it would ask for."""
+    gib = (value + 1) * 8 / 2**30
+    return (
+        f"id {value:,} is above {MAX_ID:,}, the largest accepted (an array indexed by it "
+        f"would take {gib:,.1f} GiB)"
+    )
+
+
+def check_mapping_ids(mapping: pl.LazyFrame, kind: MappingKind, source: str) -> None:
+    """SchemaError naming ``source``, the column and the value when an id of the artist or
+    album mapping is above :data:`MAX_ID` (one pass over the file's two columns)."""
+    _, expected = _mapping_spec(kind)
+    names = list(expected)
+    row = mapping.select(pl.col(c).max().cast(pl.Int64) for c in names).collect().row(0)
+    for column, value in zip(names, row, strict=True):
+        if value is not None and value > MAX_ID:
+            raise SchemaError(source, column, id_bound_problem(value))
+
+
 @dataclass(frozen=True)
 class _RowCheck:
     """One row-level rule: the column it is about, what is wrong, the expression that is true
@@ -291,6 +318,16 @@ def _row_checks(schema: pl.Schema) -> list[_RowCheck]:
     ]
     for name in ("uid", "timestamp", "item_id", "is_organic", "event_type"):
         checks.append(_RowCheck(name, "null value", pl.col(name).is_null()))
+    for name in ("uid", "item_id"):
+        checks.append(
+            _RowCheck(
+                name,
+                f"id {{value:,}} is above {MAX_ID:,}, the largest accepted (arrays are indexed "
+                "by the ids)",
+                pl.col(name) > MAX_ID,
+                pl.col(name),
+            )
+        )
     checks.append(
         _RowCheck(
             "is_organic",
@@ -626,6 +663,7 @@ def validate_mapping(frame: FrameLike, kind: MappingKind, *, source: str | None 
     for c in names:
         if row[c] is not None:
             raise SchemaError(src, c, f"null value (first at row {row[c]})")
+    check_mapping_ids(lazy, kind, src)
     return int(row["n"])
 
 

@@ -70,6 +70,7 @@ from yambda_data._store_read import (
     SampleStore,
     StoreError,
 )
+from yambda_data._store_readers import StoreInUse, check_no_readers, hold_store
 
 __all__ = [
     "ARRAY_FILES",
@@ -79,5 +80,8 @@ __all__ = [
     "STORE_FORMAT",
     "SampleStore",
     "StoreError",
+    "StoreInUse",
     "build_store",
+    "check_no_readers",
+    "hold_store",
 ]

@@ -43,7 +43,7 @@ config gives byte-identical files.
 """
 
 from yambda_data._synth_cache import SYNTH_RECORD_FILE as SYNTH_RECORD_FILE
-from yambda_data._synth_cache import synthesize_cached
+from yambda_data._synth_cache import check_synthesis_root, synthesize_cached
 from yambda_data._synth_config import DAY as DAY
 from yambda_data._synth_config import SESSION_GAP as SESSION_GAP
 from yambda_data._synth_config import YAMBDA_USERS as YAMBDA_USERS
@@ -56,6 +56,7 @@ __all__ = [
     "SynthConfig",
     "SynthData",
     "SynthPaths",
+    "check_synthesis_root",
     "generate",
     "roc_auc",
     "synthesize",
