@@ -117,8 +117,11 @@ CASES = (
 )
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def reference_parser(description: str, default_out: Path) -> argparse.ArgumentParser:
+    """The options every fixture script of the reference takes."""
+    p = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawTextHelpFormatter
+    )
     p.add_argument(
         "--reference",
         type=Path,
@@ -128,9 +131,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--reference-commit",
         default=DEFAULT_COMMIT,
-        help="the reference commit, recorded in weights.pt (default %(default)s)",
+        help="the reference commit, recorded in the fixtures (default %(default)s)",
     )
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory")
+    p.add_argument("--out", type=Path, default=default_out, help="output directory")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = reference_parser(__doc__, DEFAULT_OUT)
     p.add_argument("--seed", type=int, default=0, help="seed of the model weights")
     return p.parse_args(argv)
 
@@ -405,13 +413,16 @@ def reference_digests(root: Path) -> dict[str, str]:
     return dict(sorted(digests.items()))
 
 
-def save_atomic(obj: dict[str, Any], path: Path) -> None:
-    """torch.save to a temporary file in the same directory, then rename it into place."""
+def save_atomic(
+    obj: dict[str, Any], path: Path, dump: Callable[[Any, Any], None] = torch.save
+) -> None:
+    """`dump(obj, file)` to a temporary file in the same directory (opened for binary
+    writing), then rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
+            dump(obj, f)
             f.flush()
             os.fsync(f.fileno())
         umask = os.umask(0)
