@@ -256,8 +256,8 @@ def option_words(args: list[str]) -> list[str]:
     for word in args:
         if word == "--":
             break
-        if word.startswith("--") and len(word) > 2 and "<" not in word:
-            found.append(re.sub(r"[=,.;:)\]]+.*$", "", word.split("=", 1)[0]))
+        if re.match(r"--[A-Za-z0-9]", word) and "<" not in word:
+            found.append(re.match(r"--[A-Za-z0-9][\w-]*", word).group())  # `--out/data`: the option
     return found
 
 
