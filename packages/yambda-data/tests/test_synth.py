@@ -461,6 +461,7 @@ def test_concurrent_callers_take_turns(tmp_path):
     assert sum(text == f"{root}: synthetic data up to date\n" for text in said) == 2
     assert sorted(p.name for p in root.iterdir()) == [
         ".synth.json.lock",
+        ".synthesis.lock",
         "album_item_mapping.parquet",
         "artist_item_mapping.parquet",
         "flat",
