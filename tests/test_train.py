@@ -386,7 +386,8 @@ def test_a_finished_run_is_kept_unless_overwritten(finished_run, tmp_path):
     assert (out / "mlperf.log").read_bytes() == log
     copy = tmp_path / "copy"
     copy.mkdir()
-    for name in ("mlperf.log", "result.json", "config.json"):
+    # A copy of a finished run, with the record of its own files that --overwrite goes by.
+    for name in (".run-files.json", "mlperf.log", "result.json", "config.json"):
         (copy / name).write_bytes((out / name).read_bytes())
     again = train.main([*TINY_RUN, "--seed", "1", "--out", str(copy), "--overwrite"])
     assert again["weights_sha256"] != summary["weights_sha256"]
