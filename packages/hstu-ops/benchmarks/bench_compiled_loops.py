@@ -1,7 +1,8 @@
 """The hot loops of the hstu-ops kernels, read from their compiled code: no GPU needed.
 
     uv run --package hstu-ops python packages/hstu-ops/benchmarks/bench_compiled_loops.py \\
-        [--arch sm90 ...] [--reference CHECKOUT] [--families attention,others] [--json FILE]
+        [--arch sm90 ...] [--reference CHECKOUT] [--families attention,position,others] \\
+        [--json FILE]
 
 For each target (default sm90; also sm80, sm100, gfx942, gfx950), the launches that the public
 ops make with ``kernel="triton"`` are recorded (:func:`hstu_ops.gpu_compile.record_launches`),
@@ -10,8 +11,13 @@ registers, spilled bytes, shared memory, programs per multiprocessor, the instru
 innermost tensor-core loop and, for the attention, warp-instructions per score element of
 each (loop x warps / (BLOCK_M x BLOCK_N)). The attention runs at the yambda-5b layer shape:
 32 sequences of 4,095 tokens, 4 heads of 128, bfloat16, causal, one target each, forward and
-backward; the other families (positional embeddings, norms, jagged, compute-output, addmm)
-at the self-check's FULL shapes (:data:`hstu_ops.selfcheck.FULL`). Per-element figures are
+backward; the positional embeddings at the same tokens with the yambda-5b preset's width
+(512), contextual tokens and tables (POSITION_5B), forward and backward; the other families
+(norms, jagged, compute-output, addmm) at the self-check's FULL shapes
+(:data:`hstu_ops.selfcheck.FULL`). For the memory-bound kernels (MEMORY_KERNELS) the figures
+are those of their innermost loops over global memory, per element one iteration covers:
+warp-instructions, bytes loaded and stored (every lane's access counted: a row index that
+all lanes load is counted once per lane), atomics. Per-element figures are
 per loop; the "hot" one of a kernel is its leanest tensor-core loop (ours: the unmasked loop
 over key or query blocks wholly inside the causal region, which runs for all but the diagonal
 and target blocks), and the backward's figure is the sum over its kernels.
@@ -44,7 +50,30 @@ ATTENTION_KERNELS = {
     "_hstu_attn_fwd": "forward",  # the reference's
     "_hstu_attn_bwd": "backward",
 }
-FAMILIES = ("attention", "others")
+POSITION_5B = {"embedding_dim": 512, "contextual": 8, "positions": 8192, "time_buckets": 2049}
+"""The positional embeddings' shape beside YAMBDA_5B's tokens: the yambda-5b preset's width,
+contextual tokens and tables (float32 parameters; the tokens bfloat16)."""
+MEMORY_KERNELS = {
+    # kernel: (the elements one iteration of its loop over global memory covers, its label)
+    "_add_timestamp_pos_emb_fwd_kernel": (
+        lambda c: c["BLOCK_N"] * c["BLOCK_D"],
+        lambda c: f"{c['BLOCK_N']}x{c['BLOCK_D']}",
+    ),
+    "_segment_sum_rows_kernel": (
+        lambda c: c["ROWS_PER_STEP"] * c["BLOCK_D"],
+        lambda c: (
+            f"{c['ROWS_PER_STEP']}x{c['BLOCK_D']} "
+            + (
+                "partials"
+                if not c["GATHER"]
+                else "gather + d_seq"
+                if c["WRITE_SCALED"]
+                else "gather"
+            )
+        ),
+    ),
+}
+FAMILIES = ("attention", "position", "others")
 
 
 @dataclasses.dataclass
@@ -60,6 +89,14 @@ class Row:
     loops: list[int]
     per_element: list[float]
     candidate: bool = False
+    memory_loops: list[int] = dataclasses.field(default_factory=list)
+    """Instructions of each innermost loop over global memory without matrix instructions."""
+    memory_per_element: list[float] = dataclasses.field(default_factory=list)
+    """Per memory loop (for MEMORY_KERNELS): warp-instructions, global bytes loaded and
+    stored (lanes x widths), atomics, each per element."""
+    load_bytes_per_element: list[float] = dataclasses.field(default_factory=list)
+    store_bytes_per_element: list[float] = dataclasses.field(default_factory=list)
+    atomics_per_element: list[float] = dataclasses.field(default_factory=list)
 
     @property
     def hot(self) -> float | None:
@@ -116,6 +153,36 @@ def run_attention(mha) -> None:
     out.backward(torch.empty_like(out))
 
 
+def run_position(kernel: str = "triton") -> None:
+    """One forward and backward of the positional embeddings at YAMBDA_5B and POSITION_5B,
+    every input needing its gradient; values uninitialised, as in attention_inputs."""
+    import torch
+
+    import hstu_ops
+
+    s, e = YAMBDA_5B, POSITION_5B
+    total, dim = s["batch"] * s["tokens"], e["embedding_dim"]
+    x = torch.empty(total, dim, dtype=torch.bfloat16).requires_grad_()
+    positions = torch.empty(e["positions"], dim).requires_grad_()
+    time_buckets = torch.empty(e["time_buckets"], dim).requires_grad_()
+    offsets = torch.arange(s["batch"] + 1, dtype=torch.int64) * s["tokens"]
+    out = hstu_ops.add_timestamp_positional_embeddings(
+        math.sqrt(dim),
+        s["tokens"] + 1,
+        e["contextual"],
+        positions,
+        time_buckets,
+        offsets,
+        offsets[1:] - offsets[:-1],
+        x,
+        torch.zeros(total, dtype=torch.int64),
+        torch.full((s["batch"],), s["targets"], dtype=torch.int64),
+        False,
+        kernel=kernel,
+    )
+    out.backward(torch.empty_like(out))
+
+
 def record_ours(target, families: list[str]):
     import torch
 
@@ -130,12 +197,12 @@ def record_ours(target, families: list[str]):
                     n, a, q, k, v, o, num_targets=t, kernel="triton"
                 )
             )
+        if "position" in families:
+            run_position()
         if "others" in families:
+            covered = {"hstu_mha", "add_timestamp_positional_embeddings"}  # at yambda-5b above
             for case in selfcheck.build_cases(torch.device("cpu"), selfcheck.FULL):
-                if (
-                    case.op == "hstu_mha"
-                    or hstu_ops.Kernel.TRITON not in hstu_ops.OP_KERNELS[case.op]
-                ):
+                if case.op in covered or hstu_ops.Kernel.TRITON not in hstu_ops.OP_KERNELS[case.op]:
                     continue
                 selfcheck.run_case(case, hstu_ops.Kernel.TRITON, torch.bfloat16, upcast=False)
     return recorder
@@ -167,11 +234,13 @@ def rows_of(who: str, recorder, target, jobs) -> tuple[list[Row], list[str]]:
             continue
         block_m, block_n = launch.constants.get("BLOCK_M"), launch.constants.get("BLOCK_N")
         attention = name in ATTENTION_KERNELS and block_m and block_n
+        memory = memory_figures(name, launch.constants, figures, target)
         rows.append(
             Row(
                 who=who,
                 kernel=name,
-                tile=f"{block_m}x{block_n}" if block_m and block_n else "",
+                tile=memory_label(name, launch.constants)
+                or (f"{block_m}x{block_n}" if block_m and block_n else ""),
                 warps=figures.warps,
                 registers=figures.registers,
                 spill_bytes=figures.spill_bytes,
@@ -180,9 +249,31 @@ def rows_of(who: str, recorder, target, jobs) -> tuple[list[Row], list[str]]:
                 loops=[loop.instructions for loop in figures.loops],
                 per_element=list(figures.per_element(block_m * block_n)) if attention else [],
                 candidate=launch.candidate,
+                memory_loops=[loop.instructions for loop in figures.memory_loops],
+                **memory,
             )
         )
     return rows, errors
+
+
+def memory_label(name: str, constants: dict) -> str:
+    return MEMORY_KERNELS[name][1](constants) if name in MEMORY_KERNELS else ""
+
+
+def memory_figures(name: str, constants: dict, figures, target) -> dict[str, list[float]]:
+    """Per memory loop of a MEMORY_KERNELS kernel, what one iteration costs per element it
+    covers: warp-instructions, global bytes loaded and stored by all lanes, atomics."""
+    if name not in MEMORY_KERNELS:
+        return {}
+    elements = MEMORY_KERNELS[name][0](constants)
+    lanes = figures.warps * (32 if target.vendor == "nvidia" else 64)
+    loops = figures.memory_loops
+    return {
+        "memory_per_element": [x.instructions * figures.warps / elements for x in loops],
+        "load_bytes_per_element": [x.load_bytes * lanes / elements for x in loops],
+        "store_bytes_per_element": [x.store_bytes * lanes / elements for x in loops],
+        "atomics_per_element": [x.atomics * lanes / elements for x in loops],
+    }
 
 
 def attention_summary(rows: list[Row]) -> dict[str, dict[str, float | None]]:
@@ -218,6 +309,30 @@ def table(arch: str, rows: list[Row]) -> str:
             f"| {r.shared_bytes / 1024:.0f} | {r.programs_per_processor or ''} "
             f"| {', '.join(map(str, r.loops))} | {', '.join(f'{x:.3f}' for x in r.per_element)} |"
         )
+    memory = [r for r in rows if r.memory_per_element]
+    if memory:
+        lines += [
+            "",
+            "| who | kernel | specialisation | warps | registers | spills (B) "
+            "| memory loops (instr) | warp-instr / element | loaded B / element "
+            "| stored B / element | atomics / element |",
+            "|---|---|---|---:|---:|---:|---|---|---|---|---|",
+        ]
+        for r in memory:
+            lines.append(
+                f"| {r.who} | {r.kernel} | {r.tile} | {r.warps} | {r.registers} "
+                f"| {r.spill_bytes} | {', '.join(map(str, r.memory_loops))} | "
+                + " | ".join(
+                    ", ".join(f"{x:.3f}" for x in values)
+                    for values in (
+                        r.memory_per_element,
+                        r.load_bytes_per_element,
+                        r.store_bytes_per_element,
+                        r.atomics_per_element,
+                    )
+                )
+                + " |"
+            )
     return "\n".join(lines)
 
 
@@ -239,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
             # must compile.
             for line in ref_errors:
                 print(f"note: {line}", file=sys.stderr)
-        summary = attention_summary(rows)
+        summary = attention_summary(rows) if "attention" in args.families else {}
         print(table(arch, rows))
         print()
         for who, figures in summary.items():

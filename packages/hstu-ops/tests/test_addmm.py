@@ -212,6 +212,87 @@ def test_autotune_switch(tt, monkeypatch):
 
 
 # --------------------------------------------------------------------------------------------
+# The fused kernel or torch.addmm (cuBLAS)
+# --------------------------------------------------------------------------------------------
+TOKENS_5B = 32 * 4095
+"""The rows of the yambda-5b layer's matmuls (batch 32, 4,095 tokens)."""
+
+
+@pytest.mark.triton
+def test_the_models_shapes_take_cublas_on_every_gpu(tt):
+    # uvqk: the bias [4 x 512] over the width 512; the output: the residual [M, 512].
+    assert tt.shape_class((2048,), TOKENS_5B, 2048) == "bias"
+    assert tt.shape_class((1, 2048), TOKENS_5B, 2048) == "bias"
+    assert tt.shape_class((TOKENS_5B, 512), TOKENS_5B, 512) == "full"
+    assert tt.shape_class((1, 512), 1, 512) == "full"
+    assert tt.shape_class((TOKENS_5B, 1), TOKENS_5B, 512) == "broadcast"
+    assert tt.shape_class((1,), TOKENS_5B, 512) == "broadcast"
+    for arch in ("sm80", "sm90", "sm100", "gfx942", "gfx950", "sm75"):
+        assert tt.addmm_path(arch, (2048,), TOKENS_5B, 2048) == "cublas", arch
+        assert tt.addmm_path(arch, (TOKENS_5B, 512), TOKENS_5B, 512) == "cublas", arch
+    assert tt.addmm_path(None, (2048,), TOKENS_5B, 2048) == "fused"  # the interpreter
+    assert not tt.FUSED_FASTER
+
+
+@pytest.mark.triton
+def test_the_path_each_call_takes_and_both_agree(tt, monkeypatch):
+    """On a GPU (the launch's device check and architecture faked), the table's cuBLAS unless
+    path=, config=, HSTU_OPS_ADDMM or the full autotuning name the fused kernel; under the
+    interpreter the fused kernel; both paths give the reference's values and gradients."""
+    gen = torch.Generator().manual_seed(12)
+    inputs = _inputs(gen, 16, 16, 16, "full")  # one program of the interpreter's tile
+    ref = _forward_backward(pytorch_addmm, *inputs)
+    for path in tt.PATHS:
+        got = _forward_backward(tt.triton_addmm, *inputs, path=path)
+        for name, g, r in zip(NAMES, got, ref, strict=True):
+            torch.testing.assert_close(
+                g, r, **FP32_TOL, msg=lambda m, n=name, p=path: f"{p} {n}: {m}"
+            )
+
+    taken = []
+    fused = tt._AddmmFunction.apply
+
+    def spy(*args):
+        taken.append("fused")
+        return fused(*args)
+
+    monkeypatch.setattr(tt._AddmmFunction, "apply", spy)
+    bias, mat1, mat2, _ = inputs
+    tt.triton_addmm(bias, mat1, mat2)
+    assert taken == ["fused"]  # the interpreter
+    monkeypatch.setattr(tt, "INTERPRETED", False)
+    monkeypatch.setattr(tt, "device_arch", lambda device: "sm90")
+    monkeypatch.setattr(tt._common, "check_device", lambda op, device, interpreted: None)
+    monkeypatch.setattr(tt, "addmm_fwd", lambda *args: fused_on_cpu(*args))
+
+    def fused_on_cpu(input, mat1, mat2, config):
+        taken.append("fused on gpu")
+        return torch.addmm(input, mat1, mat2)
+
+    taken.clear()
+    tt.triton_addmm(bias, mat1, mat2)
+    assert taken == []  # cuBLAS: torch.addmm, no fused launch
+    tt.triton_addmm(bias, mat1, mat2, path="fused")
+    tt.triton_addmm(bias, mat1, mat2, config=tt.MatmulConfig(16, 16, 16))
+    monkeypatch.setenv(tt.PATH_ENV, "fused")
+    tt.triton_addmm(bias, mat1, mat2)
+    tt.triton_addmm(bias, mat1, mat2, path="cublas")  # the argument over the variable
+    monkeypatch.setenv(tt.PATH_ENV, "auto")
+    tt.triton_addmm(bias, mat1, mat2)
+    monkeypatch.setenv(tt.AUTOTUNE_ENV, "full")  # tuning asks for the fused kernel ...
+    tt.triton_addmm(bias, mat1, mat2)
+    monkeypatch.setenv(tt.PATH_ENV, "cublas")  # ... unless the variable names cuBLAS
+    tt.triton_addmm(bias, mat1, mat2)
+    assert taken == ["fused", "fused on gpu"] * 4, taken
+    monkeypatch.setenv(tt.PATH_ENV, "triton")
+    with pytest.raises(ValueError, match=r"HSTU_OPS_ADDMM must be 'fused', 'cublas' or 'auto'"):
+        tt.triton_addmm(bias, mat1, mat2, path="fused")
+    monkeypatch.delenv(tt.PATH_ENV)
+    with pytest.raises(ValueError, match=r"addmm: path must be 'fused' or 'cublas', got 'cuda'"):
+        tt.triton_addmm(bias, mat1, mat2, path="cuda")
+
+
+# --------------------------------------------------------------------------------------------
 # Errors
 # --------------------------------------------------------------------------------------------
 _M1, _M2, _B = torch.zeros(4, 3), torch.zeros(3, 5), torch.zeros(5)
@@ -361,7 +442,7 @@ def test_gpu_matches_reference(dtype, load_triton, flash_oracle):
             strict=True,
         ):
             low = _inputs(gen, m, k, n, shape, dtype, device="cuda")
-            got = _forward_backward(compiled.triton_addmm, *low)
+            got = _forward_backward(compiled.triton_addmm, *low, path="fused")
             ref = _forward_backward(pytorch_addmm, *low)
             if dtype == torch.float32:
                 for name, g, r in zip(NAMES, got, ref, strict=True):

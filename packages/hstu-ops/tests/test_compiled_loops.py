@@ -1,4 +1,5 @@
-"""The attention's hot loops, compiled for an H100 without a GPU, stay as lean as measured
+"""The attention's and positional embeddings' hot loops, compiled for an H100 without a GPU,
+stay as lean as measured
 (benchmarks/bench_compiled_loops.py, whose recording this test reuses), and the machine-code
 reader of hstu_ops.loop_figures finds loops where they are."""
 
@@ -33,9 +34,8 @@ def load_bench():
     return module
 
 
-@pytest.mark.slow  # about 40 s of compiling on two cores
-@pytest.mark.triton
-def test_attention_loops_are_no_longer_than_pinned(load_triton):
+def compiled_rows(load_triton, family: str):
+    """(the benchmark module, its rows of ours for ``family`` compiled for sm90)."""
     from hstu_ops.gpu_compile import GPU_TARGETS
 
     bench = load_bench()
@@ -43,9 +43,16 @@ def test_attention_loops_are_no_longer_than_pinned(load_triton):
     if not _has_backend("nvidia"):
         pytest.skip("no nvidia backend in triton")
     with load_triton("hstu_ops.triton._common", interpret=False):
-        recorder = bench.record_ours(target, ["attention"])
+        recorder = bench.record_ours(target, [family])
         rows, errors = bench.rows_of("ours", recorder, target, None)
     assert not errors, errors
+    return bench, rows
+
+
+@pytest.mark.slow  # about 40 s of compiling on two cores
+@pytest.mark.triton
+def test_attention_loops_are_no_longer_than_pinned(load_triton):
+    bench, rows = compiled_rows(load_triton, "attention")
     got = {r.kernel: (r.tile, r.warps, tuple(r.loops)) for r in rows}
     assert set(got) == set(PINNED_SM90)
     grown = []
@@ -59,6 +66,35 @@ def test_attention_loops_are_no_longer_than_pinned(load_triton):
     assert all(r.spill_bytes == 0 for r in rows), [(r.kernel, r.spill_bytes) for r in rows]
     summary = bench.attention_summary(rows)["ours"]
     assert summary["forward"] <= 0.77 * 0.554 and summary["backward"] <= 0.77 * 1.396, summary
+
+
+PINNED_POSITION_SM90 = {
+    # specialisation: (warps, instructions of its memory loop, loaded, stored bytes per element)
+    "32x256": (8, 222, 10.0, 2.0),  # forward: x, both tables' rows (float32), out
+    "16x256 gather + d_seq": (1, 919, 2.5, 2.0),  # the position table's sum, d_seq written
+    "16x256 gather": (1, 609, 2.5, 0.0),  # the time-bucket table's sum
+    "16x256 partials": (1, 375, 4.0, 0.0),  # the pieces' float32 partial rows, per table row
+}
+"""Measured with Triton 3.8 at the yambda-5b shape (docs/benchmarks.md, hstu-ops). The
+backward's d_seq is one of its sums' stores, not torch's three passes over dout, and a lane
+loads 16 bytes of a row at a time (before: 2, with 4 warps on 128 columns)."""
+
+
+@pytest.mark.slow  # about 15 s of compiling on two cores
+@pytest.mark.triton
+def test_position_loops_are_no_longer_than_pinned(load_triton):
+    _, rows = compiled_rows(load_triton, "position")
+    got = {
+        r.tile: (r.warps, r.memory_loops, r.load_bytes_per_element, r.store_bytes_per_element)
+        for r in rows
+    }
+    assert set(got) == set(PINNED_POSITION_SM90), got
+    for label, (warps, loop, loaded, stored) in PINNED_POSITION_SM90.items():
+        now_warps, now_loops, now_loaded, now_stored = got[label]
+        assert now_warps == warps and len(now_loops) == 1, (label, got[label])
+        assert now_loops[0] <= GROWTH * loop, f"{label}: {now_loops[0]} instructions, pinned {loop}"
+        assert (now_loaded, now_stored) == ([loaded], [stored]), (label, got[label])
+    assert all(r.spill_bytes == 0 and not any(r.atomics_per_element) for r in rows)
 
 
 def _has_backend(vendor: str) -> bool:
@@ -93,6 +129,44 @@ def test_loops_are_read_from_nvidia_and_amd_code():
     assert [(x.instructions, x.matrix_instructions) for x in loops] == [(3, 1)]
     loops = _amdgcn_loops(AMDGCN)
     assert [(x.instructions, x.matrix_instructions) for x in loops] == [(3, 1)]
+
+
+MEMORY_SASS = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/               @P0 LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0020*/                   LDG.E.U16 R8, desc[UR4][R2.64+0x10] ;
+        /*0030*/                   FADD R4, R4, R5 ;
+        /*0040*/                   STG.E.64 desc[UR4][R6.64], R4 ;
+        /*0050*/                   REDG.E.ADD.F32.FTZ.RN.STRONG.GPU desc[UR4][R6.64], R4 ;
+        /*0060*/               @P1 BRA 0x10 ;
+        /*0070*/                   EXIT ;
+        /*0080*/                   BRA 0x80 ;
+"""
+
+MEMORY_AMDGCN = """
+.LBB0_1:
+    global_load_dwordx4 v[0:3], v[4:5], off
+    global_load_ushort v6, v[4:5], off offset:16
+    v_add_f32 v0, v0, v1
+    global_store_dwordx2 v[4:5], v[0:1], off
+    global_atomic_add_f32 v[4:5], v0, off
+    s_cbranch_scc1 .LBB0_1
+    s_endpgm
+"""
+
+
+def test_memory_loops_count_bytes_per_lane_and_atomics():
+    # The loop at 0x10: 16 + 2 bytes loaded, 8 stored, one atomic of 4 bytes; the branch to
+    # itself after EXIT moves no memory and is no loop of the kernel's.
+    want = [(6, 0, 18, 8, 1)]
+    for loops in (_sass_loops(MEMORY_SASS, matrix=False), _amdgcn_loops(MEMORY_AMDGCN, False)):
+        got = [
+            (x.instructions, x.matrix_instructions, x.load_bytes, x.store_bytes, x.atomics)
+            for x in loops
+        ]
+        assert got == want
+    assert _sass_loops(MEMORY_SASS) == ()  # no matrix instruction: no tensor-core loop
+    assert _sass_loops(SASS, matrix=False) == ()  # its loops either hold HGMMA or move nothing
 
 
 def test_occupancy_from_registers_shared_memory_and_warps():

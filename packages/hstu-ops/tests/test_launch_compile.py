@@ -19,7 +19,12 @@ from hstu_ops.gpu_compile import LaunchRecorder, compile_problems, record_launch
 
 @pytest.mark.slow
 @pytest.mark.triton
-def test_every_launch_of_the_ops_compiles_and_fits(gpu_target, load_triton, fresh_kernel_checks):
+def test_every_launch_of_the_ops_compiles_and_fits(
+    gpu_target, load_triton, fresh_kernel_checks, monkeypatch
+):
+    # On a GPU addmm takes cuBLAS by default (triton_addmm.FUSED_FASTER); the fused kernel,
+    # the named option, must compile all the same.
+    monkeypatch.setenv("HSTU_OPS_ADDMM", "fused")
     ran = set()
     with (
         load_triton("hstu_ops.triton._common", interpret=False),

@@ -15,6 +15,7 @@ rounding of a "log" bucket boundary, where backends may legitimately differ.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import re
 
@@ -388,6 +389,34 @@ def test_only_the_needed_gradients_and_determinism(tt):
 
 
 @pytest.mark.triton
+@pytest.mark.parametrize("pieces", [0, 8])
+def test_d_seq_from_the_table_sum_is_torchs_rounding(tt, pieces):
+    """d seq_embeddings, written by the position table's sum (bfloat16 tokens, float32 tables,
+    both needing gradients), is bit-equal to alpha * dout rounded as torch rounds it, and so is
+    the torch path taken when only the time table needs a gradient."""
+    problem = make_problem(
+        [0, 1, 6, 25], 20, 12, 10, seed=4, targets=[0, 1, 3, 5], dtype=torch.bfloat16,
+        table_dtype=torch.float32,
+    )  # fmt: skip
+    cfg = tt.PositionBlockConfig(block_n=16, block_d=16, rows_per_step=3, rows_per_piece=pieces)
+    want = (problem["dout"].float() * 6.3).bfloat16()
+    _, (d_seq, _, _) = run(
+        functools.partial(tt.triton_add_timestamp_positional_embeddings, block_config=cfg),
+        problem,
+        alpha=6.3,
+    )
+    assert torch.equal(d_seq, want)
+    problem["position_embeddings_weight"].requires_grad_(False)
+    seq = problem["seq_embeddings"].clone().requires_grad_()
+    out = tt.triton_add_timestamp_positional_embeddings(
+        6.3, 200, 0, problem["position_embeddings_weight"],
+        problem["timestamp_embeddings_weight"].clone().requires_grad_(), problem["seq_offsets"],
+        problem["seq_lengths"], seq, problem["timestamps"], None, False, block_config=cfg,
+    )  # fmt: skip
+    assert torch.equal(torch.autograd.grad(out, seq, problem["dout"])[0], want)
+
+
+@pytest.mark.triton
 def test_index_value_checks_turned_off(tt, monkeypatch):
     """Off, the offsets' and lengths' values are not read: seq_lengths that disagree with the
     offsets (which the kernels never read) pass unrefused, and the output is unchanged."""
@@ -513,10 +542,11 @@ def test_kernels_compile_for_gpus(gpu_target, load_triton):
         "Out": "*bf16",
         "DOut": "*bf16",
         "DTable": "*fp32",
+        "DScaled": "*bf16",
         **dict.fromkeys(("Timestamps", "seq_offsets", "num_targets"), "*i64"),
         **dict.fromkeys(("order", "segment_starts"), "*i64"),
         **dict.fromkeys(("PosIdx", "TsIdx"), "*i32"),
-        **dict.fromkeys(("alpha", "increment"), "fp32"),
+        **dict.fromkeys(("alpha", "increment", "scale"), "fp32"),
     }
     with load_triton(BACKEND, interpret=False) as compiled:
         cfg = compiled.default_position_block_config(128)
@@ -532,13 +562,15 @@ def test_kernels_compile_for_gpus(gpu_target, load_triton):
         sqrt_constants = {**fwd_constants, "LOG_BUCKETS": False, "INTERLEAVE": True}
         bwd_constants = dict(
             ROWS_PER_STEP=cfg.rows_per_step, BLOCK_D=cfg.block_d, GATHER=True,
-            INTERPRET_BF16=False,
+            WRITE_SCALED=False, INTERPRET_BF16=False, SCALED_INTERPRET_BF16=False,
         )  # fmt: skip
+        scaled_constants = {**bwd_constants, "WRITE_SCALED": True}  # d_seq written as well
         pieces_constants = {**bwd_constants, "GATHER": False}  # the sum of the partial rows
         for kernel, constants, warps in (
             (compiled._add_timestamp_pos_emb_fwd_kernel, fwd_constants, cfg.fwd_warps),
             (compiled._add_timestamp_pos_emb_fwd_kernel, sqrt_constants, cfg.fwd_warps),
             (compiled._segment_sum_rows_kernel, bwd_constants, cfg.bwd_warps),
+            (compiled._segment_sum_rows_kernel, scaled_constants, cfg.bwd_warps),
             (compiled._segment_sum_rows_kernel, pieces_constants, cfg.bwd_warps),
         ):
             binary = gpu_target.compile(kernel, constants, {"num_warps": warps}, types=types)

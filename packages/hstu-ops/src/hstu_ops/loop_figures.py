@@ -32,10 +32,16 @@ _SASS_BRANCH = re.compile(r"(?:@!?U?P\w+\s+)?BRA(?:\.\w+)*\s+(?:`?\(?\.?L?_?x?_?
 
 @dataclasses.dataclass(frozen=True)
 class Loop:
-    """An innermost loop of a kernel: its instructions, of which matrix instructions."""
+    """An innermost loop of a kernel: its instructions, of which matrix instructions, and what
+    one lane moves to and from global memory per iteration (the widths of its global loads and
+    stores, predicated or not; a load of one address by every lane counts once per lane)."""
 
     instructions: int
     matrix_instructions: int
+    load_bytes: int = 0
+    store_bytes: int = 0
+    atomics: int = 0
+    """Global atomic and reduction instructions (NVIDIA ``RED``/``ATOM``, AMD ``*_atomic_*``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +60,9 @@ class KernelFigures:
     programs_per_processor: int | None
     """Programs resident per multiprocessor (occupancy), from registers, shared memory and
     warps; None for a target whose limits are not known here."""
+    memory_loops: tuple[Loop, ...] = ()
+    """Its innermost loops without matrix instructions that load or store global memory, in
+    code order: the hot loops of the memory-bound kernels (positional embeddings, norms)."""
 
     def per_element(self, elements: int) -> tuple[float, ...]:
         """Warp-instructions per element of each tensor-core loop, whose iteration computes
@@ -93,14 +102,16 @@ def kernel_figures(binary, target) -> KernelFigures:
         registers = int(re.search(r"REG:(\d+)", usage).group(1))
         spills = int(re.search(r"LOCAL:(\d+)", usage).group(1))
         loops = _sass_loops(sass)
+        memory_loops = _sass_loops(sass, matrix=False)
         per_sm = occupancy(target.arch, registers, shared, warps)
     else:
         asm = binary.asm["amdgcn"]
         registers = _amd_field(asm, "vgpr_count") + _amd_field(asm, "agpr_count")
         spills = 4 * _amd_field(asm, "vgpr_spill_count")
         loops = _amdgcn_loops(asm)
+        memory_loops = _amdgcn_loops(asm, matrix=False)
         per_sm = None
-    return KernelFigures(name, registers, spills, shared, warps, loops, per_sm)
+    return KernelFigures(name, registers, spills, shared, warps, loops, per_sm, memory_loops)
 
 
 def _cuobjdump(cubin: bytes) -> tuple[str, str]:
@@ -119,12 +130,39 @@ def _cuobjdump(cubin: bytes) -> tuple[str, str]:
     return sass, usage
 
 
-def _innermost_matrix_loops(
-    code: list[tuple[int, str]], branches: list[tuple[int, int]], vendor: str
+_NVIDIA_MEMORY = re.compile(r"^(LDG|STG|REDG?|ATOMG?)\b((?:\.\w+)*)")
+_NVIDIA_WIDTHS = {"U8": 1, "S8": 1, "U16": 2, "S16": 2, "64": 8, "128": 16}
+_AMD_MEMORY = re.compile(r"^(?:global|buffer|flat)_(load|store|atomic)_(\w+)")
+_AMD_WIDTHS = {"byte": 1, "ubyte": 1, "sbyte": 1, "short": 2, "ushort": 2, "sshort": 2}
+
+
+def _memory_access(op: str, vendor: str) -> tuple[str, int] | None:
+    """("load" | "store" | "atomic", bytes per lane) of a global memory instruction, or None.
+    (Flat instructions on AMD may reach LDS too; Triton's kernels use them for global.)"""
+    if vendor == "nvidia":
+        found = _NVIDIA_MEMORY.match(op)
+        if not found:
+            return None
+        kind = {"LDG": "load", "STG": "store"}.get(found.group(1), "atomic")
+        modifiers = found.group(2).split(".")
+        width = next((_NVIDIA_WIDTHS[m] for m in modifiers if m in _NVIDIA_WIDTHS), 4)
+        return kind, width
+    found = _AMD_MEMORY.match(op)
+    if not found:
+        return None
+    suffix = found.group(2)
+    dwords = re.search(r"dwordx(\d)", suffix)
+    width = 4 * int(dwords.group(1)) if dwords else _AMD_WIDTHS.get(suffix.split("_")[0], 4)
+    return found.group(1), width
+
+
+def _innermost_loops(
+    code: list[tuple[int, str]], branches: list[tuple[int, int]], vendor: str, matrix: bool
 ) -> tuple[Loop, ...]:
     """``code``: (position, instruction) in order; ``branches``: (position of a branch,
-    position of its target). The innermost loops that hold a matrix instruction."""
-    matrix = _MATRIX_OPCODES[vendor]
+    position of its target). The innermost loops that hold a matrix instruction, or with
+    ``matrix`` False those that hold none but access global memory."""
+    matrix_op = _MATRIX_OPCODES[vendor]
     spans = sorted({(target, at) for at, target in branches if target <= at})
     inner = [
         (lo, hi)
@@ -134,13 +172,20 @@ def _innermost_matrix_loops(
     loops = []
     for lo, hi in inner:
         body = [op for at, op in code if lo <= at <= hi]
-        mma = sum(1 for op in body if matrix.match(op))
-        if mma:
-            loops.append(Loop(len(body), mma))
+        mma = sum(1 for op in body if matrix_op.match(op))
+        moved = {"load": 0, "store": 0, "atomic": 0}
+        atomics = 0
+        for op in body:
+            access = _memory_access(op, vendor)
+            if access is not None:
+                moved[access[0]] += access[1]
+                atomics += access[0] == "atomic"
+        if (mma > 0) if matrix else (mma == 0 and any(moved.values())):
+            loops.append(Loop(len(body), mma, moved["load"], moved["store"], atomics))
     return tuple(loops)
 
 
-def _sass_loops(sass: str) -> tuple[Loop, ...]:
+def _sass_loops(sass: str, matrix: bool = True) -> tuple[Loop, ...]:
     code, branches = [], []
     for match in _SASS_LINE.finditer(sass):
         at, text = int(match.group(1), 16), match.group(2)
@@ -149,10 +194,10 @@ def _sass_loops(sass: str) -> tuple[Loop, ...]:
         branch = _SASS_BRANCH.match(text)
         if branch:
             branches.append((at, int(branch.group(1), 16)))
-    return _innermost_matrix_loops(code, branches, "nvidia")
+    return _innermost_loops(code, branches, "nvidia", matrix)
 
 
-def _amdgcn_loops(asm: str) -> tuple[Loop, ...]:
+def _amdgcn_loops(asm: str, matrix: bool = True) -> tuple[Loop, ...]:
     code, labels, pending = [], {}, []
     for line in asm.splitlines():
         line = line.split(";")[0].strip()
@@ -166,7 +211,7 @@ def _amdgcn_loops(asm: str) -> tuple[Loop, ...]:
         if jump:
             pending.append((len(code) - 1, jump.group(1)))
     branches = [(at, labels[name]) for at, name in pending if name in labels]
-    return _innermost_matrix_loops(code, branches, "amd")
+    return _innermost_loops(code, branches, "amd", matrix)
 
 
 def _amd_field(asm: str, field: str) -> int:

@@ -13,6 +13,8 @@ Semantics and argument checks: :mod:`hstu_ops.pytorch.pt_mm` (torch.addmm; ``inp
   operands, for which the vendor libraries are tuned per shape, and ``d_input`` is a column sum
   (``d_out`` summed over the broadcast dimensions). A Triton GEMM would add compile and tuning
   time for no gain; the forward is Triton only because of the fused bias.
+* On a GPU, ``torch.addmm`` runs instead wherever the fused kernel is not known to be faster
+  (:data:`FUSED_FASTER`, :func:`addmm_path`): everywhere, today.
 * float32 inputs multiply in IEEE float32 unless ``torch.backends.cuda.matmul.allow_tf32`` is
   set (then TF32 where the GPU has it), the rule torch.mm follows in the backward.
 
@@ -52,11 +54,16 @@ from hstu_ops.triton._common import cast, device_arch, dot
 
 __all__ = [
     "AUTOTUNE_ENV",
+    "FUSED_FASTER",
     "INTERPRETED",
+    "PATHS",
+    "PATH_ENV",
     "MatmulConfig",
+    "addmm_path",
     "device_arch",
     "full_autotune_configs",
     "pinned_config",
+    "shape_class",
     "triton_addmm",
 ]
 
@@ -376,19 +383,85 @@ class _AddmmFunction(torch.autograd.Function):
         return d_input, d_mat1, d_mat2, None
 
 
+# --------------------------------------------------------------------------------------------
+# The fused kernel or the vendor's GEMM
+# --------------------------------------------------------------------------------------------
+PATHS = ("fused", "cublas")
+"""``fused``: the Triton kernel above; ``cublas``: ``torch.addmm`` (cuBLAS / hipBLASLt)."""
+PATH_ENV = "HSTU_OPS_ADDMM"
+"""Environment variable: ``fused`` or ``cublas`` for every TRITON addmm call (including those
+of ``hstu_compute_*``); unset or ``auto``, :func:`addmm_path` decides."""
+
+FUSED_FASTER: frozenset[tuple[str, str]] = frozenset()
+"""The (architecture, :func:`shape_class`) pairs where a GPU timing showed the fused kernel
+faster than ``torch.addmm``: the only place the choice is made. Empty: the one timing there is
+(an H200, the self-check's bias shape, bfloat16: the fused kernel at 0.83x of cuBLAS, issue
+47) shows it slower, and torch.addmm already fuses what this kernel fuses (a bias through
+cuBLASLt's epilogue, a full ``input`` as the GEMM's beta = 1 operand). A pair goes in when a
+``bench_side_by_side.py`` timing shows the fused kernel faster; docs/kernels.md keeps the
+figures behind each choice."""
+
+
+def shape_class(input_shape: tuple[int, ...], m: int, n: int) -> str:
+    """The class the choice is made per: ``bias`` (input [N] or [1, N], the layer's
+    projection uvqk), ``full`` (input [M, N], the layer's output with its residual) or
+    ``broadcast`` (input [M, 1] or [1, 1]); ``m``, ``n`` as mat1 @ mat2's."""
+    if len(input_shape) == 1 or input_shape[0] == 1 < m:
+        return "bias" if input_shape[-1] == n else "broadcast"
+    return "full" if input_shape[-1] == n else "broadcast"
+
+
+def addmm_path(arch: str | None, input_shape: tuple[int, ...], m: int, n: int) -> str:
+    """``fused`` where FUSED_FASTER lists (arch, shape class), ``cublas`` elsewhere on a GPU;
+    ``fused`` for ``arch`` None (Triton's interpreter, which exists to check the kernel)."""
+    if arch is None:
+        return "fused"
+    return "fused" if (arch, shape_class(input_shape, m, n)) in FUSED_FASTER else "cublas"
+
+
+def _path_from_env() -> str | None:
+    mode = os.environ.get(PATH_ENV, "").strip().lower()
+    if mode not in ("", "auto", *PATHS):
+        raise ValueError(
+            f"{_OP}: {PATH_ENV} must be 'fused', 'cublas' or 'auto' (or unset), got "
+            f"{os.environ[PATH_ENV]!r}"
+        )
+    return mode if mode in PATHS else None
+
+
 def triton_addmm(
     input: torch.Tensor,
     mat1: torch.Tensor,
     mat2: torch.Tensor,
     *,
     config: MatmulConfig | None = None,
+    path: str | None = None,
 ) -> torch.Tensor:
-    """``input + mat1 @ mat2`` with the Triton kernel; arguments as ``hstu_ops.addmm``.
+    """``input + mat1 @ mat2``; arguments as ``hstu_ops.addmm``.
 
     float16, bfloat16 or float32, accumulated in float32, CUDA/ROCm tensors (or CPU tensors
-    under the interpreter). ``config`` overrides the pinned table and the autotuning.
+    under the interpreter). ``path``: ``fused`` (the Triton kernel) or ``cublas``
+    (``torch.addmm``); None: the fused kernel when ``config`` is given, else what
+    ``HSTU_OPS_ADDMM`` names, else the fused kernel when ``HSTU_OPS_TRITON_AUTOTUNE=full`` asks
+    to tune it, else :func:`addmm_path`'s choice. ``config`` overrides the fused kernel's
+    pinned table and autotuning.
     """
     check_addmm_args(input, mat1, mat2)
     _common.check_float_dtype(_OP, mat1.dtype)
     _common.check_device(_OP, mat1.device, INTERPRETED)
+    if path is not None and path not in PATHS:
+        raise ValueError(f"{_OP}: path must be 'fused' or 'cublas', got {path!r}")
+    from_env = _path_from_env()  # read at every call, so that a bad value never passes
+    if path is None:
+        if config is not None:
+            path = "fused"
+        elif from_env is not None:
+            path = from_env
+        elif _autotune_mode() == "full":
+            path = "fused"
+        else:
+            arch = None if INTERPRETED else device_arch(mat1.device)
+            path = addmm_path(arch, tuple(input.shape), mat1.shape[0], mat2.shape[1])
+    if path == "cublas":
+        return torch.addmm(input, mat1, mat2)
     return _AddmmFunction.apply(input, mat1, mat2, config)

@@ -527,23 +527,21 @@ def _hstu_attn_fwd_kernel(
         if CAUSAL and not HAS_MAX_ATTN_LEN:
             split = _unmasked_key_end(m0, lo, c, h, BLOCK_N, HAS_CTX)
         # Keys [lo, split) are attended by every row of the block: no mask; the block's
-        # diagonal, the targets and the keys past the sequence are masked.
-        for start_n in range(lo, split, BLOCK_N):
-            acc = _fwd_tile(
-                acc, q, K, V, k_tile, v_tile, start_n, offs_m, dqk_ok, dv_ok, b, head, n, c, h,
-                max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep, neg_alpha_log2e,
-                stride_kt, stride_vt, CAUSAL, HAS_CTX, HAS_TARGETS, HAS_MAX_ATTN_LEN,
-                HAS_DROPOUT, BLOCK_N, FULL_DQK, FULL_DV, DOT_PRECISION, INTERPRET_BF16,
-                FAST_MATH, False,
-            )  # fmt: skip
-        for start_n in range(split, hi, BLOCK_N):
-            acc = _fwd_tile(
-                acc, q, K, V, k_tile, v_tile, start_n, offs_m, dqk_ok, dv_ok, b, head, n, c, h,
-                max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep, neg_alpha_log2e,
-                stride_kt, stride_vt, CAUSAL, HAS_CTX, HAS_TARGETS, HAS_MAX_ATTN_LEN,
-                HAS_DROPOUT, BLOCK_N, FULL_DQK, FULL_DV, DOT_PRECISION, INTERPRET_BF16,
-                FAST_MATH, True,
-            )  # fmt: skip
+        # diagonal, the targets and the keys past the sequence are masked. The phases are
+        # unrolled at compile time: two loops, each with its own tile code.
+        for phase in tl.static_range(2):
+            if phase == 0:
+                start, end = lo, split
+            else:
+                start, end = split, hi
+            for start_n in range(start, end, BLOCK_N):
+                acc = _fwd_tile(
+                    acc, q, K, V, k_tile, v_tile, start_n, offs_m, dqk_ok, dv_ok, b, head, n, c,
+                    h, max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep,
+                    neg_alpha_log2e, stride_kt, stride_vt, CAUSAL, HAS_CTX, HAS_TARGETS,
+                    HAS_MAX_ATTN_LEN, HAS_DROPOUT, BLOCK_N, FULL_DQK, FULL_DV, DOT_PRECISION,
+                    INTERPRET_BF16, FAST_MATH, phase == 1,
+                )  # fmt: skip
         acc *= alpha * inv_max_seq_len
         tl.store(
             Out + offs_m[:, None] * stride_ot + offs_dv[None, :],
@@ -736,30 +734,22 @@ def _hstu_attn_bwd_dkdv_kernel(
             last = tl.where(whole, tl.maximum((n // BLOCK_M) * BLOCK_M, first), hi)
         dk = tl.full([BLOCK_N, BLOCK_DQK], 0.0, dtype=tl.float32)
         dv = tl.full([BLOCK_N, BLOCK_DV], 0.0, dtype=tl.float32)
-        for start_m in range(lo, first, BLOCK_M):
-            dk, dv = _dkdv_tile(
-                dk, dv, k, v, Q, DO, q_tile, do_tile, start_m, hi, offs_n, dqk_ok, dv_ok, b,
-                head, c, h, max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep, alpha,
-                neg_alpha_log2e, stride_qt, stride_dot, CAUSAL, HAS_CTX, HAS_TARGETS,
-                HAS_MAX_ATTN_LEN, HAS_DROPOUT, BLOCK_M, FULL_DQK, FULL_DV, DOT_PRECISION,
-                INTERPRET_BF16, FAST_MATH, True,
-            )  # fmt: skip
-        for start_m in range(first, last, BLOCK_M):
-            dk, dv = _dkdv_tile(
-                dk, dv, k, v, Q, DO, q_tile, do_tile, start_m, hi, offs_n, dqk_ok, dv_ok, b,
-                head, c, h, max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep, alpha,
-                neg_alpha_log2e, stride_qt, stride_dot, CAUSAL, HAS_CTX, HAS_TARGETS,
-                HAS_MAX_ATTN_LEN, HAS_DROPOUT, BLOCK_M, FULL_DQK, FULL_DV, DOT_PRECISION,
-                INTERPRET_BF16, FAST_MATH, False,
-            )  # fmt: skip
-        for start_m in range(last, hi, BLOCK_M):
-            dk, dv = _dkdv_tile(
-                dk, dv, k, v, Q, DO, q_tile, do_tile, start_m, hi, offs_n, dqk_ok, dv_ok, b,
-                head, c, h, max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep, alpha,
-                neg_alpha_log2e, stride_qt, stride_dot, CAUSAL, HAS_CTX, HAS_TARGETS,
-                HAS_MAX_ATTN_LEN, HAS_DROPOUT, BLOCK_M, FULL_DQK, FULL_DV, DOT_PRECISION,
-                INTERPRET_BF16, FAST_MATH, True,
-            )  # fmt: skip
+        # Masked [lo, first), unmasked [first, last), masked [last, hi): unrolled.
+        for phase in tl.static_range(3):
+            if phase == 0:
+                start, end = lo, first
+            elif phase == 1:
+                start, end = first, last
+            else:
+                start, end = last, hi
+            for start_m in range(start, end, BLOCK_M):
+                dk, dv = _dkdv_tile(
+                    dk, dv, k, v, Q, DO, q_tile, do_tile, start_m, hi, offs_n, dqk_ok, dv_ok, b,
+                    head, c, h, max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep, alpha,
+                    neg_alpha_log2e, stride_qt, stride_dot, CAUSAL, HAS_CTX, HAS_TARGETS,
+                    HAS_MAX_ATTN_LEN, HAS_DROPOUT, BLOCK_M, FULL_DQK, FULL_DV, DOT_PRECISION,
+                    INTERPRET_BF16, FAST_MATH, phase != 1,
+                )  # fmt: skip
         if HAS_CTX:
             # The contextual rows below lo, which see every non-target key.
             for start_m in range(0, tl.minimum(tl.minimum(lo, c), n), BLOCK_M):
@@ -923,22 +913,20 @@ def _hstu_attn_bwd_dq_kernel(
         split = lo
         if CAUSAL and not HAS_MAX_ATTN_LEN:
             split = _unmasked_key_end(m0, lo, c, h, BLOCK_N, HAS_CTX)
-        for start_n in range(lo, split, BLOCK_N):
-            dq = _dq_tile(
-                dq, q, do, K, V, k_tile, v_tile, start_n, offs_m, dqk_ok, dv_ok, b, head, n, c,
-                h, max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep, alpha,
-                neg_alpha_log2e, stride_kt, stride_vt, CAUSAL, HAS_CTX, HAS_TARGETS,
-                HAS_MAX_ATTN_LEN, HAS_DROPOUT, BLOCK_N, FULL_DQK, FULL_DV, DOT_PRECISION,
-                INTERPRET_BF16, FAST_MATH, False,
-            )  # fmt: skip
-        for start_n in range(split, hi, BLOCK_N):
-            dq = _dq_tile(
-                dq, q, do, K, V, k_tile, v_tile, start_n, offs_m, dqk_ok, dv_ok, b, head, n, c,
-                h, max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep, alpha,
-                neg_alpha_log2e, stride_kt, stride_vt, CAUSAL, HAS_CTX, HAS_TARGETS,
-                HAS_MAX_ATTN_LEN, HAS_DROPOUT, BLOCK_N, FULL_DQK, FULL_DV, DOT_PRECISION,
-                INTERPRET_BF16, FAST_MATH, True,
-            )  # fmt: skip
+        # As in the forward: unmasked keys [lo, split), then masked [split, hi), unrolled.
+        for phase in tl.static_range(2):
+            if phase == 0:
+                start, end = lo, split
+            else:
+                start, end = split, hi
+            for start_n in range(start, end, BLOCK_N):
+                dq = _dq_tile(
+                    dq, q, do, K, V, k_tile, v_tile, start_n, offs_m, dqk_ok, dv_ok, b, head, n,
+                    c, h, max_attn_len, seed_lo, seed_hi, drop_threshold, inv_keep, alpha,
+                    neg_alpha_log2e, stride_kt, stride_vt, CAUSAL, HAS_CTX, HAS_TARGETS,
+                    HAS_MAX_ATTN_LEN, HAS_DROPOUT, BLOCK_N, FULL_DQK, FULL_DV, DOT_PRECISION,
+                    INTERPRET_BF16, FAST_MATH, phase == 1,
+                )  # fmt: skip
         tl.store(
             DQ + offs_m[:, None] * stride_dqt + offs_dqk[None, :],
             cast(dq * (alpha * inv_max_seq_len), DQ.dtype.element_ty, INTERPRET_BF16),

@@ -14,7 +14,9 @@ Layout of the work:
   time bucket once, then loops over the embedding width in BLOCK_D chunks, gathering the two
   table rows and adding them in float32. When a table needs a gradient, the indices are written
   out (int32, one per row and table), so the backward does not recompute them.
-* backward: ``d seq_embeddings = alpha * dout`` (a torch expression). The table gradients are
+* backward: ``d seq_embeddings = alpha * dout``, written by the first table's sum below from
+  the loads it makes anyway (every row of ``dout`` is read once there), or a torch expression
+  when no table needs a gradient. The table gradients are
   scatter-sums of ``dout`` rows, computed deterministically, without atomics: the rows are
   sorted by table index (a stable ``torch.sort``), the segment of each table row is found with
   ``torch.searchsorted``. The sorted rows are cut into pieces of at most ``rows_per_piece``
@@ -180,16 +182,23 @@ def _segment_sum_rows_kernel(
     order,
     segment_starts,
     DTable,
+    DScaled,
     stride_don,
     stride_dtn,
+    stride_dsn,
+    scale,
     D,
     ROWS_PER_STEP: tl.constexpr,
     BLOCK_D: tl.constexpr,
     GATHER: tl.constexpr,
+    WRITE_SCALED: tl.constexpr,
     INTERPRET_BF16: tl.constexpr,
+    SCALED_INTERPRET_BF16: tl.constexpr,
 ):
     """DTable[k] = sum of DOut[order[i]] for i in [segment_starts[k], segment_starts[k + 1])
-    (DOut[i] without GATHER; ``order`` is not read then).
+    (DOut[i] without GATHER; ``order`` is not read then). With WRITE_SCALED (and GATHER, the
+    segments covering every row once), also DScaled[row] = scale * DOut[row] for each row
+    read: the gradient of seq_embeddings, from the same load.
 
     The rows are added one after the other in segment order, in float32: the result is the
     plain sequential sum, whatever the tiles. ROWS_PER_STEP row loads are issued per step
@@ -209,9 +218,15 @@ def _segment_sum_rows_kernel(
             else:
                 # Through the loaded start, a tensor (the interpreter's loop index is an int).
                 row = start.to(tl.int64) + (r0 - start + u)
-            acc += tl.load(DOut + row * stride_don + offs_d, mask=d_ok & in_segment, other=0.0).to(
-                tl.float32
-            )
+            row_ok = d_ok & in_segment
+            x = tl.load(DOut + row * stride_don + offs_d, mask=row_ok, other=0.0).to(tl.float32)
+            acc += x
+            if WRITE_SCALED:
+                tl.store(
+                    DScaled + row * stride_dsn + offs_d,
+                    cast(x * scale, DScaled.dtype.element_ty, SCALED_INTERPRET_BF16),
+                    mask=row_ok,
+                )
     tl.store(
         DTable + k.to(tl.int64) * stride_dtn + offs_d,
         cast(acc, DTable.dtype.element_ty, INTERPRET_BF16),
@@ -254,15 +269,18 @@ def default_position_block_config(dim: int) -> PositionBlockConfig:
     """Tiles used when ``block_config`` is not given (not autotuned, not yet timed on a GPU).
 
     Under the interpreter: 16-wide tiles and pieces of 8 rows (several blocks per sequence, per
-    row and per segment, which the tests want). On a GPU: 32 rows by up to 128 columns
-    forward; 16 row loads in flight per backward step, pieces of 64 rows (a batch of 32
-    sequences of 4,096 tokens: about 2,000 pieces, each of the hottest table row's at most
+    row and per segment, which the tests want). On a GPU: 32 rows by up to 256 columns
+    forward (8 warps); backward one warp per 256 columns, so that each lane loads 16 bytes of
+    a 16-bit row at once (sm90 code: 0.22 warp-instructions per element for the sum that also
+    writes d_seq, against 0.66 with 4 warps on 128 columns, which loaded 2 bytes per lane;
+    bench_compiled_loops.py), 16 row loads in flight per step, pieces of 64 rows (a batch of
+    32 sequences of 4,096 tokens: about 2,000 pieces, each of the hottest table row's at most
     2,048 partial rows read 16 at a time).
     """
     if INTERPRETED:
         return PositionBlockConfig(16, 16, 4, 1, 1, rows_per_piece=8)
-    block_d = min(max(16, triton.next_power_of_2(dim)), 128)
-    return PositionBlockConfig(32, block_d, 16, 4, 4, rows_per_piece=64)
+    block_d = min(max(16, triton.next_power_of_2(dim)), 256)
+    return PositionBlockConfig(32, block_d, 16, 8, 1, rows_per_piece=64)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,27 +364,34 @@ def table_gradient(
     table_rows: int,
     dtype: torch.dtype,
     config: PositionBlockConfig,
+    scaled: tuple[torch.Tensor, float] | None = None,
 ) -> torch.Tensor:
     """[table_rows, D] with row k = sum of dout[r] over the rows r with indices[r] == k.
 
     Deterministic: sums in row order within each table row, in float32, rounded once to dtype.
     dout: [total, D], last dimension contiguous; indices: int [total], in [0, table_rows).
+    ``scaled = (target, scale)``: also target = (scale * dout in float32) in target's dtype,
+    written from the loads of the sum (every row of dout is read once), which saves reading
+    dout again for the gradient of seq_embeddings.
     """
     total, dim = dout.shape
     grad = torch.empty((table_rows, dim), dtype=dtype, device=dout.device)
-    if table_rows == 0 or dim == 0:
-        return grad
-    if total == 0:
+    if table_rows == 0 or dim == 0 or total == 0:
+        if scaled is not None:
+            target, scale = scaled
+            target.copy_(dout.to(torch.float32) * scale)
         return grad.zero_()
     sorted_idx, order = torch.sort(indices, stable=True)
+    if total < 2**31:  # int32 row numbers: half the bytes of each lookup
+        order = order.to(torch.int32)
     boundaries = torch.arange(table_rows + 1, dtype=sorted_idx.dtype, device=dout.device)
     segment_starts = torch.searchsorted(sorted_idx, boundaries)
     if config.rows_per_piece == 0:
-        _segment_sums(dout, order, segment_starts, grad, config)
+        _segment_sums(dout, order, segment_starts, grad, config, scaled)
         return grad
     piece_starts, table_piece_starts = _pieces(sorted_idx, segment_starts, config.rows_per_piece)
     partial = torch.empty((piece_starts.numel() - 1, dim), dtype=torch.float32, device=dout.device)
-    _segment_sums(dout, order, piece_starts, partial, config)
+    _segment_sums(dout, order, piece_starts, partial, config, scaled)
     _segment_sums(partial, None, table_piece_starts, grad, config)
     return grad
 
@@ -404,21 +429,31 @@ def _segment_sums(
     segment_starts: torch.Tensor,
     out: torch.Tensor,
     config: PositionBlockConfig,
+    scaled: tuple[torch.Tensor, float] | None = None,
 ) -> None:
-    """out[k] = the sum of rows[order[i]] (rows[i] when order is None) over segment k."""
+    """out[k] = the sum of rows[order[i]] (rows[i] when order is None) over segment k; with
+    ``scaled = (target, scale)`` (order given, the segments covering every row), also
+    target[r] = scale * rows[r] for every row."""
+    assert scaled is None or order is not None
+    target, scale = scaled if scaled is not None else (out, 1.0)  # not written without it
     grid = (segment_starts.numel() - 1, triton.cdiv(rows.shape[1], config.block_d))
     _segment_sum_rows_kernel[grid](
         rows,
         rows if order is None else order,  # not read without GATHER
         segment_starts,
         out,
+        target,
         rows.stride(0),
         out.stride(0),
+        target.stride(0),
+        float(scale),
         rows.shape[1],
         ROWS_PER_STEP=config.rows_per_step,
         BLOCK_D=config.block_d,
         GATHER=order is not None,
+        WRITE_SCALED=scaled is not None,
         INTERPRET_BF16=INTERPRETED and out.dtype == torch.bfloat16,
+        SCALED_INTERPRET_BF16=INTERPRETED and target.dtype == torch.bfloat16,
         num_warps=config.bwd_warps,
     )
 
@@ -457,16 +492,24 @@ class AddTimestampPositionalEmbeddingsFunction(torch.autograd.Function):
     def backward(ctx, dout):  # type: ignore[override]
         pos_idx, ts_idx = ctx.saved_tensors
         p: _Problem = ctx.problem
+        needs_seq, needs_pos, needs_ts = ctx.needs_input_grad[:3]
         d_seq = d_pos = d_ts = None
-        if ctx.needs_input_grad[0]:
-            d_seq = (dout.to(torch.float32) * p.alpha).to(p.seq_dtype)
-        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+        if needs_pos or needs_ts:
             dout = _common.last_dim_contiguous(dout)
-        if ctx.needs_input_grad[1]:
-            d_pos = table_gradient(dout, pos_idx, p.position_shape[0], p.position_dtype, p.config)
-        if ctx.needs_input_grad[2]:
+            # The first table's sum reads every row of dout once: it writes d_seq as well.
+            if needs_seq:
+                d_seq = torch.empty(dout.shape, dtype=p.seq_dtype, device=dout.device)
+            scaled = (d_seq, p.alpha) if needs_seq else None
+        elif needs_seq:
+            d_seq = (dout.to(torch.float32) * p.alpha).to(p.seq_dtype)
+        if needs_pos:
+            d_pos = table_gradient(
+                dout, pos_idx, p.position_shape[0], p.position_dtype, p.config, scaled
+            )
+            scaled = None
+        if needs_ts:
             d_ts = table_gradient(
-                dout, ts_idx, p.time_bucket_shape[0], p.time_bucket_dtype, p.config
+                dout, ts_idx, p.time_bucket_shape[0], p.time_bucket_dtype, p.config, scaled
             )
         return d_seq, d_pos, d_ts, None, None, None, None, None
 
