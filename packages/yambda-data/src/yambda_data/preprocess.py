@@ -104,6 +104,7 @@ from yambda_data._atomic import (
     replace_dir,
 )
 from yambda_data._checksums import checksum_problem, file_checksums
+from yambda_data._column_rows import values_and_nulls_at
 from yambda_data._io import InputFileError, reading, writing
 from yambda_data.schema import (
     EVENT_TYPE_DTYPE,
@@ -324,30 +325,37 @@ row by row; runs longer than this are counted by
 :func:`_repeats_within_runs`."""
 
 
-def _repeated_rows(part: pl.DataFrame) -> int:
+def _repeated_rows(part: pl.DataFrame, user_start: np.ndarray) -> int:
     """:func:`~yambda_data.schema.count_duplicate_rows` of a partition sorted by (uid,
-    timestamp).
+    timestamp); ``user_start``: the row where each uid's rows start (the split's
+    :attr:`_TrainRows.user_start`), which stands for a comparison of the uid column.
 
     A row can only repeat an earlier row of its run of equal (uid, timestamp). Within a run
     rows mostly differ by item (skips of one track after another), so the item alone is
-    compared first, lag by lag (each row with the row 1, 2, ... 16 before it in its run, over
-    the rows still that deep in a run: a handful of passes over a shrinking set), and the
-    other columns only for the few pairs of one item (a reaction next to its listen). A hash
-    of every row sharing its key, or every column at every lag, cost ten times more.
+    compared first, lag by lag (each row with the row 1, 2, ... 16 before it in its run: lags
+    1 and 2 over the whole partition, contiguous, the deeper ones over the rows still that deep
+    in a run, a handful of passes over a shrinking set), and the other columns only for the
+    few pairs of one item (a reaction next to its listen). A hash of every row sharing its key,
+    or every column at every lag, cost ten times more.
+
+    numpy only, no polars call: the count runs while polars writes the partition's train part,
+    and a polars gather waits for polars' threads (:mod:`yambda_data._column_rows`).
     """
-    uid, ts = part["uid"].to_numpy(), part["timestamp"].to_numpy()
-    same_key = np.zeros(len(uid), dtype=bool)
-    np.logical_and(uid[1:] == uid[:-1], ts[1:] == ts[:-1], out=same_key[1:])
+    ts = part["timestamp"].to_numpy()
+    same_key = np.empty(len(ts), dtype=bool)  # the row continues the run of the row before
+    same_key[:1] = False
+    np.equal(ts[1:], ts[:-1], out=same_key[1:])
+    same_key[user_start] = False
     if not same_key.any():
         return 0
     item = part["item_id"].to_numpy()
-    # Lag 1 over the whole partition (contiguous, so cheaper than gathering the third of the
-    # rows that continue a run); deeper lags over the rows that deep in their run.
-    one_item = np.flatnonzero(same_key[1:] & (item[1:] == item[:-1])) + 1
-    later, earlier = [one_item], [one_item - 1]
-    at = np.flatnonzero(same_key[1:] & same_key[:-1]) + 1  # at least 2 deep in their run
-    for lag in range(2, _REPEAT_LAGS + 1):
-        if lag > 2:
+    two_deep = same_key[1:] & same_key[:-1]  # row i + 1 is at least 2 deep in its run
+    later = [np.flatnonzero(same_key[1:] & (item[1:] == item[:-1])) + 1]
+    later.append(np.flatnonzero(two_deep[1:] & (item[2:] == item[:-2])) + 2)
+    earlier = [later[0] - 1, later[1] - 2]
+    at = np.flatnonzero(two_deep[1:] & same_key[:-2]) + 2  # at least 3 deep in their run
+    for lag in range(3, _REPEAT_LAGS + 1):
+        if lag > 3:
             at = at[same_key[at - (lag - 1)]]  # rows at least ``lag`` deep in their run
         if not len(at):
             break
@@ -362,8 +370,8 @@ def _repeated_rows(part: pl.DataFrame) -> int:
         run_starts = np.flatnonzero(~same_key)
         run_of_row = np.searchsorted(run_starts, at, side="right") - 1  # sorted, as ``at`` is
         first = run_starts[run_of_row[_run_starts(run_of_row)]]
-        ends = np.append(run_starts, len(uid))[np.searchsorted(run_starts, first) + 1]
-        bounds = np.zeros(len(uid) + 1, dtype=np.int8)
+        ends = np.append(run_starts, len(ts))[np.searchsorted(run_starts, first) + 1]
+        bounds = np.zeros(len(ts) + 1, dtype=np.int8)
         bounds[first] += 1  # the runs are distinct, so are their starts and their ends
         bounds[ends] -= 1
         in_long = np.cumsum(bounds[:-1], dtype=np.int8).astype(bool)
@@ -371,18 +379,22 @@ def _repeated_rows(part: pl.DataFrame) -> int:
         long_runs = _repeats_within_runs(part, rows, np.searchsorted(first, rows, side="right"))
         short = ~in_long[later_rows]
         later_rows, earlier_rows = later_rows[short], earlier_rows[short]
-    # The columns without nulls in place; the nullable ones gathered for the few pairs left.
-    for values in (part["event_type"].to_physical(), part["is_organic"]):
-        values = values.to_numpy()
-        keep = values[later_rows] == values[earlier_rows]
-        later_rows, earlier_rows = later_rows[keep], earlier_rows[keep]
+    # The columns without nulls in place; the nullable ones read for the few pairs left.
+    event_type = part["event_type"].to_physical().to_numpy()
+    is_organic = part["is_organic"].to_numpy()
+    keep = event_type[later_rows] == event_type[earlier_rows]
+    keep &= is_organic[later_rows] == is_organic[earlier_rows]
+    later_rows, earlier_rows = later_rows[keep], earlier_rows[keep]
     if not len(later_rows):
         return long_runs
-    columns = part.select(NULLABLE_LISTEN_COLUMNS)
-    a, b = columns[later_rows], columns[earlier_rows]
-    equal = np.ones(len(later_rows), dtype=bool)
+    pairs = len(later_rows)
+    equal = np.ones(pairs, dtype=bool)
     for name in NULLABLE_LISTEN_COLUMNS:
-        equal &= a[name].eq_missing(b[name]).to_numpy()
+        values, is_null = values_and_nulls_at(
+            part[name], np.concatenate((later_rows, earlier_rows))
+        )
+        equal &= values[:pairs] == values[pairs:]
+        equal &= is_null[:pairs] == is_null[pairs:]
     return long_runs + _distinct_count(later_rows[equal])
 
 
@@ -402,17 +414,16 @@ def _repeats_within_runs(part: pl.DataFrame, rows: np.ndarray, run: np.ndarray) 
     The rows are sorted by run and every other column, and a row equal to the one before it
     in that order is a repeat. Where the columns' ranges over these rows multiply to less than
     2**64, each row is one integer in mixed radix (equal integers, equal rows) and a sort of
-    those integers does it, a fifth of the multi-key sort that wider values take. numpy only: a
-    polars group-by would wait for polars' threads, which the writer thread keeps busy
-    encoding the partition before.
+    those integers does it, a fifth of the multi-key sort that wider values take. numpy only, as
+    :func:`_repeated_rows`.
     """
     if len(rows) < 2:
         return 0
     keys = [run, part["item_id"].to_numpy()[rows], part["is_organic"].to_numpy()[rows]]
     keys.append(part["event_type"].to_physical().to_numpy()[rows])
     for name in NULLABLE_LISTEN_COLUMNS:
-        values = part[name].gather(rows)
-        keys += [values.is_null().to_numpy(), values.fill_null(0).to_numpy()]
+        values, is_null = values_and_nulls_at(part[name], rows)
+        keys += [is_null, values]
     packed = _mixed_radix(keys)
     if packed is not None:
         packed.sort()
@@ -910,7 +921,7 @@ def _preprocess_locked(
                 files = (train_file, writer.submit(_write_parts, other, tmp, out, k, train_file))
                 finished = finisher.submit(_finish_partition, tmp, out, files)
                 written.append(_Written(files, finished))
-                duplicates += _repeated_rows(part)
+                duplicates += _repeated_rows(part, rows.user_start)
                 # In place: a bincount would fault in a fresh array of every item each time.
                 np.add.at(popularity, rows.train["item_id"].to_numpy(), 1)
                 num_train += rows.train.height
