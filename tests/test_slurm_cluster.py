@@ -130,10 +130,10 @@ class Job:
 
     def requeue(self) -> None:
         self.cluster.run("scontrol", "requeue", self.id)
-        # A requeued job waits for its begin time, two minutes on; once SLURM has it back in
+        # A requeued job waits for its start time, two minutes on; once SLURM has it back in
         # the queue (pending, after its steps ended), it may start now.
         self.wait("PENDING", timeout=60)
-        self.cluster.run("scontrol", "update", f"JobId={self.id}", "BeginTime=now")
+        self.cluster.run("scontrol", "update", f"JobId={self.id}", "StartTime=now")
 
 
 def submit(
