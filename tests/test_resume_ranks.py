@@ -4,7 +4,7 @@ At two ranks every element of an all-reduce is a sum of two terms, the same in a
 three on, the order counts, and the order a ring all-reduce sums an element in depends on where
 it lies in its gradient bucket. DistributedDataParallel would rebuild its buckets after a
 process's first backward, so a resumed process would reduce its first step in another layout
-than the uninterrupted run did (hstu_model.sharding.fixed_gradient_buckets). Four gloo ranks
+than the uninterrupted run did (hstu_model.sharding.FixedGradientBuckets). Four gloo ranks
 under torchrun, SIGTERM to torchrun after a checkpoint, the same command again."""
 
 from __future__ import annotations

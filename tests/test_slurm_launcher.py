@@ -61,6 +61,27 @@ def test_bad_settings_are_named(tmp_path):
     assert "GPUS_PER_NODE must be a positive integer, got 'two'" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("srun_says", "srun_status", "job_status"),
+    [
+        ("exitcode  : -9 (pid: 4103)", 137, 1),  # a rank killed, srun killed the other node
+        ("exitcode  : 1 (pid: 4103)", 1, 1),
+        ("exitcode  : 2 (pid: 4103)", 1, 2),  # a refusal
+        ("exitcode  : 143 (pid: 4103)", 137, 143),  # interrupted
+    ],
+)
+def test_the_job_exits_with_what_the_run_said(srun_says, srun_status, job_status, tmp_path):
+    env = slurm_env(tmp_path)
+    (tmp_path / "bin" / "srun").write_text(
+        f"#!/usr/bin/env bash\necho '{srun_says}' >&2\nexit {srun_status}\n"
+    )
+    result = subprocess.run(
+        ["bash", str(SCRIPT), "--steps", "1"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == job_status, result.stderr
+    assert f"ends with status {job_status}" in result.stderr
+
+
 @pytest.mark.slow
 def test_one_node_two_ranks_train_through_the_rendezvous(tmp_path):
     out = tmp_path / "run"

@@ -68,13 +68,7 @@ def test_a_two_process_torchrun_prints_only_the_projects_lines(tmp_path):
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 0, result.stderr
-    # One known line per rank, from DDP's C++ reducer (not a Python warning, so no filter
-    # reaches it): the fixed gradient-bucket layout that crash-exact resume relies on
-    # (`hstu_model.sharding.fixed_gradient_buckets`) costs a walk of the autograd graph, and
-    # DDP says so. Anything else the libraries print still fails.
-    ddp_notice = r"\[rank\d+\]:\[W\d+ [\d:.]+ reducer\.cpp:\d+\] Warning: find_unused_parameters=True was specified in DDP constructor, .*"
-    rest = [line for line in foreign_lines(result.stderr) if not re.fullmatch(ddp_notice, line)]
-    assert rest == []
+    assert foreign_lines(result.stderr) == []
 
 
 def test_help_and_a_refused_argument_do_not_import_torch():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -306,10 +307,26 @@ def test_an_epoch_of_a_store_built_for_min_history(tmp_path):
     assert (config["steps"], config["min_history"], config["division"]) == (None, 600, "open")
 
 
-def test_too_little_data_for_one_batch_is_named(tmp_path):
+@pytest.mark.slow
+def test_a_batch_no_window_holds_is_refused_and_the_corrected_command_runs_there(tmp_path):
+    """Refused before the run writes a file of its own: the same --out then takes the command
+    with a batch that fits, on the data already prepared."""
     out = tmp_path / "run"
-    with pytest.raises(ValueError, match=r"no time window holds a global batch of 256 samples"):
-        train.main(["--users", "20", "--min-history", "1200", "--workers", "0", "--out", str(out)])
+    argv = ["--users", "20", "--min-history", "1200", "--workers", "0", "--out", str(out)]
+    argv += ["--steps", "1", "--evals", "1", "--target-auc", "0.99"]
+    refused = (
+        r"train\.batch_size: a global batch of 256 samples \(1 rank\(s\) x 256\) is more "
+        r"than any time window of .*store holds \(the largest of its [\d,]+ windows has "
+        r"(\d+) train anchors at min_history 1200\); use a smaller train\.batch_size, .*"
+    )
+    with pytest.raises(RunRefused, match=refused) as error:
+        train.main(argv)
+    assert "\n" not in str(error.value)
+    left = sorted(p.name for p in out.iterdir())
+    assert left == [".lock", "data", "prepared"]  # its lock and the data: no run
+    largest = int(re.search(refused, str(error.value)).group(1))
+    summary = train.main([*argv, "--set", f"train.batch_size={largest}"])
+    assert summary["train_samples"] == largest
 
 
 def test_missing_dataset_is_named_before_anything_is_created(tmp_path):

@@ -200,9 +200,18 @@ def up(folder: Path, cpus: int = 4) -> Cluster:
 
 
 def down(folder: Path, timeout: float = 20) -> None:
-    """Stop what `up` started in `folder`, by the pids it recorded: SIGTERM, then SIGKILL."""
+    """Stop what `up` started in `folder`: its jobs first (a job's slurmstepd and processes
+    outlive the slurmd that started them), then the daemons by the pids it recorded
+    (SIGTERM, then SIGKILL), then any process of its jobs still there (SIGKILL)."""
     cluster = Cluster(folder.resolve())
     pids = cluster.pids()
+    if _alive(pids.get("slurmctld", 0)):
+        jobs = cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
+        if jobs:
+            cluster.run("scancel", *jobs, check=False)
+            deadline = time.monotonic() + timeout / 2
+            while _job_processes(cluster) and time.monotonic() < deadline:
+                time.sleep(0.2)
     for name in reversed(list(pids)):
         try:
             os.kill(pids[name], signal.SIGTERM)
@@ -214,7 +223,32 @@ def down(folder: Path, timeout: float = 20) -> None:
             time.sleep(0.1)
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
+    for pid in _job_processes(cluster):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
     (cluster.folder / PIDS).unlink(missing_ok=True)
+
+
+def _job_processes(cluster: Cluster) -> list[int]:
+    """The processes of `cluster`'s jobs: their slurmstepd, which works in the cluster's
+    folder, and what the jobs started, which has a job id and the cluster's SLURM_CONF in its
+    environment (a shell that only exported SLURM_CONF is not a job's)."""
+    marker = f"SLURM_CONF={cluster.conf}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cwd = Path(os.readlink(entry / "cwd"))
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        in_job = marker in environ and any(v.startswith(b"SLURM_JOB_ID=") for v in environ)
+        if cwd.is_relative_to(cluster.folder) or in_job:
+            found.append(int(entry.name))
+    return found
 
 
 def _alive(pid: int) -> bool:

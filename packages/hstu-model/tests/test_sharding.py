@@ -233,3 +233,38 @@ def test_slice_batch_halves_make_the_whole(make_batch):
     assert halves[0].candidates.keys() == batch.candidates.keys()
     with pytest.raises(ValueError, match="not within a batch of 4"):
         slice_batch(batch, 3, 5)
+
+
+def test_a_process_reduces_its_first_step_in_the_buckets_of_every_later_step(
+    gloo_world_1, tiny_config, vocab, make_batch
+):
+    """Crash-exact resume rests on it: a resumed process's first step sums the ranks'
+    gradients in the bucket layout the uninterrupted run used for that step, without DDP's
+    search for unused parameters (sharding.FixedGradientBuckets). The buckets hold the
+    parameters last to first, the order a backward's gradients come in."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from torch.nn.parallel import DistributedDataParallel
+
+    dmp, _ = shard_model(HSTURanker(tiny_config.model, vocab), tiny_config, gloo_world_1)
+    ddp = dmp._dmp_wrapped_module
+    assert isinstance(ddp, DistributedDataParallel)
+    assert not ddp.find_unused_parameters and not ddp.static_graph
+    names = {id(p): name for name, p in ddp.module.named_parameters()}
+    layouts: list[list[list[str]]] = []
+
+    def recording_allreduce(group, bucket):
+        layouts[-1].append([names[id(p)] for p in bucket.parameters()])
+        return allreduce_hook(group, bucket)
+
+    ddp.register_comm_hook(None, recording_allreduce)
+    trainer = Trainer(dmp, tiny_config)
+    for step in range(3):
+        layouts.append([])
+        trainer.train_step(make_batch([5, 9, 12], seed=step))
+    assert layouts[0] == layouts[1] == layouts[2]
+    dense = [
+        name
+        for name, p in ddp.module.named_parameters()
+        if p.requires_grad and name not in ddp.parameters_to_ignore  # the sharded tables
+    ]
+    assert [name for bucket in layouts[0] for name in bucket] == dense[::-1]

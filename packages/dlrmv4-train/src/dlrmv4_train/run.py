@@ -264,6 +264,24 @@ def schedule_refusal(config: RunConfig, hstu: HSTUConfig, world_size: int) -> st
     return None
 
 
+def window_refusal(store: yambda_data.SampleStore, hstu: HSTUConfig, world_size: int) -> str | None:
+    """Why no time window of `store` holds one global batch (batches never span windows, so
+    the run would have no batch to train), or None; told before the run writes a file, so
+    the corrected command runs in the same folder on the data already prepared."""
+    anchors = store.window_sizes()
+    batch = hstu.train.batch_size * world_size
+    largest = int(anchors.max()) if anchors.size else 0
+    if largest >= batch:
+        return None
+    return (
+        f"train.batch_size: a global batch of {batch:,} samples ({world_size} rank(s) x "
+        f"{hstu.train.batch_size:,}) is more than any time window of {store.path} holds (the "
+        f"largest of its {anchors.size:,} windows has {largest:,} train anchors at min_history "
+        f"{store.min_history}); use a smaller train.batch_size, fewer ranks, more data or a "
+        "lower --min-history"
+    )
+
+
 def memory_refusal(hstu: HSTUConfig, vocab: dict[str, int], ctx: Distributed) -> str | None:
     """Why the model cannot fit on `ctx`'s device (`hstu_model.memory`), or None."""
     need = training_memory(hstu.model, vocab)
@@ -411,6 +429,9 @@ def _train_run(run: ResolvedRun, signals: RunSignals, log: Callable[[str], None]
         if config.out is None:
             say(f"run folder: {out}")
         store = prepare_data(run, ctx, out, root, say)
+        no_batch = window_refusal(store, hstu, ctx.world_size)
+        if no_batch:
+            raise RunRefused(no_batch)
         extras = {
             "run": run.as_json(out) | {"data": str(root)},
             "identity": run.identity(),
@@ -569,12 +590,6 @@ class _StreamingRun:
         sizes = [
             dataclasses.replace(plan, sources=(w,)).num_samples(self.store) for w in self.windows
         ]
-        if sum(sizes) == 0:
-            raise ValueError(
-                f"{self.store.path}: no time window holds a global batch of "
-                f"{self.global_batch_size} samples (min_history {config.min_history}); "
-                "use more data, a lower min_history or a smaller batch"
-            )
         self.position = ckpt.StreamPosition(sizes)
         if config.steps is None:  # the dataset's size, as the closed rules pin it
             anchors = dataclasses.replace(plan, rank=0, world_size=1, drop_last=False)

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.optim import _apply_optimizer_in_backward
+from torch.nn.parallel import DistributedDataParallel
 from torchrec.distributed.dist_data import SequenceEmbeddingsAllToAll
 from torchrec.distributed.embedding import EmbeddingCollectionSharder
 from torchrec.distributed.fbgemm_qcomm_codec import (
@@ -285,20 +286,46 @@ def _broadcast_replicated(
         dist.broadcast(state[f"{module_path}.embeddings.{table}.weight"], group_src=0, group=pg)
 
 
-def fixed_gradient_buckets() -> DefaultDataParallelWrapper:
+class FixedGradientBuckets(DefaultDataParallelWrapper):
     """The DistributedDataParallel of the dense part, with one layout of its gradient buckets
-    for the whole life of a process.
+    from the first training step on, whatever step a process starts at.
 
-    By default DDP reduces a process's first backward in one bucket, then rebuilds its buckets
-    in the order the gradients came. A ring all-reduce sums each element over the ranks
-    starting at a rank that depends on where the element lies in its bucket, so a resumed
-    process (first backward at step k + 1) would sum its step k + 1 in another order than the
-    uninterrupted run, which rebuilt after step 1: at three ranks or more the sums round
-    differently and a resume is no longer bit-identical. Buckets are never rebuilt when DDP
-    looks for unused parameters in a dynamic graph; it pays for that with a walk of the
-    autograd graph in each forward and one small extra all-reduce per step.
+    DDP reduces a process's first backward in one bucket in parameter order, then rebuilds its
+    buckets in the order that backward's gradients came. A ring all-reduce sums each element
+    over the ranks starting at a rank that depends on where the element lies in its bucket, so
+    a resumed process (first backward at step k + 1) would sum step k + 1 in another layout
+    than the uninterrupted run, which rebuilt after step 1: from three ranks on the sums round
+    differently and a resume is no longer bit-identical. So every process, fresh or resumed,
+    spends its first backward right here, on zeros: a backward that reaches the parameters in
+    reverse order (the order a forward's gradients come back in, which keeps the all-reduces
+    overlapping the backward), before any weights are loaded. The first real forward rebuilds
+    from that order, so a fresh run and a resumed one train in the same layout, and no step
+    pays for DDP's search for unused parameters.
     """
-    return DefaultDataParallelWrapper(static_graph=False, find_unused_parameters=True)
+
+    def __init__(self) -> None:
+        super().__init__(static_graph=False, find_unused_parameters=False)
+
+    def wrap(self, dmp: DistributedModelParallel, env: ShardingEnv, device: torch.device) -> None:
+        super().wrap(dmp, env, device)
+        ddp = dmp._dmp_wrapped_module
+        if isinstance(ddp, DistributedDataParallel):
+            _spend_first_backward(ddp)
+
+
+def _spend_first_backward(ddp: DistributedDataParallel) -> None:
+    """One backward through `ddp`'s reducer, of zeros, reaching the parameters last to first."""
+    parameters = [p for p in ddp._module_parameters if p.requires_grad]
+    ddp.reducer.prepare_for_forward()
+    ddp.reducer.prepare_for_backward([])
+    # Each term of the chain is created after the one before, and autograd runs the newest
+    # ready node first: the last parameter's gradient is accumulated first.
+    total = torch.zeros((), device=parameters[0].device)
+    for parameter in parameters:
+        total = total + parameter.sum() * 0
+    total.backward()
+    for parameter in parameters:
+        parameter.grad = None
 
 
 def shard_model(
@@ -413,7 +440,7 @@ def shard_model(
             device=device,
             plan=plan,
             sharders=[sharder],
-            data_parallel_wrapper=fixed_gradient_buckets(),
+            data_parallel_wrapper=FixedGradientBuckets(),
         )
     sharded = get_unwrapped_module(dmp).get_submodule(module_path)
     if weights is not None:

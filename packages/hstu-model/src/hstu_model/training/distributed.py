@@ -13,6 +13,7 @@ import ctypes
 import dataclasses
 import datetime
 import os
+import re
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -92,6 +93,17 @@ def lost_peer(error: BaseException) -> BaseException | None:
     return None
 
 
+def backend_words(error: BaseException) -> str:
+    """What a failed collective says, in a few words: the first line of its message without
+    the source location the backend puts in front and the advice gloo appends (the run's own
+    line says what to do)."""
+    text = str(error).strip()
+    if not text:
+        return type(error).__name__
+    line = re.sub(r"^\[[^\]]*:\d+\]\s*", "", text.splitlines()[0])
+    return line.split(". This is typically caused by")[0].rstrip(". ") or type(error).__name__
+
+
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None:
@@ -160,10 +172,9 @@ def init_distributed(timeout_seconds: float = 300.0) -> Iterator[Distributed]:
         lost = lost_peer(error)
         if lost is None or isinstance(error, RankLostError):
             raise
-        text = str(lost)
-        first_line = text.strip().splitlines()[0] if text.strip() else type(lost).__name__
         raise RankLostError(
-            f"rank {rank} of {world_size}: another rank stopped answering ({first_line}); "
+            f"rank {rank} of {world_size}: another rank stopped answering "
+            f"({backend_words(lost)}); "
             "the run is aborted, see the other ranks' logs for the cause"
         ) from error
     finally:
