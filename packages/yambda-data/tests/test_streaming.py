@@ -51,6 +51,25 @@ def test_ranks_split_the_global_order(store, world_size, drop_last):
         assert all(b.size == plan.batch_size for batches in per_rank for b in batches)
 
 
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_a_last_global_batch_is_shared_out_evenly(store, world_size):
+    """An evaluation's last, incomplete global batch leaves no rank empty while it holds at
+    least one sample a rank: with rank-sized slices, a source smaller than one global batch
+    left the last ranks with nothing to evaluate."""
+    source = _busy_windows(store, 1)
+    size = int(store.window_sizes()[source[0]])
+    assert size >= world_size
+    plan = BatchPlan(
+        sources=source, batch_size=size, world_size=world_size, shuffle=False, drop_last=False
+    )
+    per_rank = _all_ranks(plan, store)
+    assert [len(batches) for batches in per_rank] == [1] * world_size
+    sizes = [batches[0].size for batches in per_rank]
+    assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1, sizes
+    rebuilt = np.concatenate([batches[0] for batches in per_rank])
+    assert np.array_equal(rebuilt, np.concatenate(list(plan.global_order(store))))
+
+
 def test_order_is_seeded_and_window_local(store):
     windows = _busy_windows(store, 3)
     a = BatchPlan(sources=windows, batch_size=4, seed=1)

@@ -7,7 +7,8 @@ in the permutation drawn from ``numpy.random.default_rng([seed, 1, window, epoch
 (``[seed, 2, epoch]`` for the test split) or in store order without ``shuffle``. The first ``skip`` samples of the first
 source are dropped (they were trained before a restart). The rest is cut into global batches of
 ``batch_size * world_size`` samples, and rank ``r`` takes the ``r``-th ``batch_size`` slice of
-each. Every rank computes the same order without communication.
+each; a last, incomplete global batch (kept for evaluation) is shared out as evenly as the ranks
+allow. Every rank computes the same order without communication.
 
 Time order is strict between sources: a window holds the anchors whose time falls in
 ``[first_window_start + w * window_seconds, ... + window_seconds)``, so every anchor of window
@@ -61,8 +62,8 @@ class BatchPlan:
     epoch: int = 0
     """Pass over the sources; each pass draws new in-source permutations."""
     drop_last: bool = True
-    """Drop a final incomplete global batch (training); keep it (evaluation), ranks then get
-    their slice of it, possibly empty."""
+    """Drop a final incomplete global batch (training); keep it (evaluation), shared out
+    evenly: a rank's share is empty only when it holds fewer samples than there are ranks."""
     skip: int = 0
     """Samples of the first source's order consumed before a restart."""
     holdout_fraction: float = 0.0
@@ -155,9 +156,19 @@ class BatchPlan:
         for order in self.global_order(store):
             full = order.size // gbs
             stop = full if self.drop_last else -(-order.size // gbs)
-            for b in range(stop):
+            for b in range(full):
                 start = b * gbs + self.rank * self.batch_size
-                yield order[start : min(start + self.batch_size, (b + 1) * gbs, order.size)]
+                yield order[start : start + self.batch_size]
+            if stop > full:
+                yield order[full * gbs :][self._tail_slice(order.size - full * gbs)]
+
+    def _tail_slice(self, size: int) -> slice:
+        """This rank's share of a last, incomplete global batch of `size` samples: the ranks
+        take turns as evenly as they can (sizes differ by at most one), so a rank is left
+        empty only when the batch holds fewer samples than there are ranks."""
+        share, extra = divmod(size, self.world_size)
+        start = self.rank * share + min(self.rank, extra)
+        return slice(start, start + share + (self.rank < extra))
 
     def num_batches(self, store: SampleStore) -> int:
         """Number of batches :meth:`batches` yields (the same on every rank)."""
