@@ -90,6 +90,7 @@ def load_json_file(path: str | os.PathLike[str], limit: int = MAX_RESULT_BYTES) 
     return parse_json_text(read_bounded_text(path, limit))
 
 
+# The twin of mlperf_compliance.records._decode (see there why each package keeps its own).
 def parse_json_text(text: str) -> Any:
     """The JSON data of ``text``, refused as :func:`load_json_file` refuses it."""
     try:
