@@ -208,3 +208,18 @@ def test_too_few_open_files_for_the_workers_is_one_line_naming_the_limit(built_s
     raised = load(64, hard)
     assert raised.returncode == 0 and "Traceback" not in raised.stderr, raised.stderr[-3000:]
     assert raised.stdout.split()[1] == "True"
+
+
+@pytest.mark.slow
+def test_a_worker_that_finds_another_store_says_so_in_one_line(built_store, plan):
+    """The store was built again since the caller verified it: the worker's refusal reaches
+    the caller as its own one line, naming the store and the worker, not as a traceback."""
+    from yambda_data.store import StoreError
+
+    loader = make_loader(built_store[2], CONFIG, plan, num_workers=1, fingerprint="another")
+    with pytest.raises(StoreError) as refused:
+        next(iter(loader))
+    assert str(refused.value) == (
+        f"{built_store[2]}: not the store this run verified (built again from other inputs "
+        "or settings since it started); start the run again (DataLoader worker process 0)"
+    )

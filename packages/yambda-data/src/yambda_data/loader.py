@@ -18,6 +18,7 @@ import functools
 import multiprocessing
 import multiprocessing.context
 import os
+import re
 import signal
 import sys
 import traceback
@@ -36,6 +37,20 @@ from yambda_data.store import SampleStore, StoreError
 from yambda_data.streaming import BatchPlan
 
 __all__ = ["StoreBatches", "make_loader"]
+
+
+class _NotTheVerifiedStore(StoreError):
+    """A worker opened another store than the one its caller verified. The DataLoader raises
+    it again in the calling process, built from "Caught ... in DataLoader worker process N",
+    the worker's whole traceback and then its line: that comes back to this one line, which
+    says which worker found it."""
+
+    def __init__(self, message: str) -> None:
+        worker = re.match(r"Caught \w+ in (DataLoader worker process \d+)\.\n", message)
+        if worker is not None:
+            last = message.rstrip().rsplit("\n", 1)[-1]
+            message = f"{last.split(': ', 1)[-1]} ({worker.group(1)})"
+        super().__init__(message)
 
 
 class StoreBatches(IterableDataset):
@@ -66,7 +81,7 @@ class StoreBatches(IterableDataset):
             store = SampleStore.open(self.store_path)
             found = store.manifest.get("fingerprint")
             if self.fingerprint is not None and found != self.fingerprint:
-                raise StoreError(
+                raise _NotTheVerifiedStore(
                     f"{self.store_path}: not the store this run verified (built again from "
                     "other inputs or settings since it started); start the run again"
                 )
