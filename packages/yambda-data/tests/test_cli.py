@@ -538,10 +538,10 @@ def test_python_m_yambda_data(tmp_path):
 
 
 def test_the_installed_command_is_run(monkeypatch, tmp_path, capsys):
-    """The script runs ``run``: the imports' objects frozen before main, main's status the
-    process's."""
+    """The script loads ``run`` through dlrmv4_cli.launch, which runs it: the imports'
+    objects frozen before main, main's status the process's."""
     (script,) = importlib.metadata.entry_points(group="console_scripts", name="yambda-data")
-    assert script.value == "yambda_data.cli:run"
+    assert script.value == "dlrmv4_cli.commands:yambda_data"
     calls = []
     monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
     monkeypatch.setattr(cli, "main", lambda: calls.append("main") or main())
