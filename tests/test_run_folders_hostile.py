@@ -114,6 +114,13 @@ def test_an_invalid_row_is_refused_before_the_run_writes_and_blocks_nothing(tmp_
     good.write_parquet(events)
     assert train.main(argv)["train_samples"] == 512
 
+    # The run's process holds its --data: another process's synthesis into it is refused.
+    done = subprocess.run(
+        [*SYNTH, "--seed", "1", "--out", str(data), "--overwrite"], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and f"in use by process {os.getpid()}" in done.stderr
+    assert pl.read_parquet(events).equals(good)
+
 
 def test_a_feature_key_the_batches_lack_is_refused_with_the_arguments(capsys):
     with pytest.raises(SystemExit):

@@ -174,7 +174,8 @@ def exit_for(error: BaseException) -> NoReturn:
         print(dlrmv4_cli.error_line("train.py", flag_message(error)), file=sys.stderr)
         sys.exit(dlrmv4_cli.EXIT_REFUSED)
     if ended is training.Ending.FAILED:  # started and failed: the log says aborted
-        print(f"train.py: {error}", file=sys.stderr)
+        # (an error of too many open files says what the limit is)
+        print(f"train.py: {dlrmv4_cli.describe(error, (Exception,))}", file=sys.stderr)
         sys.exit(dlrmv4_cli.EXIT_FAILED)
     raise error
 

@@ -170,3 +170,43 @@ def test_stop_on_signals_raises_stopped_and_restores() -> None:
         signal.pause()
     assert caught.value.status == 143 and str(caught.value) == "stopped by SIGTERM"
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_too_many_open_files_names_the_limit():
+    import errno
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    line = dlrmv4_cli.describe(OSError(errno.EMFILE, "Too many open files"))
+    assert line.startswith("[Errno 24] Too many open files (this process may have ")
+    assert f"may have {soft:,} files open (ulimit -n; at most " in line and line.endswith(
+        "raise it)"
+    )
+
+
+_SLOW_IMPORT = """
+import sys, time
+print("importing", flush=True)
+time.sleep(60)
+def run():
+    sys.exit(0)
+"""
+
+
+def test_ctrl_c_while_a_command_is_imported_is_one_line_and_130(tmp_path: Path) -> None:
+    """A console script loaded through `launch`: SIGINT while its module is still being
+    imported (polars, torch: seconds) ends with `PROG: interrupted`, status 130."""
+    (tmp_path / "slow_command.py").write_text(_SLOW_IMPORT)
+    script = "import dlrmv4_cli; dlrmv4_cli.launch('slow', 'slow_command', 'run')"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    try:
+        assert proc.stdout.readline() == b"importing\n"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (proc.returncode, err) == (130, b"slow: interrupted\n")

@@ -233,6 +233,36 @@ def test_checkpoint_config_diff() -> None:
 # Files and directories
 
 
+_ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]\n"
+    for i in range(8)
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            _ALIAS_BOMB,
+            "its aliases expand to more than 100,000 values; such a file holds a few hundred",
+        ),
+        ("model: " + "[" * 200 + "]" * 200 + "\n", "nested deeper than 64 levels"),
+        ("model: &a [*a]\n", "an alias contains the node it names"),
+    ],
+)
+def test_a_yaml_bomb_or_deep_nesting_is_invalid_in_one_line(tmp_path, text, problem) -> None:
+    """A few hundred bytes of nested aliases (10^9 values expanded), a document nested 200
+    deep, an alias inside the node it names: refused at once in one line, as JSON is."""
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    (issue,) = check_path(path).issues
+    assert (issue.rule, issue.message) == ("parse", f"cannot parse it: {problem}")
+    deep_json = tmp_path / "params.json"
+    deep_json.write_text('{"model": ' + "[" * 200 + "]" * 200 + "}")
+    (issue,) = check_path(deep_json).issues
+    assert issue.message == "cannot parse it: nested deeper than 64 levels"
+
+
 def test_malformed_yaml_is_invalid_with_a_message(tmp_path: Path) -> None:
     path = tmp_path / "params.yaml"
     path.write_text("model: unet3d\naccelerator: [h100\n")

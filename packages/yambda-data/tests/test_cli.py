@@ -538,10 +538,10 @@ def test_python_m_yambda_data(tmp_path):
 
 
 def test_the_installed_command_is_run(monkeypatch, tmp_path, capsys):
-    """The script runs ``run``: the imports' objects frozen before main, main's status the
-    process's."""
+    """The script loads ``run`` through dlrmv4_cli.launch, which runs it: the imports'
+    objects frozen before main, main's status the process's."""
     (script,) = importlib.metadata.entry_points(group="console_scripts", name="yambda-data")
-    assert script.value == "yambda_data.cli:run"
+    assert script.value == "dlrmv4_cli.commands:yambda_data"
     calls = []
     monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
     monkeypatch.setattr(cli, "main", lambda: calls.append("main") or main())
@@ -617,3 +617,33 @@ def test_synth_replaces_its_files_and_nothing_else(tmp_path, capsys):
         "flat/50m/multi_event.parquet",
         "flat/50m/multi_event.parquet/part-0.parquet",
     ]
+
+
+def test_ctrl_c_while_the_command_loads_polars_is_one_line_and_130(tmp_path):
+    """The installed `yambda-data`, interrupted once polars' library is loaded and its
+    modules are still being imported: one line, status 130, nothing written."""
+    import signal
+    import time
+
+    script = Path(sys.executable).with_name("yambda-data")
+    proc = subprocess.Popen(
+        [str(script), "synth", "--users", "40", "--seed", "0", "--out", str(tmp_path / "d")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        maps = Path(f"/proc/{proc.pid}/maps")
+        deadline = time.monotonic() + 60
+        while "polars" not in maps.read_text() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130, err
+    assert err.decode().splitlines() in (
+        ["yambda-data: interrupted"],
+        ["yambda-data synth: interrupted"],
+    )
+    assert not (tmp_path / "d").exists()

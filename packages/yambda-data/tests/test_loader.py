@@ -167,3 +167,59 @@ def test_a_forked_worker_leaves_the_process_group_before_its_target_runs():
     worker.join(timeout=60)
     assert report.get() is True
     assert os.getpgid(0) != worker.pid
+
+
+_LOW_LIMIT = """
+import resource, sys
+from yambda_data import BatchPlan, SampleConfig
+from yambda_data.loader import make_loader
+soft, hard = (int(n) for n in sys.argv[2:4])
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+plan = BatchPlan(sources=(0, 1, 2, 3), batch_size=8, seed=4)
+config = SampleConfig(history_length=24, min_history=16, strategy="interleaved")
+try:
+    batches = sum(1 for _ in make_loader(sys.argv[1], config, plan, num_workers=2))
+except ValueError as error:
+    print(error)
+    sys.exit(2)
+print(batches, resource.getrlimit(resource.RLIMIT_NOFILE)[0] > soft)
+"""
+
+
+@pytest.mark.slow
+def test_too_few_open_files_for_the_workers_is_one_line_naming_the_limit(built_store):
+    """Under `ulimit -n 64` two workers would fail inside torch's threads, with a traceback
+    from each: the loader refuses first, naming the limit; where the hard limit leaves room,
+    it raises the soft one and loads."""
+
+    def load(soft: int, hard: int) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-c", _LOW_LIMIT, str(built_store[2]), str(soft), str(hard)]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+
+    refused = load(64, 64)
+    assert refused.returncode == 2 and refused.stderr == "", refused.stderr[-3000:]
+    assert "num_workers: 2 loader worker(s) with 4 batches in flight each need about" in (
+        refused.stdout
+    )
+    assert "this process may have 64 files open (ulimit -n; at most 64): raise it" in (
+        refused.stdout
+    )
+    _, hard = __import__("resource").getrlimit(__import__("resource").RLIMIT_NOFILE)
+    raised = load(64, hard)
+    assert raised.returncode == 0 and "Traceback" not in raised.stderr, raised.stderr[-3000:]
+    assert raised.stdout.split()[1] == "True"
+
+
+@pytest.mark.slow
+def test_a_worker_that_finds_another_store_says_so_in_one_line(built_store, plan):
+    """The store was built again since the caller verified it: the worker's refusal reaches
+    the caller as its own one line, naming the store and the worker, not as a traceback."""
+    from yambda_data.store import StoreError
+
+    loader = make_loader(built_store[2], CONFIG, plan, num_workers=1, fingerprint="another")
+    with pytest.raises(StoreError) as refused:
+        next(iter(loader))
+    assert str(refused.value) == (
+        f"{built_store[2]}: not the store this run verified (built again from other inputs "
+        "or settings since it started); start the run again (DataLoader worker process 0)"
+    )

@@ -234,7 +234,7 @@ def test_a_failed_build_leaves_nothing_and_keeps_the_old_store(built_store, tmp_
     with pytest.raises(RuntimeError, match="disk full"):
         build_store(pre, raw, out, min_history=12)
     assert (out / MANIFEST_FILE).read_text() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".store.lock", "store"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".store.lock", ".store.readers", "store"]
 
 
 def test_stale_temporary_directories_are_removed(built_store, tmp_path):
@@ -292,7 +292,7 @@ def test_ranks_building_at_once_get_one_store(built_store, tmp_path):
     digests = {rank.communicate(timeout=300)[0].strip() for rank in ranks}
     assert [rank.returncode for rank in ranks] == [0, 0, 0]
     assert len(digests) == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".store.lock", "store"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".store.lock", ".store.readers", "store"]
     SampleStore.open(out).verify()
 
 
@@ -355,7 +355,7 @@ def test_no_space_while_building_keeps_the_old_store(built_store, tmp_path, monk
     assert err.errno == errno.ENOSPC and err.output == out
     assert err.filename.endswith("event_item_id") and f"bytes free in {tmp_path}" in str(err)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".store.lock", "store"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".store.lock", ".store.readers", "store"]
 
     argv = ["build-store", "--preprocessed", str(pre), "--raw", str(raw), "--out", str(out)]
     assert main([*argv, "--min-history", "12"]) == 2

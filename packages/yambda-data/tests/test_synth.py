@@ -443,7 +443,7 @@ _CACHE = """
 import sys
 from yambda_data import SynthConfig, synthesize_cached
 config = SynthConfig(users=6, median_events_per_user=80, items=600, artists=60, albums=150, seed=3)
-synthesize_cached(sys.argv[1], config, progress=print)
+synthesize_cached(sys.argv[1], config, progress=print, hold=True)
 """
 
 
@@ -460,6 +460,7 @@ def test_concurrent_callers_take_turns(tmp_path):
     assert sum(text.startswith("synthesizing") for text in said) == 1
     assert sum(text == f"{root}: synthetic data up to date\n" for text in said) == 2
     assert sorted(p.name for p in root.iterdir()) == [
+        ".readers",
         ".synth.json.lock",
         ".synthesis.lock",
         "album_item_mapping.parquet",
@@ -467,3 +468,89 @@ def test_concurrent_callers_take_turns(tmp_path):
         "flat",
         "synth.json",
     ]
+
+
+_READER = """
+import sys, time
+from yambda_data import hold_data
+hold_data(sys.argv[1], progress=lambda line: print(line, flush=True))
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def _reader(root: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", _READER, str(root)], stdout=subprocess.PIPE, text=True
+    )
+
+
+@pytest.mark.slow
+def test_a_dataset_that_runs_read_is_not_replaced_under_them(tmp_path):
+    """Two processes hold one dataset for reading (two runs of one --data share it): a
+    synthesis or a download into it is refused in one line naming the path and a holder,
+    and the files are as they were; once the readers are gone it is replaced."""
+    root, mirror = tmp_path / "data", tmp_path / "mirror"
+    synthesize(root, SMALL)
+    synthesize(mirror, dataclasses.replace(SMALL, seed=4))
+    before = _tree(root)
+    readers = [_reader(root), _reader(root)]
+    try:
+        assert [reader.stdout.readline() for reader in readers] == ["held\n", "held\n"]
+        cli = [sys.executable, "-m", "yambda_data"]
+        for command in (
+            ["synth", "--users", "6", "--seed", "5", "--out", str(root), "--overwrite"],
+            ["download", "--size", "50m", "--dest", str(root), "--source", str(mirror)],
+        ):
+            done = subprocess.run([*cli, *command], capture_output=True, text=True, timeout=120)
+            holders = [f"in use by process {reader.pid}, a run that reads it" for reader in readers]
+            assert done.returncode == 2, done.stderr
+            assert len(done.stderr.splitlines()) == 1, done.stderr
+            assert done.stderr.startswith(f"yambda-data {command[0]}: error: {root}: ")
+            assert any(holder in done.stderr for holder in holders), done.stderr
+        assert _tree(root) == before
+    finally:
+        for reader in readers:
+            reader.kill()
+            reader.wait()
+    synthesize(root, dataclasses.replace(SMALL, seed=5))
+    assert _tree(root) != before
+
+
+@pytest.mark.slow
+def test_a_run_that_writes_its_own_data_keeps_holding_it(tmp_path):
+    """This process's own hold does not block its synthesis, and holds again afterwards; a
+    reader that starts while a synthesis writes waits for it, naming it."""
+    import os
+
+    from yambda_data import DataInUse, hold_data
+    from yambda_data._readers import writing_data
+
+    root = tmp_path / "data"
+    synthesize(root, SMALL)
+    hold_data(root)
+    synthesize(root, dataclasses.replace(SMALL, seed=5))
+    reader = _reader(root)
+    try:
+        # The reader is in: the hold came back after the synthesis, and readers share it.
+        assert reader.stdout.readline() == "held\n"
+        with pytest.raises(DataInUse, match=rf"{root}: in use by process {reader.pid}"):
+            synthesize(root, SMALL)
+    finally:
+        reader.kill()
+        reader.wait()
+    other = tmp_path / "other"
+    synthesize(other, SMALL)
+    with writing_data(other, "a synthesis"):
+        waiting = _reader(other)
+        try:
+            line = waiting.stdout.readline()
+            assert line == f"waiting for process {os.getpid()}, which is writing {other}\n"
+        except BaseException:
+            waiting.kill()
+            raise
+    try:
+        assert waiting.stdout.readline() == "held\n"
+    finally:
+        waiting.kill()
+        waiting.wait()

@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
+import importlib
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -45,6 +48,8 @@ __all__ = [
     "describe",
     "error_line",
     "interrupted",
+    "launch",
+    "open_files_limit",
     "reader_gone",
     "report_error",
     "run_child",
@@ -118,11 +123,44 @@ class OneLineParser(argparse.ArgumentParser):
 
 def describe(exc: BaseException, expected: tuple[type[BaseException], ...] = EXPECTED) -> str:
     """``exc`` as one line: its message where it is one of ``expected`` (errors whose message
-    says what and where), else ``unexpected TYPE: message``."""
+    says what and where), else ``unexpected TYPE: message``; an error of too many open files
+    says what the limit is (:func:`open_files_limit`)."""
     text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    if getattr(exc, "errno", None) in (errno.EMFILE, errno.ENFILE):
+        text += f" ({open_files_limit()})"
     if isinstance(exc, expected):
         return text or type(exc).__name__
     return f"unexpected {type(exc).__name__}: {text}"
+
+
+def open_files_limit() -> str:
+    """What limits the files a process may have open, as a user can change it: ``ulimit -n``
+    (the soft limit) and the most it may be raised to (the hard one)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    most = "unlimited" if hard == resource.RLIM_INFINITY else f"{hard:,}"
+    return f"this process may have {soft:,} files open (ulimit -n; at most {most}): raise it"
+
+
+def launch(prog: str, module: str, function: str) -> NoReturn:
+    """Run the command ``function`` of ``module`` (which exits with its status), importing the
+    module here: a console script whose package takes seconds to import (polars, torch) has
+    nothing of its own to catch Ctrl-C with until then. Ctrl-C while it loads ends with
+    :func:`interrupted` (one line, 130), a lack of open files with one line naming the limit
+    (exit 2)."""
+    try:
+        command = getattr(importlib.import_module(module), function)
+    except KeyboardInterrupt:
+        sys.exit(interrupted(prog))
+    except OSError as exc:
+        if exc.errno not in (errno.EMFILE, errno.ENFILE):
+            raise
+        print(error_line(prog, describe(exc)), file=sys.stderr)
+        sys.exit(EXIT_REFUSED)
+    try:
+        command()
+    except KeyboardInterrupt:  # before the command's own handling begins
+        sys.exit(interrupted(prog))
+    sys.exit(0)
 
 
 def report_error(

@@ -486,22 +486,31 @@ def prepare_data(
     """The run's sample store, prepared before the run writes a file of its own: rank 0
     synthesizes and prepares the data, checking what it reuses, and the other ranks open the
     store it verified (each checking it again would read it once per rank); rank 0 holds the
-    store for the life of the run (`yambda_data.hold_store`), and each loader process checks
-    it opened that store. A row that the preprocessing refuses, or a model too large for the
-    data's tables, or a store that another run holds and this one would rebuild, is a
-    RunRefused: the run folder then holds no run, and the corrected command runs there."""
+    store and the raw data for the life of the run (`yambda_data.hold_store`, `hold_data`),
+    and each loader process checks it opened that store. A row that the preprocessing
+    refuses, or a model too large for the data's tables, or a store or dataset that another
+    run holds and this one would rewrite, is a RunRefused: the run folder then holds no run,
+    and the corrected command runs there."""
     config = run.config
 
     def prepare() -> Path:
-        # Held for the life of the run: another process's build into it is refused.
-        yambda_data.hold_store(out / "prepared" / STORE_DIR)
+        # Held for the life of the run: another process's synthesis, download or build into
+        # them is refused.
+        yambda_data.hold_store(out / "prepared" / STORE_DIR, progress=say)
         try:
             if config.data is None:
-                yambda_data.synthesize_cached(root, config.synth_config(), progress=say)
+                yambda_data.synthesize_cached(root, config.synth_config(), say, hold=True)
+            else:
+                yambda_data.hold_data(root, progress=say)
             return yambda_data.prepare_store(
                 root, config.size, out / "prepared", min_history=config.min_history, progress=say
             ).path
-        except (yambda_data.SchemaError, yambda_data.InputFileError, StoreInUse) as error:
+        except (
+            yambda_data.SchemaError,
+            yambda_data.InputFileError,
+            yambda_data.DataInUse,
+            StoreInUse,
+        ) as error:
             raise RunRefused(str(error)) from None
 
     store = yambda_data.SampleStore.open(_agree(ctx, prepare))

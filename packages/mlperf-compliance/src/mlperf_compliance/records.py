@@ -78,6 +78,10 @@ def _check_tree(record: Any) -> None:
             raise _RecordRefused("the record holds an integer too large for a float")
 
 
+# The twin of storage_workloads._reading.parse_json_text (finite numbers, bounded depth):
+# the two packages share only dlrmv4-cli, the command lines' error convention, and their
+# bounds differ (a record's 32 levels and float-sized integers for the official checker, a
+# results file's 64 levels), so each keeps its own.
 def _decode(body: str) -> Any:
     """``json.loads`` of one record, refusing what parses but means nothing: NaN and
     Infinity, numbers that overflow a float, a key given twice, nesting past

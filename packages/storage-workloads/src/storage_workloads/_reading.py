@@ -8,6 +8,8 @@ import os
 import stat
 from typing import Any
 
+import yaml
+
 
 def not_utf8(exc: UnicodeDecodeError) -> str:
     """``not UTF-8 text (byte 0xff at offset 24)``: the first byte that is not, and where."""
@@ -85,7 +87,12 @@ def load_json_file(path: str | os.PathLike[str], limit: int = MAX_RESULT_BYTES) 
     Raises :class:`UnusableFile` for malformed JSON, NaN or Infinity (``1e400`` included),
     nesting past :data:`MAX_RESULT_DEPTH` and integers of more digits than Python converts;
     ``OSError`` as ``open``."""
-    text = read_bounded_text(path, limit)
+    return parse_json_text(read_bounded_text(path, limit))
+
+
+# The twin of mlperf_compliance.records._decode (see there why each package keeps its own).
+def parse_json_text(text: str) -> Any:
+    """The JSON data of ``text``, refused as :func:`load_json_file` refuses it."""
     try:
         data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite)
     except json.JSONDecodeError as exc:
@@ -98,3 +105,56 @@ def load_json_file(path: str | os.PathLike[str], limit: int = MAX_RESULT_BYTES) 
         raise UnusableFile(" ".join(str(exc).split())) from None
     _check_depth(data)
     return data
+
+
+MAX_YAML_VALUES = 100_000
+"""The most values a YAML parameters or config file may hold with every alias expanded: such
+a file holds a few hundred, and a few hundred bytes of nested aliases ("billion laughs")
+expand to 10^9."""
+
+
+def parse_yaml_text(text: str) -> Any:
+    """The YAML data of ``text`` (PyYAML's safe loader). Raises :class:`UnusableFile` for a
+    document nested past :data:`MAX_RESULT_DEPTH` levels, one whose aliases expand past
+    :data:`MAX_YAML_VALUES` values or that contains itself through an alias, both found on
+    the composed nodes, where an alias is the node it names (so each is measured once), before
+    anything is built; ``yaml.YAMLError`` for malformed YAML."""
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is None:
+        return None
+    measured: dict[int, tuple[int, int] | None] = {}
+
+    def measure(node: Any, depth: int) -> tuple[int, int]:
+        """The values under ``node`` and its height, aliases expanded."""
+        if depth > MAX_RESULT_DEPTH:
+            raise UnusableFile(f"nested deeper than {MAX_RESULT_DEPTH} levels")
+        key = id(node)
+        if key in measured:
+            known = measured[key]
+            if known is None:
+                raise UnusableFile("an alias contains the node it names")
+            if depth + known[1] > MAX_RESULT_DEPTH:
+                raise UnusableFile(f"nested deeper than {MAX_RESULT_DEPTH} levels")
+            return known
+        measured[key] = None
+        if isinstance(node, yaml.MappingNode):
+            children = [child for pair in node.value for child in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        else:
+            children = []
+        values, height = 1, 0
+        for child in children:
+            child_values, child_height = measure(child, depth + 1)
+            values += child_values
+            height = max(height, child_height + 1)
+            if values > MAX_YAML_VALUES:
+                raise UnusableFile(
+                    f"its aliases expand to more than {MAX_YAML_VALUES:,} values; such a "
+                    "file holds a few hundred"
+                )
+        measured[key] = (values, height)
+        return values, height
+
+    measure(root, 1)
+    return yaml.safe_load(text)

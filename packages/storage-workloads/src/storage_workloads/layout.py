@@ -43,7 +43,7 @@ from typing import Any, Final
 import yaml
 
 from storage_workloads._atomic import write_text_atomic
-from storage_workloads._reading import load_json_file, read_bounded_text
+from storage_workloads._reading import load_json_file, parse_yaml_text, read_bounded_text
 from storage_workloads.dlio import dump_yaml
 from storage_workloads.hosts import HostMemory, HostSpec
 
@@ -431,7 +431,7 @@ def is_datagen(folder: Path) -> bool:
     if (folder / "datagen.json").is_file() or read_metadata(folder).get("command") == "datagen":
         return True
     try:
-        config = yaml.safe_load(read_bounded_text(folder / HYDRA_SUBDIR / "config.yaml"))
+        config = parse_yaml_text(read_bounded_text(folder / HYDRA_SUBDIR / "config.yaml"))
     except (OSError, ValueError, yaml.YAMLError):
         return False
     return isinstance(config, Mapping) and generates_data(config)

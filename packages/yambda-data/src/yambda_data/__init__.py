@@ -9,6 +9,7 @@ Importing this package does not import torch.
 """
 
 from yambda_data._io import InputFileError, ReadError, WriteError
+from yambda_data._readers import DataInUse, hold_data
 from yambda_data.crosses import CROSS_FEATURE_NAMES, CROSS_FEATURES, CrossFeature, cross_features
 from yambda_data.dataset import (
     DLRMv4Samples,
@@ -66,6 +67,7 @@ __all__ = [
     "BatchPlan",
     "CrossFeature",
     "DLRMv4Samples",
+    "DataInUse",
     "InputFileError",
     "ItemFeatures",
     "MultiEventSummary",
@@ -90,6 +92,7 @@ __all__ = [
     "compute_vocab_sizes",
     "cross_features",
     "generate",
+    "hold_data",
     "hold_store",
     "holdout_users",
     "load_dlrmv4_samples",

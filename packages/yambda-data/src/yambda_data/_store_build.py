@@ -26,6 +26,7 @@ from yambda_data._atomic import (
 )
 from yambda_data._checksums import sha256_file, sha256_files
 from yambda_data._io import InputFileError, first_line, reading, writing
+from yambda_data._readers import writing_store
 from yambda_data._store_read import (
     ARRAY_FILES,
     MANIFEST_FILE,
@@ -35,7 +36,6 @@ from yambda_data._store_read import (
     SampleStore,
     StoreError,
 )
-from yambda_data._store_readers import check_no_readers
 from yambda_data.preprocess import (
     CHECKSUMS_FILE,
     ITEM_POPULARITY_FILE,
@@ -237,26 +237,26 @@ def build_store(
         check_replaceable(
             out, MANIFEST_FILE, "a sample store", _written_by_build_store, "build_store"
         )
-        check_no_readers(out)
-        if not inputs_checked:  # the store was damaged: it is built after all
-            verify_checksums(preprocessed)
-        # Under the lock no other builder runs: leftovers are from one that died.
-        for stale in out.parent.glob(f".{out.name}.tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        with writing(out.parent, out):
-            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-        try:
-            umask = os.umask(0)
-            os.umask(umask)
-            with writing(tmp, out):
-                tmp.chmod(0o777 & ~umask)
-            _build(preprocessed, raw_root, tmp, settings, fingerprint, say, out)
-            with writing(tmp, out):
-                fsync_tree(tmp)
-                replace_dir(tmp, out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        with writing_store(out):  # refused while another process's run reads it
+            if not inputs_checked:  # the store was damaged: it is built after all
+                verify_checksums(preprocessed)
+            # Under the lock no other builder runs: leftovers are from one that died.
+            for stale in out.parent.glob(f".{out.name}.tmp-*"):
+                shutil.rmtree(stale, ignore_errors=True)
+            with writing(out.parent, out):
+                tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+            try:
+                umask = os.umask(0)
+                os.umask(umask)
+                with writing(tmp, out):
+                    tmp.chmod(0o777 & ~umask)
+                _build(preprocessed, raw_root, tmp, settings, fingerprint, say, out)
+                with writing(tmp, out):
+                    fsync_tree(tmp)
+                    replace_dir(tmp, out)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
     return SampleStore.open(out)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from yambda_data._atomic import atomic_path, exclusive_lock
 from yambda_data._checksums import checksum_problem, file_checksums
 from yambda_data._io import writing
+from yambda_data._readers import hold_data
 from yambda_data._synth_config import SynthConfig, SynthPaths
 from yambda_data._synth_write import (
     SYNTHESIS_LOCK,
@@ -24,7 +25,11 @@ complete, their size and sha256 (``{"config": {...}, "files": {name: {"bytes", "
 
 
 def synthesize_cached(
-    root: str | Path, config: SynthConfig, progress: Callable[[str], None] | None = None
+    root: str | Path,
+    config: SynthConfig,
+    progress: Callable[[str], None] | None = None,
+    *,
+    hold: bool = False,
 ) -> SynthPaths:
     """The dataset of ``config`` under ``root``, made once and checked at every reuse: a cache
     that many runs (and ranks) share.
@@ -36,7 +41,10 @@ def synthesize_cached(
     that differs), and writes the record last, atomically. Files in ``root`` without a record
     were not made here and are never replaced (ValueError naming one); a synthesis claims
     ``root`` by writing a record without checksums first, so that files a killed synthesis
-    left are replaced next time."""
+    left are replaced next time. With ``hold``, this process holds the dataset for reading
+    from then on (:func:`~yambda_data.hold_data`, taken under the lock, before the cache is
+    checked, so that what it checked is what it holds); a synthesis into a root that another
+    process holds is refused (DataInUse naming that process)."""
     root = Path(root)
     check_synthesis_root(root, config)
     paths = SynthPaths.of(root, config)
@@ -53,6 +61,8 @@ def synthesize_cached(
             for leftover in leftovers:
                 say(f"removing {leftover} (left by a synthesis that was killed)")
             remove_leftovers(leftovers)
+        if hold:
+            hold_data(root, say)
         why = _cache_problem(record, config, paths)
         if why is None:
             say(f"{root}: synthetic data up to date")

@@ -11,6 +11,7 @@ import polars as pl
 
 from yambda_data._atomic import atomic_path, atomic_paths, exclusive_lock
 from yambda_data._io import writing
+from yambda_data._readers import writing_data
 from yambda_data._synth_config import SynthConfig, SynthPaths
 from yambda_data._synth_generate import (
     _USERS_PER_BLOCK,
@@ -74,14 +75,16 @@ def synthesize(
     Existing files are replaced, nothing else: a target that exists and is not a file, or
     whose folder cannot be created, is refused (ValueError naming it) before anything is
     generated. Syntheses into one root take turns (:data:`SYNTHESIS_LOCK`), and each first
-    removes the temporary files that a killed one left there."""
+    removes the temporary files that a killed one left there. A root that another process's
+    run reads (:func:`~yambda_data.hold_data`) is refused (DataInUse naming that process)
+    before anything is written or removed."""
     cfg = config or SynthConfig()
     root = Path(out_dir)
     paths = SynthPaths.of(root, cfg)
     paths.check_writable()
     with writing(root):
         root.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(root / SYNTHESIS_LOCK):
+    with exclusive_lock(root / SYNTHESIS_LOCK), writing_data(root, "a synthesis"):
         remove_leftovers(killed_synthesis_leftovers(paths.files))
         _write(paths, cfg, stream)
     return paths

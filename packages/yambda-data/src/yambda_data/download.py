@@ -28,6 +28,7 @@ from pathlib import Path
 
 from yambda_data._atomic import atomic_path
 from yambda_data._io import first_line, reading, writing
+from yambda_data._readers import DATA_READERS_FILE, writing_data
 from yambda_data.schema import mapping_path, multi_event_path, read_mapping, read_multi_event
 
 __all__ = [
@@ -169,7 +170,9 @@ def download(
     """Fetch the files of ``size`` into ``dest`` and check their schema; returns their paths.
 
     ``source`` copies from a local directory in the dataset's layout instead of the Hub;
-    ``endpoint`` overrides the Hub address (a mirror).
+    ``endpoint`` overrides the Hub address (a mirror). A ``dest`` that another process's run
+    reads (:func:`~yambda_data.hold_data`) is refused (DataInUse naming that process) before
+    anything is fetched.
     """
     names = dataset_files(size, embeddings=embeddings)
     dest = Path(dest)
@@ -179,10 +182,15 @@ def download(
         _check_source(Path(source), size, names)
     fetch = _copy_from(Path(source)) if source is not None else _from_hub(revision, endpoint)
     made = _missing_folders(dest, names)
+    with writing(dest):
+        dest.mkdir(parents=True, exist_ok=True)
     try:
-        for name in names:
-            fetch(name, dest)
+        with writing_data(dest, "a download"):  # refused while a run reads dest
+            for name in names:
+                fetch(name, dest)
     except BaseException:
+        if dest in made:
+            (dest / DATA_READERS_FILE).unlink(missing_ok=True)
         _remove_what_is_empty(made, dest / _HUB_CACHE)
         raise
     # Column names and dtypes come from the files' metadata: cheap even for 5b.

@@ -18,6 +18,7 @@ import functools
 import multiprocessing
 import multiprocessing.context
 import os
+import re
 import signal
 import sys
 import traceback
@@ -36,6 +37,20 @@ from yambda_data.store import SampleStore, StoreError
 from yambda_data.streaming import BatchPlan
 
 __all__ = ["StoreBatches", "make_loader"]
+
+
+class _NotTheVerifiedStore(StoreError):
+    """A worker opened another store than the one its caller verified. The DataLoader raises
+    it again in the calling process, built from "Caught ... in DataLoader worker process N",
+    the worker's whole traceback and then its line: that comes back to this one line, which
+    says which worker found it."""
+
+    def __init__(self, message: str) -> None:
+        worker = re.match(r"Caught \w+ in (DataLoader worker process \d+)\.\n", message)
+        if worker is not None:
+            last = message.rstrip().rsplit("\n", 1)[-1]
+            message = f"{last.split(': ', 1)[-1]} ({worker.group(1)})"
+        super().__init__(message)
 
 
 class StoreBatches(IterableDataset):
@@ -66,7 +81,7 @@ class StoreBatches(IterableDataset):
             store = SampleStore.open(self.store_path)
             found = store.manifest.get("fingerprint")
             if self.fingerprint is not None and found != self.fingerprint:
-                raise StoreError(
+                raise _NotTheVerifiedStore(
                     f"{self.store_path}: not the store this run verified (built again from "
                     "other inputs or settings since it started); start the run again"
                 )
@@ -136,6 +151,41 @@ def _start_worker(worker_id: int, parent: int) -> None:
 
 _PR_SET_PDEATHSIG = 1
 
+_FILES_PER_BATCH = 16
+"""Open files that one batch in flight between a worker and the calling process may take:
+torch passes each of its tensors (two KeyedJaggedTensors' values, lengths and offsets, and
+the labels) as a descriptor that both the sending and the receiving process hold, with a
+margin."""
+_FILES_MARGIN = 32
+"""Open files the calling process needs beside its loaders' (a checkpoint, a log)."""
+
+
+def _check_open_files(num_workers: int, prefetch_factor: int) -> None:
+    """Make room for the open files of ``num_workers`` workers with ``prefetch_factor``
+    batches in flight each: the soft limit is raised towards the hard one where it is too
+    low, and where even the hard one is, ValueError naming the limit (past it, torch fails
+    in its own threads, with a traceback from each of them and none from the loader)."""
+    import dlrmv4_cli
+
+    try:
+        open_now = len(os.listdir("/proc/self/fd"))
+    except OSError:  # not Linux: nothing counts them
+        return
+    import resource
+
+    need = open_now + num_workers * prefetch_factor * _FILES_PER_BATCH + _FILES_MARGIN
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or need <= soft:
+        return
+    if hard == resource.RLIM_INFINITY or need <= hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        return
+    raise ValueError(
+        f"num_workers: {num_workers} loader worker(s) with {prefetch_factor} batches in "
+        f"flight each need about {need:,} open files ({open_now:,} open now); "
+        f"{dlrmv4_cli.open_files_limit()}, or use fewer workers (0: none)"
+    )
+
 
 def make_loader(
     store_path: str | Path,
@@ -161,11 +211,16 @@ def make_loader(
     its place. The workers still stop when the loader shuts down, when the calling process
     exits (it terminates them) or, on Linux, when it dies, even by SIGKILL (the kernel kills
     them: `PR_SET_PDEATHSIG`; elsewhere the DataLoader's watchdog, within seconds).
+
+    Workers pass batches as open files: where the limit on open files is too low for them,
+    it is raised towards its hard limit, and where that is too low, ValueError naming it.
     """
     if num_workers < 0:
         raise ValueError(f"num_workers: must be >= 0, got {num_workers}")
     if prefetch_factor < 1:
         raise ValueError(f"prefetch_factor: must be >= 1, got {prefetch_factor}")
+    if num_workers > 0:
+        _check_open_files(num_workers, prefetch_factor)
     dataset = StoreBatches(store_path, config, plan, crosses, fingerprint)
     if pin_memory is None:
         pin_memory = torch.cuda.is_available()

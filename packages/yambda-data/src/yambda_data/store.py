@@ -59,6 +59,7 @@ Integrity and concurrency:
 * Memory: one preprocess partition at a time, plus the item feature tables.
 """
 
+from yambda_data._readers import StoreInUse, hold_store, writing_store
 from yambda_data._store_build import build_store
 from yambda_data._store_build import check_store_out as check_store_out
 from yambda_data._store_read import (
@@ -70,7 +71,6 @@ from yambda_data._store_read import (
     SampleStore,
     StoreError,
 )
-from yambda_data._store_readers import StoreInUse, check_no_readers, hold_store
 
 __all__ = [
     "ARRAY_FILES",
@@ -82,6 +82,6 @@ __all__ = [
     "StoreError",
     "StoreInUse",
     "build_store",
-    "check_no_readers",
     "hold_store",
+    "writing_store",
 ]

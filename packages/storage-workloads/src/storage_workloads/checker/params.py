@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 from collections.abc import Mapping
@@ -11,7 +10,12 @@ from typing import Any, Final
 
 import yaml
 
-from storage_workloads._reading import UnusableFile, malformed_json, read_bounded_text
+from storage_workloads._reading import (
+    UnusableFile,
+    parse_json_text,
+    parse_yaml_text,
+    read_bounded_text,
+)
 from storage_workloads.checker.report import _invalid, _same, flatten
 from storage_workloads.rules import CLOSED_PARAMETERS, DIVISIONS, OPEN_PARAMETERS, Issue
 
@@ -58,9 +62,9 @@ def _load_mapping(path: Path, issues: list[Issue]) -> dict[str, Any] | None:
         issues.append(_invalid(str(path), f"cannot read it: {exc}", "readable"))
         return None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        issues.append(_invalid(str(path), malformed_json(exc), "parse"))
+        data = parse_json_text(text) if path.suffix == ".json" else parse_yaml_text(text)
+    except UnusableFile as exc:
+        issues.append(_invalid(str(path), f"cannot parse it: {exc}", "parse"))
         return None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
