@@ -235,9 +235,15 @@ def parsed() -> dict[str, Parsed]:
     return {name: Parsed.of(build()) for name, build in COMMANDS.items()}
 
 
+PACKAGE_OPTIONS = {"--package", "--with", "--from"}
+"""uv's options whose value names a package, which may share its name with a command."""
+
+
 def invocation(command: list[str], page: Path) -> tuple[str | Path, list[str]] | None:
     """The repository command that `command` calls, and the words after it."""
     for i, word in enumerate(command):
+        if i and command[i - 1] in PACKAGE_OPTIONS:
+            continue  # `uv run --package hstu-model python ...` runs python, not hstu-model
         if word == "train.py" or script_path(word, page) == TRAIN:
             return "tools/train.py", command[i + 1 :]
         if word in COMMANDS:

@@ -393,7 +393,10 @@ def test_the_dense_steps_triton_launches_compile_for_the_gpus(arch):
         capture_output=True,
         text=True,
         timeout=600,
-        env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
+        # The fused addmm instead of cuBLAS: a GPU's cuBLAS call would run here on the CPU at
+        # the yambda-5b shape (minutes of matmuls), where a recorded Triton launch costs nothing.
+        env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        | {"HSTU_OPS_ADDMM": "fused"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
     found = json.loads(result.stdout.splitlines()[-1])
