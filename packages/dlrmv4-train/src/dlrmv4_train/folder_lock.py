@@ -15,16 +15,14 @@ questions about the locks this process holds from memory (`_HELD`).
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import os
 import socket
-import struct
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from dlrmv4_cli.record_locks import blocking_pid, try_lock
 
 __all__ = ["LOCK_FILE", "FolderInUse", "FolderLock", "ensure_free", "holder", "lock_folder"]
 
@@ -66,33 +64,8 @@ def _key(folder: Path) -> tuple[int, int]:
     return stat.st_dev, stat.st_ino
 
 
-def _try_lock(fd: int) -> bool:
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as error:
-        if error.errno in (errno.EACCES, errno.EAGAIN):
-            return False
-        raise
-    return True
-
-
-_FLOCK = "hhqqi"
-"""Linux's `struct flock` (l_type, l_whence, l_start, l_len, l_pid), as F_GETLK fills it."""
-
-
-def _blocking_pid(fd: int) -> int | None:
-    """The pid of the process whose lock on the file of `fd` blocks a whole-file write lock,
-    as the kernel knows it (None: no lock blocks it, or a platform whose `struct flock` this
-    module does not lay out)."""
-    if sys.platform != "linux":
-        return None
-    query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
-    lock_type, _, _, _, pid = struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, query))
-    return None if lock_type == fcntl.F_UNLCK else pid
-
-
 def _describe_holder(lock_file: Path, fd: int) -> str:
-    pid = _blocking_pid(fd)
+    pid = blocking_pid(fd)
     try:
         record = json.loads(lock_file.read_text())
         local = record["host"] == socket.gethostname()
@@ -119,7 +92,7 @@ def lock_folder(folder: str | os.PathLike[str], what: str) -> FolderLock:
     lock_file = folder / LOCK_FILE
     fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        if not _try_lock(fd):
+        if not try_lock(fd):
             raise FolderInUse(_in_use(what, folder, _describe_holder(lock_file, fd)))
         since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since})
@@ -157,7 +130,7 @@ def holder(folder: str | os.PathLike[str]) -> str | None:
     except OSError:
         return None
     try:
-        if _try_lock(fd):
+        if try_lock(fd):
             return None  # free: closing the descriptor below drops the probe's lock
         return _describe_holder(lock_file, fd)
     finally:

@@ -20,11 +20,10 @@ import contextlib
 import errno
 import fcntl
 import os
-import struct
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from dlrmv4_cli.record_locks import blocking_pid, try_lock
 from yambda_data._store_read import StoreError
 
 
@@ -64,7 +63,7 @@ def _hold(path: Path, what: str, progress: Callable[[str], None] | None) -> None
         except FileNotFoundError:
             return
     try:
-        if not _try_lock(fd, fcntl.LOCK_SH):
+        if not try_lock(fd, fcntl.LOCK_SH):
             if progress is not None:
                 progress(f"waiting for {_holder(fd)}, which is writing {what}")
             fcntl.lockf(fd, fcntl.LOCK_SH)
@@ -74,31 +73,10 @@ def _hold(path: Path, what: str, progress: Callable[[str], None] | None) -> None
     _HELD[key] = fd
 
 
-# The twin of dlrmv4_train.folder_lock's record-lock probe: that module is imported before
-# yambda_data (and polars) are, so the two keep a copy each.
-def _try_lock(fd: int, kind: int) -> bool:
-    try:
-        fcntl.lockf(fd, kind | fcntl.LOCK_NB)
-    except OSError as error:
-        if error.errno in (errno.EACCES, errno.EAGAIN):
-            return False
-        raise
-    return True
-
-
-_FLOCK = "hhqqi"
-"""Linux's `struct flock` (l_type, l_whence, l_start, l_len, l_pid), as F_GETLK fills it."""
-
-
 def _holder(fd: int) -> str:
-    """The process whose lock on the file of ``fd`` blocks an exclusive one, as the kernel
-    names it (F_GETLK, which never reports this process's own locks)."""
-    if sys.platform == "linux":
-        query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
-        kind, _, _, _, pid = struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, query))
-        if kind != fcntl.F_UNLCK:
-            return f"process {pid}"
-    return "another process"
+    """The process whose lock on the file of ``fd`` blocks an exclusive one."""
+    pid = blocking_pid(fd)
+    return "another process" if pid is None else f"process {pid}"
 
 
 @contextlib.contextmanager
@@ -106,7 +84,7 @@ def _writing(path: Path, refusal: Callable[[str], Exception]) -> Iterator[None]:
     held = _HELD.get(str(path.resolve())) if path.exists() else None
     fd = held if held is not None else os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        if not _try_lock(fd, fcntl.LOCK_EX):
+        if not try_lock(fd, fcntl.LOCK_EX):
             raise refusal(_holder(fd))
         yield
     finally:
