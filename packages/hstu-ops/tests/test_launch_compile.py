@@ -9,6 +9,8 @@ launch recorded there must compile for the target within its shared memory. No G
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -133,3 +135,37 @@ def test_problems_are_the_same_in_launch_order_with_one_or_two_compiling_process
         "block_copy {'BLOCK': 64",
     ]
     assert f"launch options ['no_such_option'] unknown to {gpu_target.arch}" in serial[2]
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("deaths", ["once", "always"])
+def test_a_compiling_process_that_dies_costs_only_its_launch(
+    gpu_target, monkeypatch, tmp_path, deaths
+):
+    """A killed child (the OOM killer, a compiler crash) breaks the whole pool; the launches
+    it took with it compile again one process each, and one that kills its compiler every time
+    is that launch's problem, named with the signal."""
+    import signal
+
+    kernel, x = _block_copy_kernel(), torch.empty(64)
+    recorder = LaunchRecorder()
+    for block in (64, 32, 48, 16):
+        recorder.run(kernel, x, 40, BLOCK=block, grid=(1,), warmup=False)
+    compile = type(gpu_target).compile
+    died = tmp_path / "died"
+
+    def compile_or_die(self, kernel, constants, *args, **kwargs):
+        if constants.get("BLOCK") == 32 and (deaths == "always" or not died.exists()):
+            died.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return compile(self, kernel, constants, *args, **kwargs)
+
+    monkeypatch.setattr(type(gpu_target), "compile", compile_or_die)
+    with pytest.warns(RuntimeWarning, match="ended abruptly"):
+        problems = compile_problems(recorder, gpu_target, jobs=2)
+    lines = [line.split("}", 1)[0] for line in problems]
+    if deaths == "once":
+        assert lines == ["block_copy {'BLOCK': 48"], problems
+    else:
+        assert lines == ["block_copy {'BLOCK': 32", "block_copy {'BLOCK': 48"], problems
+        assert problems[0].endswith("its compiling process ended with signal SIGKILL")

@@ -31,6 +31,7 @@ import importlib
 import multiprocessing
 import os
 import pkgutil
+import signal
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -364,6 +365,55 @@ def _compile_all(
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
             with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
-                return list(pool.map(_compile_one, range(len(launches))))
+                futures = [pool.submit(_compile_one, i) for i in range(len(launches))]
+                concurrent.futures.wait(futures)
+            outcomes: list[_Outcome | None] = []
+            for future in futures:
+                try:
+                    outcomes.append(future.result())
+                except concurrent.futures.process.BrokenProcessPool:
+                    outcomes.append(None)
+            # A dead child (the kernel's OOM killer, a compiler crash) takes every launch still
+            # in the pool with it. Those compile again, each in a process of its own, so that
+            # a launch that kills its compiler is named and the others still get their verdict.
+            lost = [i for i, outcome in enumerate(outcomes) if outcome is None]
+            if lost:
+                warnings.warn(
+                    f"a process compiling for {target.arch} ended abruptly; "
+                    f"{len(lost)} launches compile again, one process each",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+            for i in lost:
+                outcomes[i] = _compile_alone(i, context)
+            return [outcome for outcome in outcomes if outcome is not None]
     finally:
         _forked_work = None
+
+
+def _compile_alone(index: int, context: Any) -> _Outcome:
+    """:func:`_compile_one` in a forked process of its own; its death is the launch's error."""
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_send_compiled, args=(index, sender), daemon=True)
+    child.start()
+    sender.close()
+    try:
+        outcome = receiver.recv()
+    except EOFError:
+        outcome = None
+    finally:
+        receiver.close()
+        child.join()
+    if outcome is not None:
+        return outcome
+    status = child.exitcode or 0
+    how = f"status {status}"
+    if status < 0:
+        with contextlib.suppress(ValueError):
+            how = f"signal {signal.Signals(-status).name}"
+    return 0, f"its compiling process ended with {how}", None
+
+
+def _send_compiled(index: int, sender: Any) -> None:
+    sender.send(_compile_one(index))
+    sender.close()
