@@ -169,3 +169,43 @@ def test_a_compiling_process_that_dies_costs_only_its_launch(
     else:
         assert lines == ["block_copy {'BLOCK': 32", "block_copy {'BLOCK': 48"], problems
         assert problems[0].endswith("its compiling process ended with signal SIGKILL")
+
+
+class _DiesOutsideItsProcess:
+    """Garbage whose finalizer, run in any process but the one that made it, ends that
+    process, as a torch.distributed process group's destructor hangs or crashes there."""
+
+    def __init__(self, ran_in: list[int]):
+        self.pid, self.ran_in, self.cycle = os.getpid(), ran_in, self
+
+    def __del__(self):
+        if os.getpid() != self.pid:
+            os._exit(7)
+        self.ran_in.append(os.getpid())
+
+
+@pytest.mark.triton
+def test_the_parents_garbage_is_not_collected_in_a_compiling_process(gpu_target, monkeypatch):
+    import gc
+
+    kernel, x = _block_copy_kernel(), torch.empty(64)
+    recorder = LaunchRecorder()
+    for block in (64, 32, 16, 128):
+        recorder.run(kernel, x, 40, BLOCK=block, grid=(1,), warmup=False)
+    compile = type(gpu_target).compile
+
+    def collect_then_compile(self, *args, **kwargs):
+        gc.collect()  # what the compiler's allocations set off in a child sooner or later
+        return compile(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(gpu_target), "compile", collect_then_compile)
+    ran_in: list[int] = []
+    gc.collect()
+    gc.disable()  # nothing collects the garbage before the call, as with a test's dropped group
+    try:
+        _DiesOutsideItsProcess(ran_in)
+        problems = compile_problems(recorder, gpu_target, jobs=2)
+    finally:
+        gc.enable()
+    assert problems == []
+    assert ran_in == [os.getpid()]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import gc
 import importlib
 import multiprocessing
 import os
@@ -362,7 +363,7 @@ def _compile_all(
         # fork, not spawn: the children inherit the kernels and the test's module state as
         # they are. A child only runs Triton's compiler, never torch's thread pools.
         context = multiprocessing.get_context("fork")
-        with warnings.catch_warnings():
+        with _heap_frozen(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
             with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
                 futures = [pool.submit(_compile_one, i) for i in range(len(launches))]
@@ -389,6 +390,21 @@ def _compile_all(
             return [outcome for outcome in outcomes if outcome is not None]
     finally:
         _forked_work = None
+
+
+@contextlib.contextmanager
+def _heap_frozen() -> Iterator[None]:
+    """Inside, the objects that exist now are out of the garbage collector's reach, here and in
+    the processes forked here. Garbage the parent holds (a torch.distributed process group that
+    a test dropped, say) would otherwise be collected in a child, whose destructor then waits
+    on threads only the parent has (a hang) or crashes it; it is collected first, here, where
+    those threads are."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _compile_alone(index: int, context: Any) -> _Outcome:
