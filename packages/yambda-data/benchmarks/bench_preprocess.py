@@ -30,7 +30,10 @@ repeat an earlier row in every column, as real logs hold some); cached under ``-
 A project run is the ``yambda-data preprocess`` command (:func:`yambda_data.cli.run`, as the
 installed script runs it) in its child. Every project run also reports the seconds of each
 phase of ``preprocess`` (:data:`PHASES`; a table after the main one), so that a slower run
-names the phase that slowed.
+names the phase that slowed. With ``--count-cost PAIRS`` each preprocess case also runs in
+alternated pairs with the repeated-row count and with it replaced by a count of none: what it
+adds to the run's wall and CPU time, which its own time in the phase table overstates (polars'
+writer threads share the cores with it).
 
 With ``--layout`` each input is first rewritten (once, cached under ``--work``) in each layout
 given as ``EVENT_TYPE[:ROW_GROUP_ROWS[:ORDER]]``: ``event_type`` stored as ``enum``,
@@ -65,6 +68,9 @@ Run from the repository root::
     uv run python packages/yambda-data/benchmarks/bench_preprocess.py --shaped 16000 \\
         --same-stamp 0.35 --repeated 0.005 0.01 0.05 --partitions default --no-validate \\
         --repeat 2 --work /tmp/yambda-bench --reference ../training
+    uv run python packages/yambda-data/benchmarks/bench_preprocess.py --shaped 16000 \\
+        --same-stamp 0.35 --repeated 0.005 0.05 --partitions default --no-validate \\
+        --work /tmp/yambda-bench --count-cost 3
     uv run python packages/yambda-data/benchmarks/bench_preprocess.py 40000 --median 500 \\
         --partitions default --no-validate --repeat 2 --work /tmp/yambda-bench \\
         --reference ../training --layout enum:50000 dictionary:50000 string:50000 \\
@@ -127,6 +133,8 @@ _PREPROCESS_PHASES = (
     "import atexit, json, sys, threading, time\n"
     "import yambda_data.preprocess as prep\n"
     "phases = json.loads(sys.argv[5])\n"
+    "if sys.argv[6] == 'without-count':  # what the run costs without it; outputs otherwise alike\n"
+    "    prep._repeated_rows = lambda part, user_start: 0\n"
     "spent = dict.fromkeys(phases.values(), 0.0)\n"
     "cpu = dict.fromkeys(phases.values(), 0.0)\n"
     "on_main = [0.0]\n"
@@ -269,6 +277,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--repeat", type=int, default=1, help="runs per case; the fastest is reported"
     )
     parser.add_argument(
+        "--count-cost",
+        type=int,
+        default=0,
+        metavar="PAIRS",
+        help="also run each preprocess case PAIRS times with the repeated-row count and without"
+        " it, alternated, and print what the count adds to the wall and CPU time",
+    )
+    parser.add_argument(
         "--reference",
         type=Path,
         help=(
@@ -293,6 +309,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--shaped: users must be at least 1")
     if any(not 0 <= share < 1 for share in args.same_stamp):
         parser.error("--same-stamp: each share must be in [0, 1)")
+    if args.count_cost < 0:
+        parser.error("--count-cost: PAIRS must be at least 0")
     if any(not 0 <= share < 1 for share in args.repeated):
         parser.error("--repeated: each share must be in [0, 1)")
     for root in args.raw:
@@ -537,13 +555,17 @@ def run_reference(work: Path, raw: Path, module_dir: Path) -> tuple[_common.Chil
         shutil.rmtree(out, ignore_errors=True)
 
 
-def run_project(work: Path, raw: Path, partitions: str) -> tuple[_common.ChildResult, dict]:
+def run_project(
+    work: Path, raw: Path, partitions: str, *, count: bool = True
+) -> tuple[_common.ChildResult, dict]:
     """One project preprocess run of ``raw`` in a child; (result, its split metadata with the
-    output's file checksums under ``"files"``)."""
+    output's file checksums under ``"files"``). ``count`` False: the repeated-row count
+    replaced by a count of none."""
     out = work / f"bench-preprocess-out-{raw.name}"
     shutil.rmtree(out, ignore_errors=True)
     try:
         args = [str(raw), _common.SIZE, str(out), partitions, json.dumps(PHASES)]
+        args.append("with-count" if count else "without-count")
         result = _common.run_code(_PREPROCESS_PHASES, args, capture=True)
         meta = json.loads((out / "split_meta.json").read_text())
         meta["files"] = json.loads((out / CHECKSUMS_FILE).read_text())["files"]
@@ -594,6 +616,27 @@ def paired_ratios(project: list[_common.ChildResult], reference: list[_common.Ch
     return (
         f"events/s, project / reference, per alternated pair: {shown}; "
         f"median {statistics.median(ratios):.2f}x"
+    )
+
+
+def count_cost(work: Path, raw: Path, parts: str, pairs: int) -> str:
+    """One line: what the repeated-row count adds to a project run's wall and CPU time, from
+    ``pairs`` alternated pairs of runs with it and with it replaced by a count of none (the
+    pair's order alternating too), as the median of the pairs' differences. It is the figure
+    the count's own time overstates: while it runs, polars' writer threads wait for a core."""
+    with_count, without = [], []
+    for pair in range(pairs):
+        for count in (True, False) if pair % 2 == 0 else (False, True):
+            (with_count if count else without).append(run_project(work, raw, parts, count=count)[0])
+    wall = [(w.wall_s - o.wall_s) / w.wall_s for w, o in zip(with_count, without, strict=True)]
+    cpu = [(w.cpu_s - o.cpu_s) / w.cpu_s for w, o in zip(with_count, without, strict=True)]
+    shown = ", ".join(f"{100 * x:.1f}%" for x in sorted(wall))
+    return (
+        f"the repeated-row count's cost, {pairs} alternated pairs with it and without: "
+        f"{100 * statistics.median(wall):.1f}% of the wall time (pairs {shown}), "
+        f"{100 * statistics.median(cpu):.1f}% of the CPU time; wall "
+        f"{statistics.median(w.wall_s for w in with_count):.2f} s with, "
+        f"{statistics.median(o.wall_s for o in without):.2f} s without"
     )
 
 
@@ -664,6 +707,10 @@ def main(argv: list[str] | None = None) -> None:
                         outputs[layout] = files
                 if len(outputs) > 1:
                     print(f"{label}, {shown} partitions: {layouts_agreement(outputs)}")
+                if args.count_cost and parts is not None:
+                    for layout, source in inputs.items():
+                        cost = count_cost(work, source, parts, args.count_cost)
+                        print(f"{label}, {layout}, {shown} partitions: {cost}")
     print_table(table)
 
 

@@ -22,7 +22,7 @@ def test_a_raw_input_is_preprocessed_in_each_layout_with_identical_outputs(tmp_p
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--raw", str(raw), "--layout", "synth",
          "dictionary:700:unsorted", "--partitions", "3", "--no-validate",
-         "--work", str(tmp_path / "work")],
+         "--work", str(tmp_path / "work"), "--count-cost", "1"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
@@ -32,6 +32,13 @@ def test_a_raw_input_is_preprocessed_in_each_layout_with_identical_outputs(tmp_p
     )
     assert [layout for _, layout in rows] == ["synth", "dictionary:700:unsorted"], result.stdout
     assert events.read_bytes() == before  # the input is read, never rewritten in place
+    costs = re.findall(
+        r"^other-writer, (\S+), 3 partitions: the repeated-row count's cost, 1 alternated pairs "
+        r"with it and without: -?[\d.]+% of the wall time",
+        result.stdout,
+        re.M,
+    )
+    assert costs == ["synth", "dictionary:700:unsorted"], result.stdout
 
 
 def test_a_missing_raw_input_is_refused_in_one_line(tmp_path):
