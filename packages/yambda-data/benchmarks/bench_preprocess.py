@@ -32,8 +32,8 @@ installed script runs it) in its child. Every project run also reports the secon
 phase of ``preprocess`` (:data:`PHASES`; a table after the main one), so that a slower run
 names the phase that slowed. With ``--count-cost PAIRS`` each preprocess case also runs in
 alternated pairs with the repeated-row count and with it replaced by a count of none: what it
-adds to the run's wall and CPU time, which its own time in the phase table overstates (polars'
-writer threads share the cores with it).
+adds to the run's wall and CPU time. Its own time in the phase table is not that: it shares the
+cores with polars' writer threads, which it slows as they slow it.
 
 With ``--layout`` each input is first rewritten (once, cached under ``--work``) in each layout
 given as ``EVENT_TYPE[:ROW_GROUP_ROWS[:ORDER]]``: ``event_type`` stored as ``enum``,
@@ -622,8 +622,8 @@ def paired_ratios(project: list[_common.ChildResult], reference: list[_common.Ch
 def count_cost(work: Path, raw: Path, parts: str, pairs: int) -> str:
     """One line: what the repeated-row count adds to a project run's wall and CPU time, from
     ``pairs`` alternated pairs of runs with it and with it replaced by a count of none (the
-    pair's order alternating too), as the median of the pairs' differences. It is the figure
-    the count's own time overstates: while it runs, polars' writer threads wait for a core."""
+    pair's order alternating too), as the median of the pairs' differences: the count's own
+    time leaves out what it takes from polars' writer threads, which share the cores with it."""
     with_count, without = [], []
     for pair in range(pairs):
         for count in (True, False) if pair % 2 == 0 else (False, True):
