@@ -1,9 +1,12 @@
-"""What every test of the workspace must leave as it found it.
+"""The signals every test of the workspace starts with, and must leave as it found them.
 
-Signals: a child process inherits the signals its parent ignores or blocks, so a test that
-leaves SIGINT ignored in a test process makes every later test there that interrupts a child
-hang or pass for the wrong reason, whichever test file comes next. Each test's signal
-dispositions and mask are compared before and after it, put back, and a change fails it.
+A child process inherits the signals its parent ignores or blocks, and the commands keep an
+ignored signal ignored (as ``nohup`` asks). A suite started in the background of a script
+(``cmd &`` ignores SIGINT) or under ``nohup`` (SIGHUP) would have every child it interrupts
+ignore the signal, and its Ctrl-C tests hang: the session starts with both signals handled as
+in a terminal. A test that leaves them changed would do the same to the later tests of its
+process, whichever file comes next: each test's signal dispositions and mask are compared
+before and after it, put back, and a change fails it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,14 @@ def _signal_state() -> tuple[dict[int, object], frozenset[int], str]:
     handlers = {signum: signal.getsignal(signum) for signum in _HANDLED}
     blocked = frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, []))
     return handlers, blocked, _ignored_by_the_kernel()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before the xdist workers start, which inherit it."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 @pytest.fixture(autouse=True)
