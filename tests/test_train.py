@@ -785,6 +785,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _alive(pid: int) -> bool:
+    """Running or stopped, not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _rank_pid(launcher: int, rank: int) -> int | None:
     for pid in faults.children(launcher):
         try:
@@ -851,6 +859,17 @@ def test_a_signal_to_the_process_group_reads_as_an_interruption(signum, tmp_path
     assert not left, f"processes left: {left}"
 
 
+def _start_long_torchrun(out: Path, checkpoints: Path, stderr: Path) -> subprocess.Popen:
+    """torchrun, 2 gloo ranks with a loader worker each, of a run far longer than a test
+    waits, checkpointed every 2 steps; its stderr to `stderr`."""
+    argv = [*SHORT, "--steps", "400", "--evals", "200", "--workers", "1", "--out", str(out)]
+    argv += ["--checkpoint-dir", str(checkpoints), "--checkpoint-every", "2"]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", "2", str(ROOT / "tools" / "train.py"), *argv]
+    with open(stderr, "wb") as err:
+        return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("attempt", range(5))
 @pytest.mark.parametrize("when", ["training", "evaluating"])
@@ -859,14 +878,8 @@ def test_torchrun_rank_loss_ends_the_log_once_and_leaves_no_process(when, attemp
     the first checkpoint) or while rank 0 evaluates. torchrun then sends SIGTERM to rank 0,
     maybe while it writes its abort: every time, rank 0's log ends with exactly one run_stop
     (aborted), every process is gone, and rank 0 says why in one line."""
-    out, checkpoints = tmp_path / "run", tmp_path / "checkpoints"
-    argv = [*SHORT, "--steps", "400", "--evals", "200", "--workers", "1", "--out", str(out)]
-    argv += ["--checkpoint-dir", str(checkpoints), "--checkpoint-every", "2"]
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc-per-node", "2", str(ROOT / "tools" / "train.py"), *argv]
-    stderr = tmp_path / "torchrun.stderr"
-    with open(stderr, "wb") as err:
-        launcher = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    out, checkpoints, stderr = tmp_path / "run", tmp_path / "checkpoints", tmp_path / "stderr"
+    launcher = _start_long_torchrun(out, checkpoints, stderr)
     every = []
     try:
         deadline = time.monotonic() + 400
@@ -908,6 +921,45 @@ def test_torchrun_rank_loss_ends_the_log_once_and_leaves_no_process(when, attemp
         "train.py: rank 0 of 2: another rank stopped answering" in said
         or "train.py: rank 0 of 2: run interrupted by SIGTERM" in said
     ), said[-3000:]
+
+
+@pytest.mark.slow
+def test_a_rank_blocked_on_a_stopped_peer_still_ends_its_log_on_sigterm(tmp_path):
+    """Rank 1 stopped (SIGSTOP) while both train: its sockets stay open, so gloo sees no loss,
+    and rank 0 waits in a collective where Python cannot run a signal handler. A SIGTERM to
+    rank 0 then ends it within the watchdog's grace, its log ending with run_stop aborted and
+    its status 143, where it used to stay deaf until the launcher's SIGKILL."""
+    from dlrmv4_train.run import STOP_GRACE_SECONDS
+
+    out, checkpoints, stderr = tmp_path / "run", tmp_path / "checkpoints", tmp_path / "stderr"
+    launcher = _start_long_torchrun(out, checkpoints, stderr)
+    peer = None
+    try:
+        deadline = time.monotonic() + 400
+        while (found := ck.latest(checkpoints)) is None or found.step < 2:
+            assert launcher.poll() is None and time.monotonic() < deadline, stderr.read_text()
+            time.sleep(0.05)
+        rank0, peer = _rank_pid(launcher.pid, 0), _rank_pid(launcher.pid, 1)
+        os.kill(peer, signal.SIGSTOP)
+        time.sleep(2)  # rank 0 is in the next step's collective by now
+        began = time.monotonic()
+        os.kill(rank0, signal.SIGTERM)
+        while _alive(rank0):
+            assert time.monotonic() - began < STOP_GRACE_SECONDS + 15, stderr.read_text()
+            time.sleep(0.1)
+    finally:
+        if peer is not None:
+            os.kill(peer, signal.SIGKILL)
+        launcher.wait(timeout=120)
+    said = stderr.read_text()
+    assert (
+        "train.py: rank 0 of 2: run interrupted by SIGTERM; it was not answered within "
+        f"{STOP_GRACE_SECONDS:g} s" in said
+    ), said[-3000:]
+    assert re.search(r"rank\s*: 0 \(local_rank: 0\)\s*exitcode\s*: 143", said), said[-3000:]
+    records = read_log(out / "mlperf.log")
+    assert [r["key"] for r in records].count("run_stop") == 1
+    assert records[-1]["key"] == "run_stop" and records[-1]["metadata"]["status"] == "aborted"
 
 
 @pytest.mark.slow

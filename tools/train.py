@@ -133,7 +133,7 @@ def debugging(argv: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> dict:
     run = parse_args(argv)  # before `training.train` loads torch: --help answers at once
-    summary = training.train(run)
+    summary = training.train(run, interruption_line=interruption_line)
     if os.environ.get("RANK", "0") == "0":  # under torchrun every rank returns it
         print(json.dumps(summary), flush=True)
     return summary
@@ -153,6 +153,14 @@ def interrupted_by_ctrl_c(error: BaseException) -> bool:
     return False
 
 
+def interruption_line(error: training.RunInterrupted) -> str:
+    """What a rank says when a signal ended its run; under torchrun the signal is often the
+    launcher's, sent after another rank died before this one noticed."""
+    rank, ranks = os.environ.get("RANK"), os.environ.get("WORLD_SIZE", "1")
+    where = f"rank {rank} of {ranks}: " if ranks != "1" and rank is not None else ""
+    return f"train.py: {where}{error}"
+
+
 def exit_for(error: BaseException) -> NoReturn:
     """Say why the run ended in one line on stderr and exit with its status (see the module
     docstring); re-raise what is not the run's to report, or anything under --debug."""
@@ -160,10 +168,7 @@ def exit_for(error: BaseException) -> NoReturn:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, signal.SIG_IGN)
     if isinstance(error, training.RunInterrupted):
-        # Under torchrun often the launcher, after another rank died before this one noticed.
-        rank, ranks = os.environ.get("RANK"), os.environ.get("WORLD_SIZE", "1")
-        where = f"rank {rank} of {ranks}: " if ranks != "1" and rank is not None else ""
-        print(f"train.py: {where}{error}", file=sys.stderr)
+        print(interruption_line(error), file=sys.stderr)
         sys.exit(error.code)
     if interrupted_by_ctrl_c(error):  # before the run started
         sys.exit(dlrmv4_cli.interrupted("train.py"))

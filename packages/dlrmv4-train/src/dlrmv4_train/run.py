@@ -319,12 +319,38 @@ def _agree(ctx: Distributed, decide: Callable[[], object]) -> object:
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
+STOP_GRACE_SECONDS = 10.0
+"""How long a stop signal may wait for the trainer's main thread before the watchdog ends the
+process (`RunSignals.watched`): well inside the 30 s that torchrun and SLURM (KillWait) leave
+between SIGTERM and SIGKILL, and far beyond what a Python handler needs in a working run."""
+
+_WATCHDOG_FDS: set[int] = set()
+"""The wakeup fds of this process's watchdogs (`RunSignals.watched`)."""
+
+
+def _drop_watchdog_fd_in_child() -> None:
+    """A forked child (a loader worker) inherits the wakeup fd: a signal it received would
+    reach its parent's watchdog as the parent's own."""
+    if not _WATCHDOG_FDS:
+        return
+    try:
+        inherited = signal.set_wakeup_fd(-1)
+    except ValueError:  # not forked from the main thread: Python keeps no wakeup fd there
+        return
+    if inherited not in _WATCHDOG_FDS:
+        signal.set_wakeup_fd(inherited)
+    _WATCHDOG_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_drop_watchdog_fd_in_child)
+
 
 @dataclasses.dataclass
 class RunSignals:
     """How SIGTERM and SIGINT end the run that owns this object: `handle` raises
     RunInterrupted in the trainer's process, unless the run is already failing (then they are
-    ignored) or a loader is starting its workers (then they are kept and raised after)."""
+    ignored) or a loader is starting its workers (then they are kept and raised after); and,
+    inside `watched`, how the process ends when its main thread cannot run `handle`."""
 
     trainer_pid: int = dataclasses.field(default_factory=os.getpid)
     """The process whose run the handler ends. A loader worker is forked with the handler and
@@ -334,8 +360,18 @@ class RunSignals:
     """Set once the run has started to fail: from then on SIGTERM and SIGINT are ignored."""
     deferred: list[int] | None = None
     """While a loader starts its workers: the signals received meanwhile, raised after."""
+    grace_seconds: float = STOP_GRACE_SECONDS
+    """How long `watched` waits for `handle` after a stop signal arrived."""
+    answered: bool = False
+    """Whether `handle` has run in the trainer's process: from then on its main thread is
+    acting on the signals, whatever it decided."""
+    abort_record: Callable[[], None] | None = None
+    """Writes the run's abort record (run_stop aborted), set while the run logs: what the
+    watchdog does before it ends a process whose main thread did not answer."""
 
     def handle(self, signum: int, frame: object) -> None:
+        if os.getpid() == self.trainer_pid:
+            self.answered = True
         if self.failing or os.getpid() != self.trainer_pid:
             return
         if self.deferred is not None:
@@ -365,13 +401,88 @@ class RunSignals:
                 signal.signal(signum, self.handle)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
+    @contextlib.contextmanager
+    def watched(self, interruption_line: Callable[[RunInterrupted], str] = str) -> Iterator[None]:
+        """A stop signal that the main thread has not answered (`handle`) `grace_seconds`
+        after it arrived ends the process from a watchdog thread: the abort record, then
+        ``interruption_line(RunInterrupted)`` and why on stderr, then exit status 128 + the
+        signal, without the rest of the cleanup. Python runs a signal's handler only between
+        bytecodes of the main thread: one blocked in a call that does not return (a gloo
+        collective whose peer is gone but whose sockets stay open, a device wait) would
+        otherwise stay deaf until the launcher's SIGKILL, and its log would have no run_stop.
+        The signal's arrival is seen through Python's wakeup fd, which its C-level handler
+        writes whatever the main thread does. Main thread only; elsewhere a no-op."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        _WATCHDOG_FDS.add(write_fd)
+        ended = threading.Event()
+        watchdog = threading.Thread(
+            target=self._watch,
+            args=(read_fd, ended, interruption_line),
+            name="stop-signal watchdog",
+            daemon=True,
+        )
+        previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        try:
+            watchdog.start()
+            yield
+        finally:
+            signal.set_wakeup_fd(previous)
+            _WATCHDOG_FDS.discard(write_fd)
+            ended.set()
+            os.write(write_fd, b"\0")  # wakes the watchdog if it waits for a signal
+            watchdog.join()
+            os.close(read_fd)
+            os.close(write_fd)
 
-def train(run: RunConfig | ResolvedRun, log: Callable[[str], None] = _stderr) -> dict:
+    def _watch(
+        self, read_fd: int, ended: threading.Event, interruption_line: Callable[..., str]
+    ) -> None:
+        while not ended.is_set():
+            received = os.read(read_fd, 256)
+            stops = [signum for signum in received if signum in _SIGNALS]
+            # A handler of another's (none inside a run today) answers for itself.
+            if not stops or self.answered or signal.getsignal(stops[0]) != self.handle:
+                continue
+            signum = stops[0]
+            deadline = time.monotonic() + self.grace_seconds
+            while not (self.answered or ended.is_set()) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not (self.answered or ended.is_set()):
+                self._end_unanswered(signum, interruption_line)
+
+    def _end_unanswered(self, signum: int, interruption_line: Callable[..., str]) -> None:
+        error = RunInterrupted(signum)
+        record = self.abort_record
+        if record is not None:
+            with contextlib.suppress(Exception):  # what it could not write is lost either way
+                record()
+        why = (
+            f"{interruption_line(error)}; it was not answered within {self.grace_seconds:g} s "
+            "(a call waiting on another rank or on the device did not return), so the "
+            "process ended without the rest of its cleanup\n"
+        )
+        # Not through sys.stderr: a main thread blocked inside a write holds its lock.
+        with contextlib.suppress(OSError):
+            os.write(2, why.encode())
+        os._exit(error.code)
+
+
+def train(
+    run: RunConfig | ResolvedRun,
+    log: Callable[[str], None] = _stderr,
+    interruption_line: Callable[[RunInterrupted], str] = str,
+) -> dict:
     """See `_train_run`; a RunConfig is resolved first (`resolve_run`). SIGTERM and SIGINT end
     the run (RunInterrupted, a SystemExit with status 128 + the signal) with `run_stop` aborted
     in its log, unless the run is already failing: then they are ignored until the failure
-    leaves this function. The signal handlers it found are restored when it returns or
-    raises."""
+    leaves this function. One that the main thread cannot answer within STOP_GRACE_SECONDS
+    (blocked in a collective) ends the process with the same record and status, and
+    ``interruption_line(error)`` with why on stderr (`RunSignals.watched`). The signal handlers
+    it found are restored when it returns or raises."""
     if isinstance(run, RunConfig):
         run = resolve_run(run)
     signals = RunSignals()
@@ -381,7 +492,8 @@ def train(run: RunConfig | ResolvedRun, log: Callable[[str], None] = _stderr) ->
         for signum in _SIGNALS:
             signal.signal(signum, signals.handle)
     try:
-        return _train_run(run, signals, log)
+        with signals.watched(interruption_line):
+            return _train_run(run, signals, log)
     except BaseException:
         signals.fail()
         raise
@@ -461,6 +573,7 @@ def _train_run(run: ResolvedRun, signals: RunSignals, log: Callable[[str], None]
             tracker.load_state_dict(resume.extra["mlperf"])  # no second init_start / run_start
         # The guard logs run_stop aborted when the run dies; the signals stay with `signals`
         # (deferred while a loader starts, ignored in forked workers and while failing).
+        signals.abort_record = lambda: log_abort(tracker, mllog, samples=0)
         with tracker.guard(signals=()):
             try:
                 if tracker.state == "new":
@@ -473,6 +586,8 @@ def _train_run(run: ResolvedRun, signals: RunSignals, log: Callable[[str], None]
             except BaseException:
                 signals.fail()  # before the guard writes run_stop: a second signal must not cut it
                 raise
+            finally:
+                signals.abort_record = None
         mllog.close()
         summary["skipped_checkpoints"] = [f"{path}: {why}" for path, why in plan.skipped]
         if ctx.is_main:
@@ -519,6 +634,13 @@ def prepare_data(
     if too_large:  # the data's own tables (the run checked the config's before it began)
         raise RunRefused(f"{store.path}: {too_large}")
     return store
+
+
+def log_abort(tracker: RunTracker, mllog: MLPerfLogger, samples: int) -> None:
+    """run_stop aborted, unless the run has not started or has stopped already; it counts the
+    samples trained (`samples`), not the last block's start."""
+    if tracker.state not in ("new", "stopped") and not mllog.run_stopped:
+        tracker.run_stop("aborted", max(samples, tracker.samples_count))
 
 
 def platform(ctx: Distributed) -> str:
@@ -784,6 +906,9 @@ class _StreamingRun:
             first_step=trainer.step,
             bar=None if ctx.is_main else False,
         )
+        self.signals.abort_record = lambda: log_abort(
+            tracker, mllog, samples=trainer.step * batch_size
+        )
         try:
             self._train(
                 trainer, schedule, loop, recorder, eval_batches, save_checkpoint, checkpoints,
@@ -798,9 +923,7 @@ class _StreamingRun:
                 # may have killed them already: what that raises is not the failure).
                 with contextlib.suppress(Exception):
                     stream.close()
-            # The aborted run_stop counts the samples trained, not the last block's start.
-            if tracker.state not in ("new", "stopped") and not mllog.run_stopped:
-                tracker.run_stop("aborted", max(trainer.step * batch_size, tracker.samples_count))
+            log_abort(tracker, mllog, samples=trainer.step * batch_size)
             raise
         progress.close()
         status = tracker.run_stop()
