@@ -319,10 +319,12 @@ def _agree(ctx: Distributed, decide: Callable[[], object]) -> object:
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-STOP_GRACE_SECONDS = 10.0
+STOP_GRACE_SECONDS = 20.0
 """How long a stop signal may wait for the trainer's main thread before the watchdog ends the
-process (`RunSignals.watched`): well inside the 30 s that torchrun and SLURM (KillWait) leave
-between SIGTERM and SIGKILL, and far beyond what a Python handler needs in a working run."""
+process (`RunSignals.watched`): inside the 30 s that torchrun and SLURM (KillWait) leave
+between SIGTERM and SIGKILL, with room for the abort record, and long enough for one slow call
+that does return (a large tensor written in one piece) to end first; a Python handler in a
+working run answers in milliseconds."""
 
 _WATCHDOG_FDS: set[int] = set()
 """The wakeup fds of this process's watchdogs (`RunSignals.watched`)."""
