@@ -435,7 +435,9 @@ class RunSignals:
             signal.set_wakeup_fd(previous)
             _WATCHDOG_FDS.discard(write_fd)
             ended.set()
-            os.write(write_fd, b"\0")  # wakes the watchdog if it waits for a signal
+            # Wakes the watchdog if it waits for a signal (a full pipe wakes it as well).
+            with contextlib.suppress(BlockingIOError):
+                os.write(write_fd, b"\0")
             watchdog.join()
             os.close(read_fd)
             os.close(write_fd)
