@@ -785,6 +785,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _main_thread_waits(pid: int, seconds: float) -> bool:
+    """Whether the main thread of `pid` stays asleep (state S) for `seconds`."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        stat = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] != "S":
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _alive(pid: int) -> bool:
     """Running or stopped, not a zombie."""
     try:
@@ -941,7 +952,9 @@ def test_a_rank_blocked_on_a_stopped_peer_still_ends_its_log_on_sigterm(tmp_path
             time.sleep(0.05)
         rank0, peer = _rank_pid(launcher.pid, 0), _rank_pid(launcher.pid, 1)
         os.kill(peer, signal.SIGSTOP)
-        time.sleep(2)  # rank 0 is in the next step's collective by now
+        # In the next step's collective: its main thread then sleeps on and on.
+        while not _main_thread_waits(rank0, seconds=1.0):
+            assert time.monotonic() < deadline, stderr.read_text()
         began = time.monotonic()
         os.kill(rank0, signal.SIGTERM)
         while _alive(rank0):

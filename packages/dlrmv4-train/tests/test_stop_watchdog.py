@@ -48,7 +48,7 @@ with signals.watched(lambda error: f"rank 0 of 2: {error}"):
     else:
         deadline = time.monotonic() + 3 * float(sys.argv[5]) + 3
         while time.monotonic() < deadline:
-            time.sleep(0.01)
+            time.sleep(0.2)  # a signal wakes it at once to run the handler
 if mode == "fork":
     os.kill(child, signal.SIGKILL)
 print("returned", flush=True)
@@ -87,7 +87,14 @@ def _until_waiting(rank0: subprocess.Popen) -> list[str]:
     while (line := rank0.stdout.readline()) and line.strip() != "waiting":
         lines.append(line.strip())
     assert line, f"rank 0 ended before its wait:\n{rank0.stderr.read()}"
-    time.sleep(0.5)  # inside the all-reduce (or the sleep loop) by now
+    # Inside the all-reduce (or the sleep loop): the main thread then stays asleep.
+    task = Path(f"/proc/{rank0.pid}/task/{rank0.pid}/stat")
+    asleep_since = given_up = time.monotonic()
+    while time.monotonic() - asleep_since < 0.5:
+        assert time.monotonic() - given_up < 30, "rank 0's main thread never waited"
+        if task.read_text().rsplit(")", 1)[1].split()[0] != "S":
+            asleep_since = time.monotonic()
+        time.sleep(0.02)
     return lines
 
 
