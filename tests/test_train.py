@@ -329,6 +329,37 @@ def test_a_batch_no_window_holds_is_refused_and_the_corrected_command_runs_there
     assert summary["train_samples"] == largest
 
 
+@pytest.mark.parametrize("source", ["synthetic", "raw"])
+def test_a_batch_no_day_of_the_events_can_hold_is_refused_before_the_data_is_made(tmp_path, source):
+    """Found from the raw events (a bound on every window's anchors) before the synthesis
+    writes the dataset or the preprocessing its output; the same --out then takes a command
+    with the data that holds the batch."""
+    import yambda_data
+
+    out = tmp_path / "run"
+    argv = ["--users", "3", "--workers", "0", "--out", str(out)]
+    argv += ["--steps", "1", "--evals", "1", "--target-auc", "0.99"]
+    if source == "raw":
+        raw = yambda_data.synthesize(tmp_path / "raw", yambda_data.SynthConfig(users=3))
+        argv += ["--data", str(raw.root)]
+    made = "synthesized" if source == "synthetic" else "preprocessed"
+    refused = (
+        r"train\.batch_size: a global batch of 256 samples \(1 rank\(s\) x 256\) is more than "
+        r"any time window of .*multi_event\.parquet can hold \(no 86,400 s of it holds more "
+        rf"than (\d+) train listens, and a sample is one\), found before the data was {made}; "
+        r"use a smaller train\.batch_size, fewer ranks or more data"
+    )
+    with pytest.raises(RunRefused, match=refused):
+        train.main(argv)
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert not [f for f in files if not Path(f).name.startswith(".")], files  # locks only
+    if source == "synthetic":
+        summary = train.main(["--users", "40", *argv[2:]])
+    else:
+        summary = train.main([*argv, "--set", "train.batch_size=8"])
+    assert summary["train_samples"] > 0
+
+
 def test_missing_dataset_is_named_before_anything_is_created(tmp_path):
     out = tmp_path / "run"
     with pytest.raises(RunRefused, match=r"--data .*: no file .*multi_event\.parquet"):

@@ -170,3 +170,22 @@ def test_prepare_refuses_a_work_dir_that_would_replace_its_inputs(root, tiny_con
     data = tmp_path / "data"
     shutil.copytree(root, data)
     prepare_store(data, tiny_config.size, data / "prepared" / tiny_config.size, min_history=16)
+
+
+def test_prepare_refuses_raw_events_no_window_of_which_holds_the_anchors_asked_for(
+    root, tiny_config, tmp_path
+):
+    """Before the preprocessing writes anything: nothing of the work folder but its locks;
+    the same folder then takes a request the data can meet."""
+    import polars as pl
+
+    from yambda_data import WindowTooSmall, busiest_window_listens, prepare_store
+
+    raw = multi_event_path(root, tiny_config.size)
+    most = busiest_window_listens(pl.scan_parquet(raw), 86_400)
+    work = tmp_path / "work"
+    with pytest.raises(WindowTooSmall, match=rf"{raw}: no time window of 86,400 s can hold"):
+        prepare_store(root, tiny_config.size, work, min_history=0, min_window_anchors=most + 1)
+    assert [p for p in work.rglob("*") if not p.name.startswith(".")] == []
+    store = prepare_store(root, tiny_config.size, work, min_history=0, min_window_anchors=most)
+    assert 0 < store.window_sizes().max() <= most

@@ -9,8 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from yambda_data.schema import MULTI_EVENT_SCHEMA
-from yambda_data.split import GAP_SECONDS, TEST_SECONDS, SplitMeta, temporal_split
+from yambda_data.schema import EVENT_TYPES, MULTI_EVENT_SCHEMA
+from yambda_data.split import (
+    GAP_SECONDS,
+    TEST_SECONDS,
+    SplitMeta,
+    busiest_window_listens,
+    temporal_split,
+)
 
 T_MAX = 1_000_000
 TEST_START = T_MAX - 86_400
@@ -164,3 +170,79 @@ def test_split_meta_from_json_names_the_file_and_field(tmp_path):
     path.write_text(json.dumps({"size": "50m", "t_min": 0}))
     with pytest.raises(ValueError, match=r"split_meta\.json: missing field\(s\) \[.*'t_max'"):
         SplitMeta.from_json(path)
+
+
+# busiest_window_listens: the bound on a window's train anchors, from the raw events --------
+
+
+def _train_listen_times(events: pl.DataFrame, bin_width: int = 1) -> np.ndarray:
+    """The listens before train_end (rounded up to a multiple of ``bin_width``), sorted."""
+    ts = events["timestamp"].cast(pl.Int64).to_numpy()
+    listen = (events["event_type"].cast(pl.String) == "listen").to_numpy()
+    train_end = ts.max() - TEST_SECONDS - GAP_SECONDS
+    end = -(-train_end // bin_width) * bin_width
+    return np.sort(ts[listen & (ts < end)])
+
+
+def _sliding_most(times: np.ndarray, seconds: int) -> int:
+    """The most of ``times`` in any [t, t + seconds): brute force over every start."""
+    if times.size == 0:
+        return 0
+    ends = np.searchsorted(times, times + seconds, side="left")
+    return int((ends - np.arange(times.size)).max())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    rows=st.integers(1, 400),
+    span_days=st.integers(2, 9),
+    window_seconds=st.sampled_from([1, 7, 64, 3_600, 86_399, 86_400, 200_000]),
+    dtype=st.sampled_from([pl.String, pl.Categorical, pl.Enum(EVENT_TYPES)]),
+)
+def test_busiest_window_listens_bounds_every_window_and_is_tight_to_one_bin(
+    seed, rows, span_days, window_seconds, dtype
+):
+    """Never below the most train listens of any interval of window_seconds (wherever it
+    starts), and never above those of an interval longer by a bin at either end; clustered
+    times, ties and every event type; the event_type dtypes a raw file can have."""
+    rng = np.random.default_rng(seed)
+    centers = rng.integers(0, span_days * 86_400, size=4)
+    ts = np.clip(centers[rng.integers(0, 4, rows)] + rng.integers(-5_000, 5_000, rows), 0, None)
+    ts = (ts // 5) * 5  # the data's quantum: many ties
+    kinds = rng.choice(np.array(EVENT_TYPES), size=rows, p=[0.7, 0.1, 0.1, 0.05, 0.05])
+    events = pl.DataFrame(
+        {"timestamp": ts.astype(np.uint32), "event_type": pl.Series(kinds).cast(dtype)}
+    )
+    bound = busiest_window_listens(events.lazy(), window_seconds)
+    width = max(1, window_seconds // 64)
+    assert _sliding_most(_train_listen_times(events), window_seconds) <= bound
+    # at most a bin more at either end, and the bin that holds train_end counted whole
+    wider = _sliding_most(_train_listen_times(events, width), window_seconds + 2 * width)
+    assert bound <= wider
+
+
+def test_busiest_window_listens_bounds_the_windows_of_a_store_at_every_min_history(
+    tmp_path, tiny_config
+):
+    """The bound against what build_store makes of the same events: above every window."""
+    from yambda_data import SampleStore, prepare_store, synthesize
+
+    root = tmp_path / "raw"
+    paths = synthesize(root, tiny_config)
+    bound = busiest_window_listens(pl.scan_parquet(paths.multi_event), 86_400)
+    for min_history in (0, 16, 200):
+        store = prepare_store(root, "50m", tmp_path / f"mh{min_history}", min_history=min_history)
+        largest = int(SampleStore.open(store.path).window_sizes().max())
+        assert largest <= bound
+    # at min_history 0 a window starts at the first train listen: the bound is near the truth
+    first = prepare_store(root, "50m", tmp_path / "mh0", min_history=0)
+    assert bound <= 1.2 * int(first.window_sizes().max())
+
+
+def test_busiest_window_listens_without_train_listens_is_zero():
+    assert busiest_window_listens(pl.DataFrame(schema=MULTI_EVENT_SCHEMA), 86_400) == 0
+    likes = pl.DataFrame({"timestamp": [0, 900_000], "event_type": ["like", "listen"]})
+    assert busiest_window_listens(likes, 86_400) == 0  # the listen lies in the test day
+    with pytest.raises(ValueError, match="window_seconds must be a positive integer, got 0"):
+        busiest_window_listens(likes, 0)

@@ -554,3 +554,25 @@ def test_a_run_that_writes_its_own_data_keeps_holding_it(tmp_path):
     finally:
         waiting.kill()
         waiting.wait()
+
+
+def test_a_dataset_no_window_of_which_holds_the_anchors_asked_for_is_refused_unwritten(tmp_path):
+    """min_window_anchors: refused from the events generated in memory, before the record or
+    a file of the dataset is written; the same root then takes a request it can meet."""
+    from yambda_data import WindowTooSmall, busiest_window_listens, generate, synthesize_cached
+    from yambda_data.synth import SYNTH_RECORD_FILE
+
+    most = busiest_window_listens(generate(SMALL).events, 86_400)
+    root = tmp_path / "cache"
+    said: list[str] = []
+    with pytest.raises(WindowTooSmall, match=rf"multi_event\.parquet: .* {most:,} train") as e:
+        synthesize_cached(root, SMALL, progress=said.append, min_window_anchors=most + 1)
+    assert (e.value.needed, e.value.most, e.value.window_seconds) == (most + 1, most, 86_400)
+    assert said == []
+    assert not (root / SYNTH_RECORD_FILE).exists()
+    assert [p for p in root.rglob("*") if not p.name.startswith(".")] == []  # locks only
+    paths = synthesize_cached(root, SMALL, min_window_anchors=most)
+    assert _files(paths) == _files(synthesize(tmp_path / "plain", SMALL))
+    with pytest.raises(ValueError, match="min_window_anchors must be a positive integer"):
+        synthesize_cached(tmp_path / "other", SMALL, min_window_anchors=0)
+    assert not (tmp_path / "other").exists()

@@ -233,7 +233,8 @@ def comm_precision(all_to_all: list[dict[str, str | None]]) -> str:
 
 def schedule_refusal(config: RunConfig, hstu: HSTUConfig, world_size: int) -> str | None:
     """Why the steps, evaluations and global batch make no run, told before the data is
-    prepared (a dataset too small for them is found once it is), or None."""
+    prepared (a dataset too small for them is found from its raw events, `prepare_data`, or
+    once it is prepared, `window_refusal`), or None."""
     batch = hstu.train.batch_size * world_size
     most, most_history, why = data_bounds(config)
     if config.min_history >= most_history:
@@ -611,6 +612,10 @@ def prepare_data(
     run holds and this one would rewrite, is a RunRefused: the run folder then holds no run,
     and the corrected command runs there."""
     config = run.config
+    # Batches never span windows: data with no window of a global batch is refused before it
+    # is synthesized or preprocessed (from a bound on the raw events), and a store built with
+    # too few anchors is refused after (`window_refusal`, exact).
+    batch = run.hstu.train.batch_size * ctx.world_size
 
     def prepare() -> Path:
         # Held for the life of the run: another process's synthesis, download or build into
@@ -618,12 +623,28 @@ def prepare_data(
         yambda_data.hold_store(out / "prepared" / STORE_DIR, progress=say)
         try:
             if config.data is None:
-                yambda_data.synthesize_cached(root, config.synth_config(), say, hold=True)
+                yambda_data.synthesize_cached(
+                    root, config.synth_config(), say, hold=True, min_window_anchors=batch
+                )
             else:
                 yambda_data.hold_data(root, progress=say)
             return yambda_data.prepare_store(
-                root, config.size, out / "prepared", min_history=config.min_history, progress=say
+                root,
+                config.size,
+                out / "prepared",
+                min_history=config.min_history,
+                progress=say,
+                min_window_anchors=batch,
             ).path
+        except yambda_data.WindowTooSmall as small:
+            made = "synthesized" if config.data is None else "preprocessed"
+            raise RunRefused(
+                f"train.batch_size: a global batch of {batch:,} samples ({ctx.world_size} "
+                f"rank(s) x {run.hstu.train.batch_size:,}) is more than any time window of "
+                f"{small.source} can hold (no {small.window_seconds:,} s of it holds more "
+                f"than {small.most:,} train listens, and a sample is one), found before the "
+                f"data was {made}; use a smaller train.batch_size, fewer ranks or more data"
+            ) from None
         except (
             yambda_data.SchemaError,
             yambda_data.InputFileError,

@@ -39,7 +39,13 @@ from yambda_data.schema import (
     validate_mapping,
     validate_multi_event,
 )
-from yambda_data.split import SplitMeta, SplitResult, temporal_split
+from yambda_data.split import (
+    SplitMeta,
+    SplitResult,
+    WindowTooSmall,
+    busiest_window_listens,
+    temporal_split,
+)
 from yambda_data.store import SampleStore, StoreError, build_store, hold_store
 from yambda_data.streaming import TEST, BatchPlan, holdout_users
 from yambda_data.synth import (
@@ -83,10 +89,12 @@ __all__ = [
     "SynthData",
     "SynthPaths",
     "VocabSizes",
+    "WindowTooSmall",
     "WriteError",
     "__version__",
     "build_samples",
     "build_store",
+    "busiest_window_listens",
     "check_prepare_outputs",
     "check_synthesis_root",
     "compute_vocab_sizes",

@@ -12,12 +12,14 @@ from yambda_data._checksums import checksum_problem, file_checksums
 from yambda_data._io import writing
 from yambda_data._readers import hold_data
 from yambda_data._synth_config import SynthConfig, SynthPaths
+from yambda_data._synth_generate import generate
 from yambda_data._synth_write import (
     SYNTHESIS_LOCK,
     killed_synthesis_leftovers,
     remove_leftovers,
-    synthesize,
+    write_synthesis,
 )
+from yambda_data.split import check_window_request, check_window_room
 
 SYNTH_RECORD_FILE = "synth.json"
 """The record of :func:`synthesize_cached` in its root: the config and, once the files are
@@ -30,6 +32,8 @@ def synthesize_cached(
     progress: Callable[[str], None] | None = None,
     *,
     hold: bool = False,
+    min_window_anchors: int | None = None,
+    window_seconds: int = 86_400,
 ) -> SynthPaths:
     """The dataset of ``config`` under ``root``, made once and checked at every reuse: a cache
     that many runs (and ranks) share.
@@ -44,9 +48,14 @@ def synthesize_cached(
     left are replaced next time. With ``hold``, this process holds the dataset for reading
     from then on (:func:`~yambda_data.hold_data`, taken under the lock, before the cache is
     checked, so that what it checked is what it holds); a synthesis into a root that another
-    process holds is refused (DataInUse naming that process)."""
+    process holds is refused (DataInUse naming that process). With ``min_window_anchors``, a
+    dataset in which no time window of ``window_seconds`` can hold that many train anchors
+    (:func:`~yambda_data.split.busiest_window_listens`, on the events generated in memory) is
+    refused before any of its files or its record is written (WindowTooSmall naming the
+    events file); a dataset reused from the cache is not checked."""
     root = Path(root)
     check_synthesis_root(root, config)
+    check_window_request(min_window_anchors, window_seconds)
     paths = SynthPaths.of(root, config)
     record = root / SYNTH_RECORD_FILE
     say = progress or (lambda _message: None)
@@ -67,9 +76,11 @@ def synthesize_cached(
         if why is None:
             say(f"{root}: synthetic data up to date")
             return paths
+        data = generate(config)
+        check_window_room(data.events, str(paths.multi_event), min_window_anchors, window_seconds)
         say(f"synthesizing {root}" + (f" ({why})" if why else ""))
         _write_record(record, {"config": config.to_dict(), "files": None})
-        synthesize(root, config)
+        write_synthesis(root, config, data=data)
         names = [path.relative_to(root).as_posix() for path in paths.files]
         _write_record(record, {"config": config.to_dict(), "files": file_checksums(root, names)})
     return paths

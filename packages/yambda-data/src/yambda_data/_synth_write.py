@@ -15,6 +15,7 @@ from yambda_data._readers import writing_data
 from yambda_data._synth_config import SynthConfig, SynthPaths
 from yambda_data._synth_generate import (
     _USERS_PER_BLOCK,
+    SynthData,
     _build_catalogue,
     _Catalogue,
     _events_frame,
@@ -78,25 +79,30 @@ def synthesize(
     removes the temporary files that a killed one left there. A root that another process's
     run reads (:func:`~yambda_data.hold_data`) is refused (DataInUse naming that process)
     before anything is written or removed."""
-    cfg = config or SynthConfig()
-    root = Path(out_dir)
+    return write_synthesis(Path(out_dir), config or SynthConfig(), stream=stream)
+
+
+def write_synthesis(
+    root: Path, cfg: SynthConfig, *, stream: bool = False, data: SynthData | None = None
+) -> SynthPaths:
+    """:func:`synthesize`, writing ``data`` (``generate(cfg)``, made already) when given."""
     paths = SynthPaths.of(root, cfg)
     paths.check_writable()
     with writing(root):
         root.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(root / SYNTHESIS_LOCK), writing_data(root, "a synthesis"):
         remove_leftovers(killed_synthesis_leftovers(paths.files))
-        _write(paths, cfg, stream)
+        _write(paths, cfg, stream, data)
     return paths
 
 
-def _write(paths: SynthPaths, cfg: SynthConfig, stream: bool) -> None:
+def _write(paths: SynthPaths, cfg: SynthConfig, stream: bool, data: SynthData | None) -> None:
     root = paths.root
     if stream:
         cat = _build_catalogue(cfg)
         mappings = [cat.artist_mapping, cat.album_mapping]
     else:
-        data = generate(cfg)
+        data = data if data is not None else generate(cfg)
         mappings = [data.artist_item_mapping, data.album_item_mapping]
     targets = paths.files
     with writing(root), atomic_paths(targets) as temps:

@@ -29,7 +29,7 @@ from yambda_data.schema import (
     normalize_multi_event,
     validate_multi_event,
 )
-from yambda_data.split import SplitMeta, temporal_split
+from yambda_data.split import SplitMeta, check_window_request, check_window_room, temporal_split
 from yambda_data.store import SampleStore, build_store
 
 
@@ -79,6 +79,8 @@ def prepare_preprocessed(
     *,
     partitions: int | None = None,
     progress: Callable[[str], None] | None = None,
+    min_window_anchors: int | None = None,
+    window_seconds: int = 86_400,
 ) -> Path:
     """Preprocess ``<root>/flat/<size>/multi_event.parquet`` into ``<work_dir>/preprocessed``
     unless that output already comes from the same input (the raw file's size and
@@ -88,7 +90,10 @@ def prepare_preprocessed(
     first half of :func:`prepare_store`, on its own so that the two steps can run (and be
     measured) as separate processes. The arguments, the raw file's columns and where the
     output goes (apart from the inputs) are checked before anything is created (the rows are
-    checked by the preprocessing, before it writes)."""
+    checked by the preprocessing, before it writes). With ``min_window_anchors``, a raw file
+    in which no time window of ``window_seconds`` can hold that many train anchors
+    (:func:`~yambda_data.split.busiest_window_listens`) is refused before it is preprocessed
+    (WindowTooSmall naming it); an output that is current is not checked again."""
     from yambda_data.preprocess import checksums_problem, preprocess, read_checksums
 
     path = multi_event_path(root, size)
@@ -98,6 +103,7 @@ def prepare_preprocessed(
         not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1
     ):
         raise ValueError(f"partitions must be a positive integer, got {partitions!r}")
+    check_window_request(min_window_anchors, window_seconds)
     check_multi_event_header(path)
     work = Path(work_dir)
     if work.exists() and not work.is_dir():
@@ -126,6 +132,10 @@ def prepare_preprocessed(
             if warning:
                 say(warning)
         else:
+            with reading(path):
+                check_window_room(
+                    pl.scan_parquet(path), str(path), min_window_anchors, window_seconds
+                )
             say(f"preprocessing {path}" + (f" ({why})" if why else ""))
             preprocess(root, size, pre, partitions=partitions, progress=say)
             with writing(record), atomic_path(record) as tmp:
@@ -142,6 +152,7 @@ def prepare_store(
     window_seconds: int = 86_400,
     partitions: int | None = None,
     progress: Callable[[str], None] | None = None,
+    min_window_anchors: int | None = None,
 ) -> SampleStore:
     """Preprocess ``<root>/flat/<size>/multi_event.parquet`` into ``<work_dir>/preprocessed``
     and build the sample store ``<work_dir>/store`` from it; each step is skipped when its
@@ -150,11 +161,20 @@ def prepare_store(
     ``progress``, when not. Safe to call from every rank at once: both steps are locked, and
     each rank must call it with the same arguments. The arguments, the raw file's columns and
     where the outputs go (apart from the inputs) are checked before anything is created (the
-    rows are checked by the preprocessing, before it writes)."""
+    rows are checked by the preprocessing, before it writes), and so is ``min_window_anchors``
+    (see :func:`prepare_preprocessed`) when the raw file is preprocessed."""
     _BuildSettings(min_history=min_history, window_seconds=window_seconds)
     work = Path(work_dir)
     check_store_out(work / PREPROCESSED_DIR, Path(root), work / STORE_DIR)
-    pre = prepare_preprocessed(root, size, work_dir, partitions=partitions, progress=progress)
+    pre = prepare_preprocessed(
+        root,
+        size,
+        work_dir,
+        partitions=partitions,
+        progress=progress,
+        min_window_anchors=min_window_anchors,
+        window_seconds=window_seconds,
+    )
     return build_store(
         pre,
         root,

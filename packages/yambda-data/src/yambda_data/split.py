@@ -20,6 +20,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from yambda_data._atomic import atomic_path
@@ -30,6 +31,8 @@ __all__ = [
     "TEST_SECONDS",
     "SplitMeta",
     "SplitResult",
+    "WindowTooSmall",
+    "busiest_window_listens",
     "session_ids",
     "session_starts",
     "split_at",
@@ -207,3 +210,87 @@ def temporal_split(
         num_users=train["uid"].n_unique(),
     )
     return SplitResult(train=train, test=test, meta=meta)
+
+
+_BINS_PER_WINDOW = 64
+"""The time resolution of :func:`busiest_window_listens`: a window's listens are counted in
+bins of 1/64 of its length, so the bound exceeds the busiest window by at most the listens of
+one bin at either end."""
+
+
+def _check_count(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_window_request(needed: int | None, window_seconds: int) -> None:
+    """ValueError naming the argument when ``needed`` (None: no check) or ``window_seconds``
+    is not a positive integer: for a caller that checks its arguments before it writes."""
+    if needed is not None:
+        _check_count("min_window_anchors", needed)
+    _check_count("window_seconds", window_seconds)
+
+
+def busiest_window_listens(events: pl.LazyFrame | pl.DataFrame, window_seconds: int) -> int:
+    """The most train listens (listens before ``train_end``, from the ``t_max`` of all of
+    ``events``) that any time interval of ``window_seconds`` holds, wherever it starts: an
+    upper bound, known from the raw events before they are split, on the train anchors of
+    each time window of a sample store built from them (an anchor is a train listen; a window
+    starts at the first anchor). One streaming pass over ``timestamp`` and ``event_type``;
+    the rows are not validated (nulls are not counted), 0 for no train listen."""
+    _check_count("window_seconds", window_seconds)
+    width = max(1, window_seconds // _BINS_PER_WINDOW)
+    ts = pl.col("timestamp").cast(pl.Int64)
+    per_bin = (
+        events.lazy()
+        .filter(ts.is_not_null())
+        .group_by((ts // width).alias("bin"))
+        .agg(
+            (pl.col("event_type") == "listen").sum().cast(pl.Int64).alias("listens"),
+            ts.max().alias("t_max"),
+        )
+        .collect(engine="streaming")
+    )
+    if per_bin.height == 0:
+        return 0
+    train_end = int(per_bin["t_max"].max()) - TEST_SECONDS - GAP_SECONDS
+    # The bin that holds train_end counts whole: its later listens only raise the bound.
+    train = per_bin.filter(pl.col("bin") * width < train_end)
+    if train.height == 0:
+        return 0
+    bins = train["bin"].to_numpy()
+    counts = np.zeros(int(bins.max() - bins.min()) + 1, dtype=np.int64)
+    counts[bins - bins.min()] = train["listens"].to_numpy()
+    # An interval of window_seconds meets at most this many consecutive bins.
+    span = -(-window_seconds // width) + 1
+    total = np.concatenate([[0], np.cumsum(counts)])
+    if span >= counts.size:
+        return int(total[-1])
+    return int((total[span:] - total[:-span]).max())
+
+
+class WindowTooSmall(ValueError):
+    """Data in which no time window can hold the train anchors a caller needs, found from the
+    raw events (:func:`busiest_window_listens`) before they were synthesized or preprocessed:
+    nothing was written."""
+
+    def __init__(self, source: str, needed: int, most: int, window_seconds: int) -> None:
+        self.source, self.needed, self.most = source, needed, most
+        self.window_seconds = window_seconds
+        super().__init__(
+            f"{source}: no time window of {window_seconds:,} s can hold {needed:,} train "
+            f"anchors: the busiest holds {most:,} train listens or fewer (an anchor is one)"
+        )
+
+
+def check_window_room(
+    events: pl.LazyFrame | pl.DataFrame, source: str, needed: int | None, window_seconds: int
+) -> None:
+    """WindowTooSmall when no window of ``events`` can hold ``needed`` train anchors (nothing
+    is checked for None)."""
+    check_window_request(needed, window_seconds)
+    if needed is None:
+        return
+    most = busiest_window_listens(events, window_seconds)
+    if most < needed:
+        raise WindowTooSmall(source, needed, most, window_seconds)
