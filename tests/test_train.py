@@ -33,6 +33,7 @@ def load_tool(name: str):
 train = load_tool("train")
 faults = load_tool("fault_injection")
 """Its process-tree helpers (`children`, `descendants`) find a torchrun run's processes."""
+fault_support = sys.modules["fault_support"]  # beside it, imported by it: `stat_fields`
 
 
 def test_command_line_surface_is_frozen():
@@ -820,8 +821,8 @@ def _main_thread_waits(pid: int, seconds: float) -> bool:
     """Whether the main thread of `pid` stays asleep (state S) for `seconds`."""
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        stat = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] != "S":
+        fields = fault_support.stat_fields(pid, thread=pid)
+        if fields is None or fields[0] != "S":
             return False
         time.sleep(0.05)
     return True
@@ -829,10 +830,8 @@ def _main_thread_waits(pid: int, seconds: float) -> bool:
 
 def _alive(pid: int) -> bool:
     """Running or stopped, not a zombie."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    fields = fault_support.stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 def _rank_pid(launcher: int, rank: int) -> int | None:

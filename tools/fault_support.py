@@ -116,14 +116,21 @@ def bump_middle_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def stat_fields(pid: int, thread: int | None = None) -> list[str] | None:
+    """The fields of `/proc/PID/stat` (of one thread's with `thread`) after the command name,
+    which may hold spaces and parentheses: state, parent pid, ...; None once it is gone."""
+    path = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
+    try:
+        return path.read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def children(pid: int) -> list[int]:
     found = []
     for status in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = status.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
+        fields = stat_fields(int(status.parent.name))
+        if fields is not None and int(fields[1]) == pid:
             found.append(int(status.parent.name))
     return found
 
