@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from yambda_data.synth import SynthConfig, SynthData, generate
@@ -42,3 +46,17 @@ def built_store(tmp_path_factory):
     preprocess(base / "raw", TINY.size, base / "pre", partitions=3)
     build_store(base / "pre", base / "raw", base / "store", min_history=16)
     return base / "raw", base / "pre", base / "store"
+
+
+@pytest.fixture(scope="session")
+def run_benchmark():
+    """Runs ``benchmarks/NAME`` of this package with the given arguments, as a user would:
+    ``run_benchmark("bench_write.py", out, "--repeat", "1")`` gives the CompletedProcess
+    (text output captured)."""
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+
+    def run(name: str, *args: object) -> subprocess.CompletedProcess:
+        argv = [sys.executable, str(folder / name), *map(str, args)]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+    return run

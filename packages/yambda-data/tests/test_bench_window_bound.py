@@ -1,9 +1,6 @@
 """bench_window_bound.py: the early window refusal's pass, timed on raw files."""
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -11,18 +8,12 @@ import polars as pl
 from yambda_data import SampleStore, busiest_window_listens
 from yambda_data.schema import multi_event_path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_window_bound.py"
 
-
-def _run(*args):
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=120
-    )
-
-
-def test_it_prints_the_bound_of_each_file_above_the_store_s_largest_window(built_store):
+def test_it_prints_the_bound_of_each_file_above_the_store_s_largest_window(
+    built_store, run_benchmark
+):
     raw, _, store = built_store
-    result = _run(raw, raw, "--repeat", "1")
+    result = run_benchmark("bench_window_bound.py", raw, raw, "--repeat", "1")
     assert result.returncode == 0, result.stdout + result.stderr
     rows = re.findall(
         r"^\| .*multi_event\.parquet \| ([\d,]+) \| ([\d,]+) \| [\d.]+ \| [\d.]+ \|$",
@@ -40,7 +31,7 @@ def test_it_prints_the_bound_of_each_file_above_the_store_s_largest_window(built
     assert int(np.max(SampleStore.open(store).window_sizes())) <= expected
 
 
-def test_a_missing_file_is_named_before_anything_runs(tmp_path):
-    result = _run(tmp_path)
+def test_a_missing_file_is_named_before_anything_runs(tmp_path, run_benchmark):
+    result = run_benchmark("bench_window_bound.py", tmp_path)
     assert result.returncode == 2
     assert f"{tmp_path}/flat/50m/multi_event.parquet: no such file" in result.stderr

@@ -2,27 +2,19 @@
 
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_write.py"
 
-
-def _run(*args):
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=120
-    )
-
-
-def test_each_file_kind_is_rewritten_byte_identical_with_a_row_per_column(built_store):
+def test_each_file_kind_is_rewritten_byte_identical_with_a_row_per_column(
+    built_store, run_benchmark
+):
     _, pre, _ = built_store
     for name, columns in [
         ("train_sessions/part-00001.parquet", 8),
         ("test_events/part-00002.parquet", 7),
         ("session_index/part-00000.parquet", 6),
     ]:
-        result = _run(pre, "--file", name, "--repeat", "1")
+        result = run_benchmark("bench_write.py", pre, "--file", name, "--repeat", "1")
         assert result.returncode == 0, result.stdout + result.stderr
         assert "rewritten with preprocess's settings: byte-identical" in result.stdout
         rows = re.findall(r"^\| ([\w ]+) \| [\d.]+ \| [\d.]+ \| \d+% \|$", result.stdout, re.M)
@@ -32,7 +24,7 @@ def test_each_file_kind_is_rewritten_byte_identical_with_a_row_per_column(built_
 def test_a_rewrite_with_other_bytes_is_reported_and_fails(built_store, monkeypatch, capsys):
     """The byte comparison is real: written with another compression level, the file differs."""
     _, pre, _ = built_store
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import bench_write
 
     def other_level(frame, path):
@@ -43,32 +35,34 @@ def test_a_rewrite_with_other_bytes_is_reported_and_fails(built_store, monkeypat
     assert "rewritten with preprocess's settings: DIFFERENT" in capsys.readouterr().out
 
 
-def test_the_largest_train_part_is_the_default(built_store):
+def test_the_largest_train_part_is_the_default(built_store, run_benchmark):
     _, pre, _ = built_store
     parts = sorted((pre / "train_sessions").glob("part-*.parquet"))
     largest = max(parts, key=lambda p: p.stat().st_size)
-    result = _run(pre, "--repeat", "1")
+    result = run_benchmark("bench_write.py", pre, "--repeat", "1")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"{largest}: ")
 
 
-def test_an_output_that_fails_its_checksums_is_refused_naming_the_file(built_store, tmp_path):
+def test_an_output_that_fails_its_checksums_is_refused_naming_the_file(
+    built_store, tmp_path, run_benchmark
+):
     _, pre, _ = built_store
     copy = tmp_path / "pre"
     shutil.copytree(pre, copy)
     damaged = copy / "train_sessions" / "part-00000.parquet"
     damaged.write_bytes(damaged.read_bytes()[:-1])
-    result = _run(copy, "--repeat", "1")
+    result = run_benchmark("bench_write.py", copy, "--repeat", "1")
     assert result.returncode == 2
     assert str(damaged) in result.stderr and "Traceback" not in result.stderr
 
 
-def test_a_missing_file_and_a_bad_repeat_are_refused(built_store):
+def test_a_missing_file_and_a_bad_repeat_are_refused(built_store, run_benchmark):
     _, pre, _ = built_store
-    missing = _run(pre, "--file", "train_sessions/part-00099.parquet")
+    missing = run_benchmark("bench_write.py", pre, "--file", "train_sessions/part-00099.parquet")
     assert missing.returncode == 2 and "part-00099.parquet: no such file" in missing.stderr
-    assert _run(pre, "--repeat", "0").returncode == 2
-    not_parquet = _run(pre, "--file", "split_meta.json", "--repeat", "1")
+    assert run_benchmark("bench_write.py", pre, "--repeat", "0").returncode == 2
+    not_parquet = run_benchmark("bench_write.py", pre, "--file", "split_meta.json", "--repeat", "1")
     assert not_parquet.returncode == 2 and "split_meta.json: not a readable parquet file" in (
         not_parquet.stderr
     )
