@@ -5,113 +5,48 @@ memory-mapped sample store), hashed cross features, the streaming order over tim
 (in :mod:`yambda_data.batching` and :mod:`yambda_data.loader`, which need torch) TorchRec
 batches and a multi-worker loader.
 
-Importing this package does not import torch.
+Importing this package imports none of its modules (nor torch): each public name is imported
+from its module, listed in ``__init__.pyi``, when it is first used, so that a command loads
+only what it runs (``yambda-data preprocess`` loads neither the generator nor the store).
 """
 
-from yambda_data._io import InputFileError, ReadError, WriteError
-from yambda_data._readers import DataInUse, hold_data
-from yambda_data.crosses import CROSS_FEATURE_NAMES, CROSS_FEATURES, CrossFeature, cross_features
-from yambda_data.dataset import (
-    DLRMv4Samples,
-    check_prepare_outputs,
-    load_dlrmv4_samples,
-    prepare_preprocessed,
-    prepare_store,
-)
-from yambda_data.samples import (
-    HISTORY_STRATEGIES,
-    ItemFeatures,
-    SampleConfig,
-    Samples,
-    VocabSizes,
-    build_samples,
-    compute_vocab_sizes,
-)
-from yambda_data.schema import (
-    EVENT_TYPE_CODES,
-    EVENT_TYPE_DTYPE,
-    EVENT_TYPES,
-    MULTI_EVENT_SCHEMA,
-    MultiEventSummary,
-    SchemaError,
-    read_mapping,
-    read_multi_event,
-    validate_mapping,
-    validate_multi_event,
-)
-from yambda_data.split import (
-    SplitMeta,
-    SplitResult,
-    WindowTooSmall,
-    busiest_window_listens,
-    temporal_split,
-)
-from yambda_data.store import SampleStore, StoreError, build_store, hold_store
-from yambda_data.streaming import TEST, BatchPlan, holdout_users
-from yambda_data.synth import (
-    SynthConfig,
-    SynthData,
-    SynthPaths,
-    check_synthesis_root,
-    generate,
-    synthesize,
-    synthesize_cached,
-    yambda_shape,
-)
+import ast
+import importlib
+from pathlib import Path
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "CROSS_FEATURES",
-    "CROSS_FEATURE_NAMES",
-    "EVENT_TYPES",
-    "EVENT_TYPE_CODES",
-    "EVENT_TYPE_DTYPE",
-    "HISTORY_STRATEGIES",
-    "MULTI_EVENT_SCHEMA",
-    "TEST",
-    "BatchPlan",
-    "CrossFeature",
-    "DLRMv4Samples",
-    "DataInUse",
-    "InputFileError",
-    "ItemFeatures",
-    "MultiEventSummary",
-    "ReadError",
-    "SampleConfig",
-    "SampleStore",
-    "Samples",
-    "SchemaError",
-    "SplitMeta",
-    "SplitResult",
-    "StoreError",
-    "SynthConfig",
-    "SynthData",
-    "SynthPaths",
-    "VocabSizes",
-    "WindowTooSmall",
-    "WriteError",
-    "__version__",
-    "build_samples",
-    "build_store",
-    "busiest_window_listens",
-    "check_prepare_outputs",
-    "check_synthesis_root",
-    "compute_vocab_sizes",
-    "cross_features",
-    "generate",
-    "hold_data",
-    "hold_store",
-    "holdout_users",
-    "load_dlrmv4_samples",
-    "prepare_preprocessed",
-    "prepare_store",
-    "read_mapping",
-    "read_multi_event",
-    "synthesize",
-    "synthesize_cached",
-    "temporal_split",
-    "validate_mapping",
-    "validate_multi_event",
-    "yambda_shape",
-]
+
+def _stub() -> tuple[dict[str, str], list[str]]:
+    """Each public name's module, from the stub's ``from MODULE import NAME`` lines, and the
+    stub's ``__all__``."""
+    stub = ast.parse((Path(__file__).parent / "__init__.pyi").read_text(encoding="utf-8"))
+    exports = {
+        alias.name: node.module
+        for node in stub.body
+        if isinstance(node, ast.ImportFrom) and node.module is not None
+        for alias in node.names
+    }
+    (names,) = [
+        ast.literal_eval(node.value)
+        for node in stub.body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__all__"
+    ]
+    return exports, names
+
+
+_EXPORTS, __all__ = _stub()
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'yambda_data' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

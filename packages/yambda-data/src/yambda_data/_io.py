@@ -26,6 +26,10 @@ __all__ = [
 _OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 
+class StoreError(RuntimeError):
+    """A store directory that is missing, incomplete, corrupt or built for other settings."""
+
+
 class InputFileError(ValueError):
     """A file that cannot be read as what it should be (truncated, not parquet, corrupt).
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from dlrmv4_cli.record_locks import blocking_pid, try_lock
-from yambda_data._store_read import StoreError
+from yambda_data._io import StoreError
 
 
 class StoreInUse(StoreError):

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from yambda_data._checksums import sha256_files
+from yambda_data._io import StoreError as StoreError  # defined beside the other errors
 from yambda_data.samples import (
     ACTION_LIKE,
     ACTION_LISTEN_PLUS,
@@ -50,10 +51,6 @@ ARRAY_FILES: tuple[str, ...] = (
     "item_album_id",
 )
 """The arrays of a store; with :data:`MANIFEST_FILE` and :data:`READY_FILE`, every file in it."""
-
-
-class StoreError(RuntimeError):
-    """A store directory that is missing, incomplete, corrupt or built for other settings."""
 
 
 class SampleStore:

@@ -33,9 +33,8 @@ import polars as pl
 import dlrmv4_cli
 from dlrmv4_cli import DEBUG_ENV, EXIT_FAILED, OneLineParser, debug_requested
 from yambda_data._cli_common import _check_creatable, _check_dir_arg, _check_int, _Failed, _progress
-from yambda_data._cli_reports import POOL_NAMES as POOL_NAMES
-from yambda_data._cli_reports import _inspect, _verify
-from yambda_data._io import InputFileError, first_line, reading
+from yambda_data._io import InputFileError, StoreError, first_line, reading
+from yambda_data._synth_config import YAMBDA_USERS, SynthConfig, SynthPaths, yambda_shape
 from yambda_data.download import PINNED_REVISION, SIZES, DownloadError, download
 from yambda_data.preprocess import preprocess
 from yambda_data.schema import (
@@ -46,8 +45,6 @@ from yambda_data.schema import (
     validate_mapping,
     validate_multi_event,
 )
-from yambda_data.store import StoreError, build_store
-from yambda_data.synth import YAMBDA_USERS, SynthConfig, SynthPaths, synthesize, yambda_shape
 
 __all__ = ["DEBUG_ENV", "main", "run"]
 
@@ -234,6 +231,8 @@ def _synth(args: argparse.Namespace) -> None:
             f"--out {root}: {present[0]} exists; refusing to replace a dataset (pass "
             "--overwrite to replace its files)"
         )
+    from yambda_data._synth_write import synthesize  # the generator: only this command's
+
     start = time.perf_counter()
     paths = synthesize(root, config, stream=args.stream)
     elapsed = time.perf_counter() - start
@@ -308,6 +307,8 @@ def _build_store(args: argparse.Namespace) -> None:
     _check_int("--min-history", args.min_history, 0)
     _check_int("--window-seconds", args.window_seconds, 1)
     _check_creatable("--out", Path(args.out))
+    from yambda_data.store import build_store  # the store's modules: only the store commands'
+
     start = time.perf_counter()
     store = build_store(
         args.preprocessed,
@@ -341,6 +342,19 @@ def _build_store(args: argparse.Namespace) -> None:
         _progress(f"verifying {store.path}")
         store.verify()
         print(f"verified {len(m['files'])} files in {time.perf_counter() - start:.1f} s")
+
+
+# The reports load the store's modules, which the other commands do not need.
+def _inspect(args: argparse.Namespace) -> None:
+    from yambda_data._cli_reports import _inspect as inspect
+
+    inspect(args)
+
+
+def _verify(args: argparse.Namespace) -> None:
+    from yambda_data._cli_reports import _verify as verify
+
+    verify(args)
 
 
 _COMMANDS = {
