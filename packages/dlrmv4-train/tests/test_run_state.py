@@ -139,3 +139,18 @@ def test_the_loop_state_keeps_the_checkpoint_format():
     assert math.isnan(fresh["auc"]) and math.isnan(fresh["ne"])
     with pytest.raises(KeyError, match="ne"):
         LoopState.from_state_dict({"epoch": 1, "trained_seconds": 1.0, "auc": 0.5})
+
+
+def test_rank_zero_s_errors_reach_the_other_ranks_whole():
+    """`_agree` pickles rank 0's error to the others: each kind a run reports comes back with
+    its type, message and fields."""
+    import pickle
+
+    for error in [
+        RunConfigError("steps", "must be positive, got 0"),
+        RunRefused("runs/x: refused"),
+        yambda_data.SchemaError("raw/multi_event.parquet", "uid", "null value"),
+        yambda_data.WindowTooSmall("raw/multi_event.parquet", 1024, 253, 86_400),
+    ]:
+        copy = pickle.loads(pickle.dumps(error))
+        assert (type(copy), str(copy), vars(copy)) == (type(error), str(error), vars(error))

@@ -102,6 +102,9 @@ class RunConfigError(ConfigError):
         self.field, self.reason = field_name, reason
         super().__init__(f"RunConfig.{field_name}: {reason}")
 
+    def __reduce__(self) -> tuple:  # pickled (rank 0's decision, to the others) with its fields
+        return type(self), (self.field, self.reason)
+
 
 def steps_arg(text: str) -> int | None:
     """`--steps`: a number of steps, or 'epoch' (None)."""

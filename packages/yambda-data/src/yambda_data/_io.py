@@ -41,6 +41,9 @@ class InputFileError(ValueError):
         self.problem = problem
         super().__init__(f"{path}: {problem}")
 
+    def __reduce__(self) -> tuple:  # pickled (to another rank, a worker) with its fields
+        return type(self), (self.path, self.problem)
+
 
 class ReadError(OSError):
     """An operating system error while reading a file (polars reports those without the
@@ -74,6 +77,10 @@ class WriteError(OSError):
         number = f" [errno {code}]" if code is not None else ""
         free = "free space unknown" if free_bytes is None else f"{free_bytes:,} bytes free"
         self._message = f"writing {target}: {reason}{number}; {free} in {where}"
+        self._fields = (code, reason, path, output, free_bytes, where)
+
+    def __reduce__(self) -> tuple:
+        return type(self), self._fields
 
     def __str__(self) -> str:
         return self._message

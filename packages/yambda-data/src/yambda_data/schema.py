@@ -128,6 +128,9 @@ class SchemaError(ValueError):
         where = f"{source}: column {column!r}" if column is not None else source
         super().__init__(f"{where}: {problem}")
 
+    def __reduce__(self) -> tuple:  # pickled (to another rank, a worker) with its fields
+        return type(self), (self.source, self.column, self.problem)
+
 
 @dataclass(frozen=True)
 class MultiEventSummary:

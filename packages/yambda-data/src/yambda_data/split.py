@@ -282,6 +282,9 @@ class WindowTooSmall(ValueError):
             f"anchors: the busiest holds {most:,} train listens or fewer (an anchor is one)"
         )
 
+    def __reduce__(self) -> tuple:  # pickled (to another rank, a worker) with its fields
+        return type(self), (self.source, self.needed, self.most, self.window_seconds)
+
 
 def check_window_room(
     events: pl.LazyFrame | pl.DataFrame, source: str, needed: int | None, window_seconds: int
