@@ -2,6 +2,11 @@ import subprocess
 import sys
 
 
+def _run_code(code: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter, where nothing of the package is loaded yet."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
 def test_import_does_not_import_torch():
     code = (
         "import sys, yambda_data, yambda_data.cli, yambda_data.samples, yambda_data.split, "
@@ -10,7 +15,7 @@ def test_import_does_not_import_torch():
         "print(bad)\n"
         "sys.exit(1 if bad else 0)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    result = _run_code(code)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -41,7 +46,7 @@ def test_every_public_name_imports_from_its_module_and_nothing_loads_before():
         "else:\n"
         "    raise AssertionError('no AttributeError')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    result = _run_code(code)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -51,5 +56,5 @@ def test_preprocess_loads_neither_the_generator_nor_the_store():
         "heavy = {'yambda_data._synth_generate', 'yambda_data._store_read', 'yambda_data.samples'}\n"
         "print(sorted(heavy & set(sys.modules)))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    result = _run_code(code)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
