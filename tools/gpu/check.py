@@ -567,12 +567,14 @@ BENCH_GPU_COMPILED = [
     "--batch-sizes", "32", "--dense-step-lengths", "2048", "--warmup", "3", "--iters", "5",
     "--dense-step-modes", "compiled", "--dense-step-kernels", "triton",
 ]  # fmt: skip
-BENCH_TINY = ["--tiny", "--dense-step-lengths", "16"]
+BENCH_TINY = ["--tiny", "--dense-step-lengths", "16", "--warmup", "0"]
 BENCH_TINY_COMPILED = [
     "--tiny", "--dense-step-lengths", "16", "--dense-step-modes", "compiled",
-    "--dense-step-kernels", "triton",
+    "--dense-step-kernels", "triton", "--warmup", "0",
 ]  # fmt: skip
-"""The CPU smoke's: one length of the step, as on a GPU (two kernels eager, then compiled)."""
+"""The CPU smoke's: one length of the step, as on a GPU (two kernels eager, then compiled), and
+no warm-up run: its times are not figures, and the interpreter's runs of the Triton steps take
+seconds each."""
 COMPILED_STEP_SECONDS = (90, 0)
 """The time the compiled step's run needs at least (GPU, CPU smoke): inductor's compilation of
 the model's MLPs, their backward and the timed steps; the smoke runs it in what is left."""
